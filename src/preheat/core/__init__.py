@@ -1,0 +1,1 @@
+"""Pure decisions and types. Imports no I/O library (enforced by .importlinter)."""

@@ -1,0 +1,50 @@
+"""One error family for the whole system, with canonical codes.
+
+Adapters map a code to a gRPC status (``preheat.grpc_errors``) and to an HTTP status
+(:func:`http_status`) in one place each; a client never sees a traceback.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.Enum):
+    INVALID_ARGUMENT = "invalid_argument"
+    NOT_FOUND = "not_found"
+    FAILED_PRECONDITION = "failed_precondition"
+    RESOURCE_EXHAUSTED = "resource_exhausted"
+    UNAVAILABLE = "unavailable"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    CANCELLED = "cancelled"
+    INTERNAL = "internal"
+
+
+_HTTP = {
+    ErrorCode.INVALID_ARGUMENT: 400,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.FAILED_PRECONDITION: 409,
+    ErrorCode.RESOURCE_EXHAUSTED: 429,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.DEADLINE_EXCEEDED: 504,
+    ErrorCode.CANCELLED: 499,
+    ErrorCode.INTERNAL: 500,
+}
+
+
+class PreheatError(Exception):
+    """An error with a canonical code and a message that says what is wrong and how to fix it."""
+
+    def __init__(self, code: ErrorCode, message: str, *, retry_after_s: float | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+    def __repr__(self) -> str:
+        return f"PreheatError({self.code.value}, {self.message!r})"
+
+
+def http_status(code: ErrorCode) -> int:
+    """The HTTP status for an error code."""
+    return _HTTP[code]

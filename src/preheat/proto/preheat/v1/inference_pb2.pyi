@@ -1,0 +1,114 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Priority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRIORITY_UNSPECIFIED: _ClassVar[Priority]
+    PRIORITY_INTERACTIVE: _ClassVar[Priority]
+    PRIORITY_STANDARD: _ClassVar[Priority]
+    PRIORITY_BATCH: _ClassVar[Priority]
+
+class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
+    FINISH_REASON_STOP: _ClassVar[FinishReason]
+    FINISH_REASON_LENGTH: _ClassVar[FinishReason]
+    FINISH_REASON_ABORT: _ClassVar[FinishReason]
+PRIORITY_UNSPECIFIED: Priority
+PRIORITY_INTERACTIVE: Priority
+PRIORITY_STANDARD: Priority
+PRIORITY_BATCH: Priority
+FINISH_REASON_UNSPECIFIED: FinishReason
+FINISH_REASON_STOP: FinishReason
+FINISH_REASON_LENGTH: FinishReason
+FINISH_REASON_ABORT: FinishReason
+
+class TokenIds(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class SamplingParams(_message.Message):
+    __slots__ = ("max_tokens", "temperature", "top_p", "stop", "seed")
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    seed: int
+    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., stop: _Optional[_Iterable[str]] = ..., seed: _Optional[int] = ...) -> None: ...
+
+class GenerateRequest(_message.Message):
+    __slots__ = ("request_id", "model", "prompt", "prompt_token_ids", "sampling", "session_id", "priority", "slo_class", "ttft_deadline_ms")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    SLO_CLASS_FIELD_NUMBER: _ClassVar[int]
+    TTFT_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: str
+    prompt: str
+    prompt_token_ids: TokenIds
+    sampling: SamplingParams
+    session_id: str
+    priority: Priority
+    slo_class: str
+    ttft_deadline_ms: int
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., session_id: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., slo_class: _Optional[str] = ..., ttft_deadline_ms: _Optional[int] = ...) -> None: ...
+
+class Usage(_message.Message):
+    __slots__ = ("prompt_tokens", "cached_tokens", "completion_tokens")
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
+
+class Timing(_message.Message):
+    __slots__ = ("queue_ms", "prefill_ms", "decode_ms", "ttft_ms", "e2e_ms")
+    QUEUE_MS_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_MS_FIELD_NUMBER: _ClassVar[int]
+    DECODE_MS_FIELD_NUMBER: _ClassVar[int]
+    TTFT_MS_FIELD_NUMBER: _ClassVar[int]
+    E2E_MS_FIELD_NUMBER: _ClassVar[int]
+    queue_ms: float
+    prefill_ms: float
+    decode_ms: float
+    ttft_ms: float
+    e2e_ms: float
+    def __init__(self, queue_ms: _Optional[float] = ..., prefill_ms: _Optional[float] = ..., decode_ms: _Optional[float] = ..., ttft_ms: _Optional[float] = ..., e2e_ms: _Optional[float] = ...) -> None: ...
+
+class GenerateResponse(_message.Message):
+    __slots__ = ("request_id", "text", "token_ids", "finish_reason", "usage", "timing", "worker_id")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    TIMING_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    text: str
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    finish_reason: FinishReason
+    usage: Usage
+    timing: Timing
+    worker_id: str
+    def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., worker_id: _Optional[str] = ...) -> None: ...
