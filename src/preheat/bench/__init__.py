@@ -1,0 +1,1 @@
+"""Benchmarks, demo and (later) trace replay and reports."""

@@ -1,0 +1,73 @@
+"""Percentiles: from histogram buckets (live signals) and from samples (benchmarks).
+
+Live latency signals are Prometheus histograms; a percentile over a window comes from the
+*delta* of the cumulative bucket counts between the window's ends, interpolated linearly
+inside the bucket as Prometheus' ``histogram_quantile`` does. Never from averages.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+Buckets = Sequence[tuple[float, float]]
+"""Cumulative histogram: ``(upper_bound, count_le_bound)`` sorted by bound, last bound +Inf."""
+
+
+def bucket_deltas(prev: Buckets, cur: Buckets) -> list[tuple[float, float]]:
+    """Cumulative counts observed between two scrapes of the same histogram.
+
+    A counter reset (any count going down) makes ``cur`` itself the delta, as Prometheus'
+    ``rate`` treats resets.
+    """
+    prev_by_le: Mapping[float, float] = dict(prev)
+    if any(count < prev_by_le.get(le, 0.0) for le, count in cur):
+        return [(le, count) for le, count in cur]
+    return [(le, count - prev_by_le.get(le, 0.0)) for le, count in cur]
+
+
+def histogram_quantile(q: float, buckets: Buckets) -> float | None:
+    """The ``q``-quantile (0 <= q <= 1) of a cumulative histogram; None when it is empty.
+
+    Same rules as Prometheus: linear interpolation inside the bucket that holds the rank;
+    the lowest bucket interpolates from 0 (or from its bound when that is <= 0); a rank in
+    the +Inf bucket returns the highest finite bound.
+    """
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile must be within [0, 1], got {q}")
+    if not buckets:
+        return None
+    total = buckets[-1][1]
+    if total <= 0:
+        return None
+    rank = q * total
+    prev_le, prev_count = 0.0, 0.0
+    for i, (le, count) in enumerate(buckets):
+        if count >= rank:
+            if math.isinf(le):
+                return buckets[i - 1][0] if i > 0 else None
+            if i == 0 and le <= 0:
+                return le
+            lower = prev_le if i > 0 else 0.0
+            in_bucket = count - prev_count
+            if in_bucket <= 0:
+                return le
+            return lower + (le - lower) * (rank - prev_count) / in_bucket
+        prev_le, prev_count = le, count
+    return buckets[-1][0]
+
+
+def sample_quantile(q: float, samples: Sequence[float]) -> float:
+    """The ``q``-quantile of raw samples (linear interpolation between closest ranks).
+
+    For benchmarks, which keep every sample; live signals use :func:`histogram_quantile`.
+    """
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile must be within [0, 1], got {q}")
+    if not samples:
+        raise ValueError("no samples")
+    ordered = sorted(samples)
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
