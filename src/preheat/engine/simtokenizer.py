@@ -1,0 +1,41 @@
+"""The sim engine's tokenizer: deterministic and word-level.
+
+Every whitespace-separated word is one token, so a prompt of exactly N tokens is N words
+(what a trace replayer needs). A word's id is a stable hash of the word (BLAKE2b, not
+Python's salted ``hash``) modulo the vocabulary. Generated ids detokenize to readable
+pseudo-words (``" w1a2b"``), one per token, so text deltas have one word per token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+DEFAULT_VOCAB_SIZE = 32000  # Llama-2-sized vocabulary; any size works
+
+
+class SimTokenizer:
+    def __init__(self, vocab_size: int = DEFAULT_VOCAB_SIZE) -> None:
+        if vocab_size <= 0:
+            raise ValueError(f"vocab_size must be > 0, got {vocab_size}")
+        self.vocab_size = vocab_size
+
+    def token_id(self, word: str) -> int:
+        digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
+        return int.from_bytes(digest, "little") % self.vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        return [self.token_id(w) for w in text.split()]
+
+    @staticmethod
+    def token_text(token_id: int) -> str:
+        """The text of one generated token: a space and a pseudo-word."""
+        return f" w{token_id:x}"
+
+    def decode(self, token_ids: Iterable[int]) -> str:
+        return "".join(self.token_text(t) for t in token_ids)
+
+    @staticmethod
+    def prompt_of_length(n: int, salt: str = "") -> str:
+        """A prompt of exactly ``n`` tokens (distinct words; ``salt`` varies the content)."""
+        return " ".join(f"p{salt}{i}" for i in range(n))
