@@ -1,0 +1,204 @@
+"""``preheat bench ...``: benchmarks, never tests. Each reports ratios measured side by side
+in one run and can write its figures into docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from preheat.bench.client import StreamRecord, stream_generate
+from preheat.bench.prompts import words
+from preheat.bench.report_md import write_section
+from preheat.bench.workerproc import spawn_worker
+from preheat.core.percentiles import sample_quantile
+from preheat.engine.base import Engine, EngineRequest, Sampling
+from preheat.proto.preheat.v1 import inference_pb2 as pb
+from preheat.proto.preheat.v1 import inference_pb2_grpc as pb_grpc
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    w = sub.add_parser(
+        "worker",
+        help="the worker's added latency over the bare engine, and tokens/s",
+        description="Runs the same requests against a bare in-process engine and against a "
+        "`preheat worker` process around an identically configured engine (over gRPC on "
+        "loopback), interleaved, and reports TTFT p50/p99 of each, the difference "
+        "(the worker's added latency) and tokens/s.",
+    )
+    w.add_argument("--requests", type=int, default=200, help="requests per side and level")
+    w.add_argument("--concurrency", default="1,16", help="comma-separated levels")
+    w.add_argument("--prompt-tokens", type=int, default=512)
+    w.add_argument("--max-tokens", type=int, default=64)
+    w.add_argument("--rounds", type=int, default=2, help="interleaved rounds per side")
+    w.add_argument("--write", type=Path, default=None, help="update this benchmarks.md")
+    w.add_argument(
+        "--worker-arg", action="append", default=[], help="extra `preheat worker` argument"
+    )
+
+
+@dataclass
+class SideResult:
+    records: list[StreamRecord]
+    wall_s: float
+
+    def ttft_ms(self, q: float) -> float:
+        return sample_quantile(q, [r.ttft_s * 1e3 for r in self.records if r.ok])
+
+    def itl_ms(self, q: float) -> float:
+        gaps = [g * 1e3 for r in self.records if r.ok for g in r.itl_s]
+        return sample_quantile(q, gaps) if gaps else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return sum(r.completion_tokens for r in self.records) / self.wall_s
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for r in self.records if not r.ok)
+
+
+def _build_engine(worker_args: list[str]) -> Engine:
+    """The same engine the worker builds from the same arguments."""
+    from preheat.worker.engines import build_engine
+    from preheat.worker.main import add_arguments as add_worker_arguments
+
+    parser = argparse.ArgumentParser()
+    add_worker_arguments(parser)
+    return build_engine(parser.parse_args(worker_args))
+
+
+async def _bare_one(engine: Engine, rid: str, prompt: str, max_tokens: int) -> StreamRecord:
+    rec = StreamRecord(request_id=rid, ok=False)
+    start = time.monotonic()
+    last = start
+    req = EngineRequest(rid, tuple(engine.tokenize(prompt)), Sampling(max_tokens=max_tokens))
+    async for out in engine.generate(req):
+        now = time.monotonic()
+        if out.token_ids:
+            if rec.completion_tokens == 0:
+                rec.ttft_s = now - start
+            else:
+                rec.itl_s.append(now - last)
+            last = now
+            rec.completion_tokens += len(out.token_ids)
+        if out.finish_reason is not None:
+            rec.ok = True
+    rec.e2e_s = time.monotonic() - start
+    return rec
+
+
+async def _drive(
+    one: Callable[[str, str], Awaitable[StreamRecord]], prompts: list[str], concurrency: int
+) -> SideResult:
+    queue = list(enumerate(prompts))
+    queue.reverse()
+    records: list[StreamRecord] = []
+
+    async def lane() -> None:
+        while queue:
+            i, prompt = queue.pop()
+            records.append(await one(f"r{i}", prompt))
+
+    start = time.monotonic()
+    async with asyncio.TaskGroup() as tg:
+        for _ in range(concurrency):
+            tg.create_task(lane())
+    return SideResult(records, time.monotonic() - start)
+
+
+def _merge(parts: list[SideResult]) -> SideResult:
+    return SideResult([r for p in parts for r in p.records], sum(p.wall_s for p in parts))
+
+
+async def _bench_worker(args: argparse.Namespace) -> int:
+    worker_args = ["--engine", "sim", *args.worker_arg]
+    levels = [int(c) for c in args.concurrency.split(",")]
+    engine = _build_engine(worker_args)
+    await engine.load()
+    await engine.warm_up()
+    rows: list[str] = []
+    failed = 0
+    try:
+        async with (
+            spawn_worker(worker_args) as worker,
+            grpc.aio.insecure_channel(worker.grpc_target) as channel,
+        ):
+            stub = pb_grpc.InferenceStub(channel)
+
+            async def via_worker(rid: str, prompt: str) -> StreamRecord:
+                sampling = pb.SamplingParams(max_tokens=args.max_tokens)
+                req = pb.GenerateRequest(request_id=rid, prompt=prompt, sampling=sampling)
+                return await stream_generate(stub, req)
+
+            async def bare(rid: str, prompt: str) -> StreamRecord:
+                return await _bare_one(engine, rid, prompt, args.max_tokens)
+
+            for level in levels:
+                per_round = max(1, args.requests // args.rounds)
+                bare_parts: list[SideResult] = []
+                worker_parts: list[SideResult] = []
+                for rnd in range(args.rounds):
+                    # distinct prompts per round and level: no prefix-cache hits on either side
+                    seed0 = 1_000_000 * level + 10_000 * rnd
+                    prompts = [words(args.prompt_tokens, seed0 + i) for i in range(per_round)]
+                    bare_parts.append(await _drive(bare, prompts, level))
+                    worker_parts.append(await _drive(via_worker, prompts, level))
+                b, w = _merge(bare_parts), _merge(worker_parts)
+                failed += b.failed + w.failed
+                rows.append(
+                    f"| {level} | {len(w.records)} | {b.ttft_ms(0.5):.2f} | {w.ttft_ms(0.5):.2f}"
+                    f" | **{w.ttft_ms(0.5) - b.ttft_ms(0.5):+.2f}** | {b.ttft_ms(0.99):.2f}"
+                    f" | {w.ttft_ms(0.99):.2f} | **{w.ttft_ms(0.99) - b.ttft_ms(0.99):+.2f}**"
+                    f" | {b.itl_ms(0.5):.2f} | {w.itl_ms(0.5):.2f} | {b.tokens_per_s:,.0f}"
+                    f" | {w.tokens_per_s:,.0f} | {w.tokens_per_s / b.tokens_per_s:.2f} |"
+                )
+                print(rows[-1], flush=True)
+    finally:
+        await engine.shutdown()
+    cmd = (
+        f"preheat bench worker --requests {args.requests} --concurrency {args.concurrency}"
+        f" --prompt-tokens {args.prompt_tokens} --max-tokens {args.max_tokens}"
+        + "".join(f" --worker-arg={a}" for a in args.worker_arg)
+    )
+    body = "\n".join(
+        [
+            "## Worker overhead over the bare engine",
+            "",
+            f"Command: `{cmd}` (`make bench`). Machine: {platform.machine()}, "
+            f"Python {platform.python_version()}, measured {time.strftime('%Y-%m-%d')}.",
+            "",
+            "The same prompts go to a bare in-process sim engine and, over gRPC on loopback,",
+            "to a `preheat worker` process around an identically configured sim engine,",
+            f"interleaved in {args.rounds} rounds. TTFT is measured by the client; the sim",
+            "engine's own prefill time is in both columns, so the difference is what the",
+            "worker adds (gRPC, validation, lifecycle, metrics, the process hop).",
+            "",
+            "| concurrency | requests | TTFT p50 bare ms | TTFT p50 worker ms | added p50 ms"
+            " | TTFT p99 bare ms | TTFT p99 worker ms | added p99 ms | ITL p50 bare ms"
+            " | ITL p50 worker ms | tokens/s bare | tokens/s worker | ratio |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            *rows,
+            "",
+            f"Failed requests: {failed}.",
+        ]
+    )
+    print()
+    print(body)
+    if args.write is not None:
+        write_section(args.write, "worker", body)
+        print(f"\nwrote {args.write}")
+    return 1 if failed else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.bench == "worker":
+        return asyncio.run(_bench_worker(args))
+    raise SystemExit(f"unknown benchmark {args.bench!r}")
