@@ -1,0 +1,168 @@
+"""``preheat worker``: flags and the process entry point.
+
+On start-up the worker logs ``worker_listening`` with both ports as soon as they are bound,
+and once it is warm prints one JSON line to stdout that tests and tools parse::
+
+    {"event": "worker_ready", "worker_id": "...", "grpc_port": 41234, "http_port": 41235}
+
+SIGTERM or SIGINT drains (refuse new work, finish in-flight within ``--drain-grace-s``,
+abort the rest), stops gRPC with ``server.stop(grace)``, shuts the engine down and exits 0.
+A worker that a Drain RPC brought to ``stopped`` exits the same way. Exit status 1 means
+the engine failed to load or warm up, 2 that it could not be built (bad flags, no vLLM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Coroutine
+from typing import Any
+
+from preheat.core.lifecycle import WARM_STATES, LifecycleState
+from preheat.engine.base import Engine
+from preheat.logs import LOG_FORMATS, fields, setup_logging
+from preheat.worker.engines import ENGINES, EngineUnavailable, build_engine
+from preheat.worker.server import WorkerConfig, WorkerServer, describe
+
+log = logging.getLogger("preheat.worker")
+
+
+def _env(*names: str, default: str = "") -> str:
+    for n in names:
+        v = os.environ.get(n)
+        if v:
+            return v
+    return default
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("worker")
+    g.add_argument("--engine", choices=ENGINES, default="sim", help="engine kind (default sim)")
+    g.add_argument("--model", default=None, help="model name/path (default: the engine's)")
+    g.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
+    g.add_argument("--grpc-port", type=int, default=50051, help="gRPC port; 0 = ephemeral")
+    g.add_argument("--http-port", type=int, default=8080, help="HTTP port; 0 = ephemeral")
+    g.add_argument(
+        "--worker-id",
+        default=_env("PREHEAT_WORKER_ID", "POD_NAME", "HOSTNAME", default=socket.gethostname()),
+        help="this worker's id (env PREHEAT_WORKER_ID, POD_NAME, HOSTNAME)",
+    )
+    g.add_argument("--zone", default=_env("PREHEAT_ZONE"), help="zone (env PREHEAT_ZONE)")
+    g.add_argument("--region", default=_env("PREHEAT_REGION"), help="region (env PREHEAT_REGION)")
+    g.add_argument(
+        "--start-as",
+        choices=("active", "standby"),
+        default="active",
+        help="state once warm (default active)",
+    )
+    g.add_argument(
+        "--drain-grace-s",
+        type=float,
+        default=30.0,
+        help="on SIGTERM/Drain, how long in-flight streams may take before they are aborted",
+    )
+    g.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=_env("PREHEAT_LOG_FORMAT", default="kv"),
+        help="kv (key=value) or json (env PREHEAT_LOG_FORMAT)",
+    )
+    g.add_argument("--log-level", default="INFO")
+
+    s = parser.add_argument_group("sim engine")
+    s.add_argument("--sim-num-gpu-blocks", type=int, default=None, help="KV blocks")
+    s.add_argument("--sim-max-num-seqs", type=int, default=None, help="max running sequences")
+    s.add_argument("--sim-max-model-len", type=int, default=None, help="context window")
+    s.add_argument("--sim-block-size", type=int, default=None, help="tokens per block")
+    s.add_argument(
+        "--sim-time-scale",
+        type=float,
+        default=None,
+        help="multiplies every simulated duration (0.1 = ten times faster than the GPU)",
+    )
+    s.add_argument("--sim-load-s", type=float, default=None, help="simulated load time")
+    s.add_argument("--sim-warmup-s", type=float, default=None, help="simulated warm-up time")
+    s.add_argument("--sim-seed", type=int, default=None, help="seed for the sim's text")
+
+    v = parser.add_argument_group("vllm engine")
+    v.add_argument("--vllm-max-model-len", type=int, default=None)
+    v.add_argument("--vllm-max-num-seqs", type=int, default=None)
+    v.add_argument("--vllm-gpu-memory-utilization", type=float, default=None)
+    v.add_argument("--vllm-block-size", type=int, default=None)
+    v.add_argument("--vllm-dtype", default=None)
+    v.add_argument("--vllm-enforce-eager", action="store_true", default=False)
+    v.add_argument("--vllm-tensor-parallel-size", type=int, default=None)
+
+
+def run(args: argparse.Namespace) -> int:
+    setup_logging(args.log_format, level=args.log_level.upper(), worker_id=args.worker_id)
+    try:
+        engine = build_engine(args)
+    except (EngineUnavailable, ValueError) as e:
+        log.error("engine_unavailable", extra=fields(error=str(e)))
+        print(f"preheat worker: {e}", file=sys.stderr)
+        return 2
+    config = WorkerConfig(
+        worker_id=args.worker_id,
+        host=args.host,
+        grpc_port=args.grpc_port,
+        http_port=args.http_port,
+        zone=args.zone,
+        region=args.region,
+        start_as=LifecycleState(args.start_as),
+        drain_grace_s=args.drain_grace_s,
+    )
+    return asyncio.run(serve(engine, config))
+
+
+async def _first(*coros: Coroutine[Any, Any, Any]) -> None:
+    """Waits until the first of ``coros`` ends; cancels and awaits the others."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, RuntimeError):
+                await t
+
+
+async def serve(engine: Engine, config: WorkerConfig) -> int:
+    """Runs one worker until SIGTERM/SIGINT or a completed drain; returns the exit status."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    server = WorkerServer(engine, config)
+
+    def on_signal(signum: int) -> None:
+        log.info("signal_received", extra=fields(signal=signal.Signals(signum).name))
+        stop.set()
+        if server.ports is not None:
+            server.begin_drain()  # health and /ready flip at once
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        ports = await server.start()
+        await _first(server.wait_warm(), stop.wait())
+        if server.state in WARM_STATES:
+            print(json.dumps(describe(ports, config.worker_id)), flush=True)
+            await _first(stop.wait(), server.wait_stopped())
+    finally:
+        await server.stop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    return 0 if server.startup_error is None else 1
+
+
+if __name__ == "__main__":
+    from preheat.cli import main
+
+    sys.exit(main(["worker", *sys.argv[1:]]))

@@ -1,0 +1,726 @@
+"""``WorkerServer``: one engine behind gRPC (Inference, WorkerControl, health) and HTTP.
+
+In-process use (tests, benchmarks)::
+
+    server = WorkerServer(engine, WorkerConfig(worker_id="w-1"))
+    ports = await server.start()          # binds 127.0.0.1, port 0 -> ephemeral
+    await server.wait_warm()              # loading -> warming -> active (or standby)
+    ...                                   # grpc at ports.grpc, /metrics at ports.http
+    await server.stop()                   # drain (grace), stop gRPC, shut the engine down
+
+Lifecycle (``preheat.core.lifecycle``): ``start()`` binds both ports at once (so probes
+answer while loading) and runs ``engine.load()`` then ``engine.warm_up()`` in the
+background, ending in ``config.start_as``. Only an ``active`` worker takes Generate
+requests; any other state answers UNAVAILABLE naming the state, so a router retries
+elsewhere. :meth:`drain` refuses new work, lets in-flight streams finish within
+``drain_grace_s``, aborts what is left (finish_reason ABORT) and ends in ``stopped``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+
+from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.lifecycle import WARM_STATES, LifecycleState, transition_error
+from preheat.core.validation import GenerateSpec, ModelLimits, check_generate
+from preheat.engine.base import (
+    Engine,
+    EngineOutput,
+    EngineRequest,
+    FinishReason,
+    Sampling,
+    StageTiming,
+    Usage,
+)
+from preheat.grpc_errors import abort
+from preheat.logs import fields, request_context
+from preheat.proto.preheat.v1 import (
+    inference_pb2,
+    inference_pb2_grpc,
+    worker_pb2,
+    worker_pb2_grpc,
+)
+from preheat.worker.cache_hub import CacheHub, SubscriberOverflow
+from preheat.worker.metrics import Outcome, WorkerMetrics
+from preheat.worker.stops import StopMatcher
+
+log = logging.getLogger(__name__)
+
+INFERENCE_SERVICE = "preheat.v1.Inference"
+CONTROL_SERVICE = "preheat.v1.WorkerControl"
+HEALTH_SERVICES = ("", INFERENCE_SERVICE)
+"""Health services that are SERVING only while the worker is warm and not draining."""
+
+ABORT_WAIT_S = 5.0
+"""After the drain grace, how long aborted streams get to send their ABORT chunk."""
+
+_STATE_PB = {
+    LifecycleState.LOADING: worker_pb2.LIFECYCLE_STATE_LOADING,
+    LifecycleState.WARMING: worker_pb2.LIFECYCLE_STATE_WARMING,
+    LifecycleState.STANDBY: worker_pb2.LIFECYCLE_STATE_STANDBY,
+    LifecycleState.ACTIVE: worker_pb2.LIFECYCLE_STATE_ACTIVE,
+    LifecycleState.DRAINING: worker_pb2.LIFECYCLE_STATE_DRAINING,
+    LifecycleState.STOPPED: worker_pb2.LIFECYCLE_STATE_STOPPED,
+}
+_FINISH_PB = {
+    FinishReason.STOP: inference_pb2.FINISH_REASON_STOP,
+    FinishReason.LENGTH: inference_pb2.FINISH_REASON_LENGTH,
+    FinishReason.ABORT: inference_pb2.FINISH_REASON_ABORT,
+}
+_PRIORITY = {
+    inference_pb2.PRIORITY_INTERACTIVE: 0,
+    inference_pb2.PRIORITY_UNSPECIFIED: 1,
+    inference_pb2.PRIORITY_STANDARD: 1,
+    inference_pb2.PRIORITY_BATCH: 2,
+}
+_OUTCOME = {
+    ErrorCode.INVALID_ARGUMENT: Outcome.INVALID,
+    ErrorCode.RESOURCE_EXHAUSTED: Outcome.REJECTED,
+    ErrorCode.UNAVAILABLE: Outcome.UNAVAILABLE,
+    ErrorCode.DEADLINE_EXCEEDED: Outcome.DEADLINE,
+    ErrorCode.CANCELLED: Outcome.CANCELLED,
+}
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    worker_id: str
+    host: str = "127.0.0.1"
+    grpc_port: int = 0  # 0: an ephemeral port (see WorkerServer.start's return value)
+    http_port: int = 0
+    zone: str = ""
+    region: str = ""
+    start_as: LifecycleState = LifecycleState.ACTIVE  # ACTIVE or STANDBY
+    drain_grace_s: float = 30.0
+    stop_grace_s: float = 5.0  # grpc server.stop(grace) after the drain
+    cache_queue_size: int = 1024  # WatchCache events a subscriber may fall behind
+
+    def __post_init__(self) -> None:
+        if self.start_as not in WARM_STATES:
+            raise ValueError(f"start_as must be active or standby, got {self.start_as.value}")
+        if self.drain_grace_s < 0:
+            raise ValueError(f"drain_grace_s must be >= 0, got {self.drain_grace_s}")
+
+
+@dataclass(frozen=True)
+class Ports:
+    grpc: int
+    http: int
+
+
+class _InFlight:
+    """One open Generate stream; :meth:`abort` makes it finish with ABORT."""
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        self.abort_requested = False
+        self._timeout: asyncio.Timeout | None = None
+
+    def bind(self, timeout: asyncio.Timeout) -> None:
+        self._timeout = timeout
+        if self.abort_requested:
+            timeout.reschedule(asyncio.get_running_loop().time())
+
+    def abort(self) -> None:
+        self.abort_requested = True
+        if self._timeout is not None and not self._timeout.expired():
+            self._timeout.reschedule(asyncio.get_running_loop().time())
+
+
+class WorkerServer:
+    def __init__(
+        self, engine: Engine, config: WorkerConfig, *, metrics: WorkerMetrics | None = None
+    ) -> None:
+        self.engine = engine
+        self.config = config
+        self.metrics = metrics if metrics is not None else WorkerMetrics()
+        self._state = LifecycleState.LOADING
+        self._target = config.start_as
+        self._in_flight: dict[str, _InFlight] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._warm = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._startup_error: BaseException | None = None
+        self._health = HealthServicer()
+        self._grpc: Any = None
+        self._http: Any = None  # aiohttp AppRunner, see preheat.worker.http
+        self._hub: CacheHub | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._startup_task: asyncio.Task[None] | None = None
+        self._drain_task: asyncio.Task[None] | None = None
+        self._stop_lock = asyncio.Lock()
+        self._shut_down = False
+        self.ports: Ports | None = None
+        self.metrics.set_state(self._state)
+
+    # --- public surface ------------------------------------------------------------------
+    @property
+    def state(self) -> LifecycleState:
+        return self._state
+
+    @property
+    def worker_id(self) -> str:
+        return self.config.worker_id
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    @property
+    def hub(self) -> CacheHub:
+        assert self._hub is not None, "start() first"
+        return self._hub
+
+    @property
+    def startup_error(self) -> BaseException | None:
+        """Why loading or warm-up failed (the worker then drains and stops)."""
+        return self._startup_error
+
+    async def start(self) -> Ports:
+        """Binds gRPC and HTTP, then loads and warms the engine in the background."""
+        from preheat.worker.http import start_http  # aiohttp lives in its own module
+
+        loop = asyncio.get_running_loop()
+        self._hub = CacheHub(loop, queue_size=self.config.cache_queue_size)
+        self.engine.set_cache_listener(self._hub.listener)
+        for svc in HEALTH_SERVICES:
+            await self._health.set(svc, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self._health.set(CONTROL_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+
+        server = grpc.aio.server()
+        inference_pb2_grpc.add_InferenceServicer_to_server(_InferenceService(self), server)
+        worker_pb2_grpc.add_WorkerControlServicer_to_server(_ControlService(self), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        grpc_port = server.add_insecure_port(f"{self.config.host}:{self.config.grpc_port}")
+        if grpc_port == 0:
+            raise OSError(f"could not bind gRPC on {self.config.host}:{self.config.grpc_port}")
+        await server.start()
+        self._grpc = server
+        self._http, http_port = await start_http(self, self.config.host, self.config.http_port)
+        self.ports = Ports(grpc=grpc_port, http=http_port)
+        log.info(
+            "worker_listening",
+            extra=fields(grpc_port=grpc_port, http_port=http_port, host=self.config.host),
+        )
+        self._startup_task = self.spawn(self._startup())
+        return self.ports
+
+    async def wait_warm(self) -> None:
+        """Returns once the worker is warm (standby or active); raises if start-up failed."""
+        warm = asyncio.ensure_future(self._warm.wait())
+        stopped = asyncio.ensure_future(self._stopped.wait())
+        try:
+            await asyncio.wait({warm, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            warm.cancel()
+            stopped.cancel()
+        if not self._warm.is_set():
+            raise RuntimeError(f"worker stopped before it was warm: {self._startup_error!r}")
+
+    async def wait_stopped(self) -> None:
+        """Returns once a drain has finished (state ``stopped``)."""
+        await self._stopped.wait()
+
+    async def promote(self) -> None:
+        await self._request_state(LifecycleState.ACTIVE)
+
+    async def demote(self) -> None:
+        await self._request_state(LifecycleState.STANDBY)
+
+    def begin_drain(self) -> None:
+        """Starts draining (idempotent) without waiting for it."""
+        if self._drain_task is None:
+            self._drain_task = self.spawn(self._drain())
+
+    async def drain(self) -> None:
+        """Drains: refuse new work, finish (or after the grace, abort) in-flight, stop."""
+        self.begin_drain()
+        assert self._drain_task is not None
+        await asyncio.shield(self._drain_task)
+
+    async def stop(self) -> None:
+        """Drains if needed, then stops gRPC (``stop(grace)``), HTTP and the engine."""
+        async with self._stop_lock:
+            if self._shut_down:
+                return
+            if self._grpc is not None:
+                await self.drain()
+            if self._hub is not None:
+                self._hub.close()
+            if self._grpc is not None:
+                await self._health.enter_graceful_shutdown()
+                await self._grpc.stop(self.config.stop_grace_s)
+            if self._http is not None:
+                await self._http.cleanup()  # cancels background tasks (cleanup context)
+            await self._cancel_tasks()
+            self.engine.set_cache_listener(None)
+            await self.engine.shutdown()
+            self._shut_down = True
+            log.info("worker_stopped")
+
+    def spawn(self, coro: Any) -> asyncio.Task[None]:
+        """Runs a background task owned by this server (cancelled and awaited on stop)."""
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def status(self) -> worker_pb2.WorkerStatus:
+        info = self.engine.info
+        stats = self.engine.stats()
+        return worker_pb2.WorkerStatus(
+            worker_id=self.config.worker_id,
+            model=info.model,
+            engine=info.kind,
+            state=_STATE_PB[self._state],
+            num_running=stats.num_running,
+            num_waiting=stats.num_waiting,
+            kv_cache_usage=stats.kv_cache_usage,
+            block_size=info.block_size,
+            num_gpu_blocks=info.num_gpu_blocks,
+            max_num_seqs=info.max_num_seqs,
+            max_model_len=info.max_model_len,
+            in_flight=len(self._in_flight),
+            zone=self.config.zone,
+            region=self.config.region,
+        )
+
+    # --- lifecycle -----------------------------------------------------------------------
+    async def _set_state(self, dst: LifecycleState) -> None:
+        src = self._state
+        if src == dst:
+            return
+        reason = transition_error(src, dst)
+        if reason is not None:
+            raise PreheatError(ErrorCode.FAILED_PRECONDITION, reason)
+        self._state = dst
+        self.metrics.set_state(dst)
+        log.info("state_changed", extra=fields(src=src.value, dst=dst.value))
+        if dst in WARM_STATES:
+            self._warm.set()
+        serving = dst in WARM_STATES
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for svc in HEALTH_SERVICES:
+            await self._health.set(svc, status)
+
+    async def _request_state(self, dst: LifecycleState) -> None:
+        """Promote/Demote: during loading/warming this changes where start-up ends."""
+        if self._state in (LifecycleState.LOADING, LifecycleState.WARMING):
+            self._target = dst
+            log.info("start_target_changed", extra=fields(target=dst.value))
+            return
+        await self._set_state(dst)
+
+    async def _startup(self) -> None:
+        try:
+            t0 = time.monotonic()
+            await self.engine.load()
+            self._seed_hub()
+            await self._set_state(LifecycleState.WARMING)
+            t1 = time.monotonic()
+            await self.engine.warm_up()
+            self._seed_hub()
+            await self._set_state(self._target)
+            log.info(
+                "worker_warm",
+                extra=fields(
+                    load_s=round(t1 - t0, 3),
+                    warm_up_s=round(time.monotonic() - t1, 3),
+                    state=self._state.value,
+                ),
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self._startup_error = e
+            log.exception("startup_failed", extra=fields(error=repr(e)))
+            self.begin_drain()
+
+    def _seed_hub(self) -> None:
+        if self._hub is not None and self._hub.seq == 0:
+            self._hub.seed(self.engine.cached_blocks())
+
+    async def _drain(self) -> None:
+        if self._state == LifecycleState.STOPPED:
+            self._stopped.set()
+            return
+        if self._startup_task is not None and not self._startup_task.done():
+            self._startup_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._startup_task
+        await self._set_state(LifecycleState.DRAINING)
+        grace = self.config.drain_grace_s
+        log.info("drain_started", extra=fields(in_flight=len(self._in_flight), grace_s=grace))
+        try:
+            async with asyncio.timeout(grace):
+                await self._idle.wait()
+        except TimeoutError:
+            left = list(self._in_flight.values())
+            log.warning("drain_grace_over", extra=fields(aborting=len(left)))
+            for h in left:
+                h.abort()
+            try:
+                async with asyncio.timeout(ABORT_WAIT_S):
+                    await self._idle.wait()
+            except TimeoutError:
+                log.error("drain_abort_timeout", extra=fields(left=len(self._in_flight)))
+        await self._set_state(LifecycleState.STOPPED)
+        self._stopped.set()
+        log.info("drain_done")
+
+    async def _cancel_tasks(self) -> None:
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+    # --- Generate ------------------------------------------------------------------------
+    def _admit(self, request_id: str) -> _InFlight:
+        if self._state != LifecycleState.ACTIVE:
+            raise PreheatError(
+                ErrorCode.UNAVAILABLE,
+                f"worker is {self._state.value}; it takes requests only when active",
+            )
+        if request_id in self._in_flight:
+            raise PreheatError(
+                ErrorCode.INVALID_ARGUMENT, f"request id {request_id!r} is already in flight"
+            )
+        handle = _InFlight(request_id)
+        self._in_flight[request_id] = handle
+        self._idle.clear()
+        self.metrics.in_flight.set(len(self._in_flight))
+        return handle
+
+    def _release(self, handle: _InFlight) -> None:
+        if self._in_flight.get(handle.request_id) is handle:
+            del self._in_flight[handle.request_id]
+        self.metrics.in_flight.set(len(self._in_flight))
+        if not self._in_flight:
+            self._idle.set()
+
+    def _limits(self) -> ModelLimits:
+        info = self.engine.info
+        vocab = getattr(info, "vocab_size", None) or getattr(self.engine, "vocab_size", None)
+        return ModelLimits(
+            model=info.model,
+            max_model_len=info.max_model_len,
+            vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None,
+        )
+
+    def _engine_request(self, request_id: str, req: inference_pb2.GenerateRequest) -> EngineRequest:
+        which = req.WhichOneof("input")
+        prompt = req.prompt if which == "prompt" else None
+        ids = tuple(req.prompt_token_ids.ids) if which == "prompt_token_ids" else None
+        tokens: tuple[int, ...] | None = ids
+        if prompt:
+            try:
+                tokens = tuple(self.engine.tokenize(prompt))
+            except Exception as e:
+                raise PreheatError(
+                    ErrorCode.INVALID_ARGUMENT, f"the prompt could not be tokenized: {e}"
+                ) from e
+        s = req.sampling
+        temperature = s.temperature if s.HasField("temperature") else None
+        top_p = s.top_p if s.HasField("top_p") else None
+        spec = GenerateSpec(
+            model=req.model,
+            prompt=prompt,
+            prompt_token_ids=ids,
+            num_prompt_tokens=len(tokens) if tokens is not None else None,
+            max_tokens=s.max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            stop=tuple(s.stop),
+        )
+        check_generate(spec, self._limits())
+        assert tokens is not None
+        return EngineRequest(
+            request_id=request_id,
+            prompt_token_ids=tokens,
+            sampling=Sampling(
+                max_tokens=s.max_tokens,
+                temperature=1.0 if temperature is None else temperature,
+                top_p=1.0 if top_p is None else top_p,
+                stop=tuple(s.stop),
+                seed=s.seed if s.HasField("seed") else None,
+            ),
+            priority=_PRIORITY.get(req.priority, 1),
+        )
+
+    async def generate(
+        self, req: inference_pb2.GenerateRequest, context: Any
+    ) -> AsyncIterator[inference_pb2.GenerateResponse]:
+        loop = asyncio.get_running_loop()
+        received = loop.time()
+        request_id = req.request_id or uuid.uuid4().hex
+        outcome = Outcome.ERROR
+        handle: _InFlight | None = None
+        with request_context(request_id):
+            try:
+                # No await from the state check to admission: a drain cannot slip between.
+                engine_req = self._engine_request(request_id, req)
+                handle = self._admit(request_id)
+                stream = self._stream(engine_req, req, handle, received)
+                async with contextlib.aclosing(stream):
+                    async for chunk, final_outcome in stream:
+                        if final_outcome is not None:
+                            outcome = final_outcome
+                        yield chunk
+            except PreheatError as e:
+                outcome = _OUTCOME.get(e.code, Outcome.ERROR)
+                log.info(
+                    "request_refused",
+                    extra=fields(code=e.code.value, reason=e.message),
+                )
+                await abort(context, e)
+            except asyncio.CancelledError:
+                remaining = context.time_remaining()
+                expired = remaining is not None and remaining <= 0
+                outcome = Outcome.DEADLINE if expired else Outcome.CANCELLED
+                raise
+            except Exception as e:
+                if isinstance(e, grpc.aio.AbortError):
+                    raise
+                outcome = Outcome.ERROR
+                log.exception("request_failed")
+                await abort(context, PreheatError(ErrorCode.INTERNAL, f"internal error: {e!r}"))
+            finally:
+                if handle is not None:
+                    self._release(handle)
+                self.metrics.observe_outcome(outcome)
+                log.info(
+                    "request_done",
+                    extra=fields(
+                        outcome=outcome.value, e2e_ms=round((loop.time() - received) * 1e3, 3)
+                    ),
+                )
+
+    async def _stream(
+        self,
+        engine_req: EngineRequest,
+        req: inference_pb2.GenerateRequest,
+        handle: _InFlight,
+        received: float,
+    ) -> AsyncGenerator[tuple[inference_pb2.GenerateResponse, Outcome | None], None]:
+        """Chunks for one admitted request; the last one comes with its outcome."""
+        loop = asyncio.get_running_loop()
+        rid = engine_req.request_id
+        wid = self.config.worker_id
+        prompt_tokens = len(engine_req.prompt_token_ids)
+        matcher = StopMatcher(engine_req.sampling.stop)
+        ttft_at = received + req.ttft_deadline_ms / 1e3 if req.ttft_deadline_ms else None
+        first_at: float | None = None
+        last_at = received
+        completion = 0
+
+        def final(
+            text: str,
+            ids: tuple[int, ...],
+            reason: FinishReason,
+            usage: Usage | None,
+            timing: StageTiming | None,
+        ) -> inference_pb2.GenerateResponse:
+            now = loop.time()
+            ttft_s = (first_at if first_at is not None else now) - received
+            if timing is None:  # stopped by the worker or aborted: worker-measured
+                timing = StageTiming(0.0, ttft_s, max(0.0, now - received - ttft_s))
+            if usage is None:
+                usage = Usage(prompt_tokens, 0, completion)
+            if reason is not FinishReason.ABORT:
+                self.metrics.e2e.observe(now - received)
+                self.metrics.observe_timing(timing)
+            return inference_pb2.GenerateResponse(
+                request_id=rid,
+                text=text,
+                token_ids=ids,
+                finish_reason=_FINISH_PB[reason],
+                usage=inference_pb2.Usage(
+                    prompt_tokens=usage.prompt_tokens,
+                    cached_tokens=usage.cached_tokens,
+                    completion_tokens=usage.completion_tokens,
+                ),
+                timing=inference_pb2.Timing(
+                    queue_ms=timing.queue_s * 1e3,
+                    prefill_ms=timing.prefill_s * 1e3,
+                    decode_ms=timing.decode_s * 1e3,
+                    ttft_ms=timing.ttft_s * 1e3,
+                    e2e_ms=timing.e2e_s * 1e3,
+                ),
+                worker_id=wid,
+            )
+
+        gen = self.engine.generate(engine_req)
+        it = aiter(gen)
+        try:
+            async with asyncio.timeout(None) as abort_cm:
+                handle.bind(abort_cm)
+                try:
+                    while True:
+                        out: EngineOutput
+                        if first_at is None and ttft_at is not None:
+                            try:
+                                async with asyncio.timeout_at(ttft_at):
+                                    out = await anext(it)
+                            except TimeoutError:
+                                raise PreheatError(
+                                    ErrorCode.DEADLINE_EXCEEDED,
+                                    f"no first token within ttft_deadline_ms="
+                                    f"{req.ttft_deadline_ms}; the request was aborted",
+                                ) from None
+                        else:
+                            out = await anext(it)
+                        now = loop.time()
+                        n = len(out.token_ids)
+                        if n:
+                            if first_at is None:
+                                first_at = now
+                                self.metrics.ttft.observe(now - received)
+                            else:
+                                itl = (now - last_at) / n
+                                for _ in range(n):
+                                    self.metrics.itl.observe(itl)
+                            last_at = now
+                            completion += n
+                        text = matcher.feed(out.text)
+                        if matcher.stopped:
+                            yield (
+                                final(text, out.token_ids, FinishReason.STOP, None, None),
+                                Outcome.OK,
+                            )
+                            return
+                        if out.finish_reason is not None:
+                            text += matcher.flush()
+                            yield (
+                                final(
+                                    text, out.token_ids, out.finish_reason, out.usage, out.timing
+                                ),
+                                Outcome.OK,
+                            )
+                            return
+                        if text or out.token_ids:
+                            yield (
+                                inference_pb2.GenerateResponse(
+                                    request_id=rid,
+                                    text=text,
+                                    token_ids=out.token_ids,
+                                    worker_id=wid,
+                                ),
+                                None,
+                            )
+                except StopAsyncIteration:
+                    log.warning("engine_stream_ended_without_finish")
+                    yield final(matcher.flush(), (), FinishReason.ABORT, None, None), Outcome.ERROR
+                    return
+        except TimeoutError:
+            if not handle.abort_requested:
+                raise
+            log.warning("request_aborted", extra=fields(reason="drain grace over"))
+            yield final(matcher.flush(), (), FinishReason.ABORT, None, None), Outcome.ABORTED
+        finally:
+            aclose = getattr(gen, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+class _InferenceService(inference_pb2_grpc.InferenceServicer):
+    def __init__(self, worker: WorkerServer) -> None:
+        self._w = worker
+
+    async def Generate(
+        self, request: inference_pb2.GenerateRequest, context: Any
+    ) -> AsyncIterator[inference_pb2.GenerateResponse]:
+        async for chunk in self._w.generate(request, context):
+            yield chunk
+
+
+class _ControlService(worker_pb2_grpc.WorkerControlServicer):
+    def __init__(self, worker: WorkerServer) -> None:
+        self._w = worker
+
+    async def _guard(self, context: Any, op: Any) -> worker_pb2.WorkerStatus:
+        try:
+            await op()
+        except PreheatError as e:
+            log.info("control_refused", extra=fields(code=e.code.value, reason=e.message))
+            await abort(context, e)
+        return self._w.status()
+
+    async def Status(
+        self, request: worker_pb2.StatusRequest, context: Any
+    ) -> worker_pb2.WorkerStatus:
+        return self._w.status()
+
+    async def Promote(
+        self, request: worker_pb2.PromoteRequest, context: Any
+    ) -> worker_pb2.WorkerStatus:
+        return await self._guard(context, self._w.promote)
+
+    async def Demote(
+        self, request: worker_pb2.DemoteRequest, context: Any
+    ) -> worker_pb2.WorkerStatus:
+        return await self._guard(context, self._w.demote)
+
+    async def Drain(
+        self, request: worker_pb2.DrainRequest, context: Any
+    ) -> worker_pb2.WorkerStatus:
+        self._w.begin_drain()
+        await asyncio.sleep(0)  # let the drain task move the state to draining
+        return self._w.status()
+
+    async def WatchCache(
+        self, request: worker_pb2.WatchCacheRequest, context: Any
+    ) -> AsyncIterator[worker_pb2.CacheEvent]:
+        try:
+            async for ev in self._w.hub.subscribe():
+                yield _cache_event_pb(ev.seq, ev.kind.value, ev.block_hashes, ev.snapshot)
+        except SubscriberOverflow:
+            await abort(
+                context,
+                PreheatError(
+                    ErrorCode.RESOURCE_EXHAUSTED,
+                    "WatchCache subscriber fell too far behind and was dropped; "
+                    "resubscribe for a fresh snapshot",
+                ),
+            )
+
+
+def _cache_event_pb(
+    seq: int, kind: str, hashes: tuple[int, ...], snapshot: bool
+) -> worker_pb2.CacheEvent:
+    if kind == "stored":
+        return worker_pb2.CacheEvent(
+            seq=seq, stored=worker_pb2.BlocksStored(block_hashes=hashes), snapshot=snapshot
+        )
+    if kind == "removed":
+        return worker_pb2.CacheEvent(
+            seq=seq, removed=worker_pb2.BlocksRemoved(block_hashes=hashes), snapshot=snapshot
+        )
+    return worker_pb2.CacheEvent(seq=seq, cleared=worker_pb2.AllBlocksCleared(), snapshot=snapshot)
+
+
+def describe(ports: Ports, worker_id: str) -> Mapping[str, Any]:
+    """The ``worker_ready`` line printed at start-up (parsed by tests and the demo)."""
+    return {
+        "event": "worker_ready",
+        "worker_id": worker_id,
+        "grpc_port": ports.grpc,
+        "http_port": ports.http,
+    }
