@@ -73,3 +73,7 @@ LATENCY_BUCKETS = (
     40.0,
     80.0,
 )
+
+# --- labels of vLLM's metrics (vllm/v1/metrics/loggers.py, PrometheusStatLogger) ----------
+LABEL_ENGINE = "engine"  # the engine index, "0" for a single engine
+LABEL_FINISHED_REASON = "finished_reason"  # on vllm:request_success
