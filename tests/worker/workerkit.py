@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,3 +222,13 @@ async def running_worker(
             )
     finally:
         await asyncio.wait_for(server.stop(), 20)
+
+
+async def eventually(check: Callable[[], Awaitable[bool] | bool], timeout_s: float = 5.0) -> None:
+    """Polls ``check`` until it is true (bounded); for state held by other components."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            result = check()
+            if result if isinstance(result, bool) else await result:
+                return
+            await asyncio.sleep(0.01)

@@ -6,7 +6,7 @@ import asyncio
 
 import grpc
 import pytest
-from workerkit import Client, FakeEngine, gen_request, running_worker
+from workerkit import Client, FakeEngine, eventually, gen_request, running_worker
 
 from preheat.proto.preheat.v1 import inference_pb2
 
@@ -35,9 +35,7 @@ async def test_empty_request_id_gets_a_generated_one(client: Client) -> None:
     int(rid, 16)
 
 
-async def test_prompt_token_ids_are_passed_through(
-    client: Client, fake_engine: FakeEngine
-) -> None:
+async def test_prompt_token_ids_are_passed_through(client: Client, fake_engine: FakeEngine) -> None:
     req = inference_pb2.GenerateRequest(
         prompt_token_ids=inference_pb2.TokenIds(ids=[5, 6, 7, 8, 9]),
         sampling=inference_pb2.SamplingParams(max_tokens=1, temperature=0.0, seed=7),
@@ -63,11 +61,7 @@ async def test_stop_string_truncates_and_finishes_with_stop() -> None:
         assert "".join(ch.text for ch in chunks) == "Hello "
         assert chunks[-1].finish_reason == inference_pb2.FINISH_REASON_STOP
         assert chunks[-1].usage.completion_tokens == 4
-        for _ in range(200):
-            if not engine.running:
-                break
-            await asyncio.sleep(0.01)
-        assert engine.running == set()
+        await eventually(lambda: not engine.running)
         assert len(engine.aborted) == 1  # the engine's sequence was closed early
 
 
@@ -77,10 +71,7 @@ async def test_full_engine_gives_resource_exhausted() -> None:
     async with running_worker(engine) as c:
         first = c.inference.Generate(gen_request(max_tokens=3))
         reader = asyncio.ensure_future(first.read())
-        for _ in range(200):
-            if engine.running:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: bool(engine.running))
         with pytest.raises(grpc.aio.AioRpcError) as exc:
             await c.generate(gen_request(max_tokens=3))
         assert exc.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

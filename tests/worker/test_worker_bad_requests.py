@@ -1,0 +1,133 @@
+"""Acceptance (b): a table of bad requests; each gets the right status and message, and the
+worker keeps serving afterwards."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from workerkit import Client, gen_request
+
+from preheat.proto.preheat.v1 import inference_pb2
+
+S = inference_pb2.SamplingParams
+R = inference_pb2.GenerateRequest
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+
+# The worker's fake model: "fake-model", context window 256 tokens, vocabulary 1000.
+CASES = [
+    ("no prompt", R(sampling=S(max_tokens=4)), INVALID, "has no prompt"),
+    ("empty prompt text", R(prompt="", sampling=S(max_tokens=4)), INVALID, "prompt is empty"),
+    (
+        "empty token ids",
+        R(prompt_token_ids=inference_pb2.TokenIds(ids=[]), sampling=S(max_tokens=4)),
+        INVALID,
+        "prompt_token_ids is empty",
+    ),
+    ("max_tokens missing", R(prompt="hi"), INVALID, "max_tokens must be > 0"),
+    ("max_tokens zero", R(prompt="hi", sampling=S(max_tokens=0)), INVALID, "max_tokens"),
+    (
+        "prompt plus max_tokens over the window",
+        R(prompt="w " * 200, sampling=S(max_tokens=100)),
+        INVALID,
+        "prompt has 200 tokens and max_tokens is 100; together they exceed the model's "
+        "context window of 256 tokens",
+    ),
+    (
+        "prompt alone over the window",
+        R(prompt="w " * 300, sampling=S(max_tokens=1)),
+        INVALID,
+        "prompt has 300 tokens, more than the model's context window of 256 tokens",
+    ),
+    (
+        "unknown model",
+        R(model="gpt-9", prompt="hi", sampling=S(max_tokens=1)),
+        INVALID,
+        "unknown model 'gpt-9': this worker serves 'fake-model'",
+    ),
+    (
+        "temperature too high",
+        R(prompt="hi", sampling=S(max_tokens=1, temperature=2.5)),
+        INVALID,
+        "temperature must be in [0, 2], got 2.5",
+    ),
+    (
+        "temperature negative",
+        R(prompt="hi", sampling=S(max_tokens=1, temperature=-0.1)),
+        INVALID,
+        "temperature must be in [0, 2]",
+    ),
+    (
+        "temperature NaN",
+        R(prompt="hi", sampling=S(max_tokens=1, temperature=float("nan"))),
+        INVALID,
+        "temperature is NaN",
+    ),
+    (
+        "top_p zero",
+        R(prompt="hi", sampling=S(max_tokens=1, top_p=0.0)),
+        INVALID,
+        "top_p must be in (0, 1], got 0",
+    ),
+    (
+        "top_p above one",
+        R(prompt="hi", sampling=S(max_tokens=1, top_p=1.5)),
+        INVALID,
+        "top_p must be in (0, 1]",
+    ),
+    (
+        "top_p NaN",
+        R(prompt="hi", sampling=S(max_tokens=1, top_p=float("nan"))),
+        INVALID,
+        "top_p is NaN",
+    ),
+    (
+        "too many stop strings",
+        R(prompt="hi", sampling=S(max_tokens=1, stop=[f"s{i}" for i in range(17)])),
+        INVALID,
+        "too many stop strings: 17 given, at most 16",
+    ),
+    (
+        "empty stop string",
+        R(prompt="hi", sampling=S(max_tokens=1, stop=["ok", ""])),
+        INVALID,
+        "stop strings must not be empty",
+    ),
+    (
+        "token id outside the vocabulary",
+        R(prompt_token_ids=inference_pb2.TokenIds(ids=[1, 5000]), sampling=S(max_tokens=1)),
+        INVALID,
+        "outside the vocabulary of 1000 tokens",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("request_", "code", "fragment"),
+    [pytest.param(r, c, f, id=name) for name, r, c, f in CASES],
+)
+async def test_bad_request_is_refused_and_the_worker_keeps_serving(
+    client: Client, request_: inference_pb2.GenerateRequest, code: grpc.StatusCode, fragment: str
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await client.generate(request_)
+    assert exc.value.code() == code
+    assert fragment in (exc.value.details() or "")
+    chunks = await client.generate(gen_request(max_tokens=2))
+    assert chunks[-1].finish_reason == inference_pb2.FINISH_REASON_LENGTH
+
+
+async def test_every_problem_is_reported_at_once(client: Client) -> None:
+    req = R(model="other", prompt="", sampling=S(max_tokens=0, temperature=3.0, top_p=0.0))
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await client.generate(req)
+    details = exc.value.details() or ""
+    for fragment in ("unknown model", "prompt is empty", "max_tokens", "temperature", "top_p"):
+        assert fragment in details
+
+
+async def test_refusals_are_counted_as_invalid(client: Client) -> None:
+    with pytest.raises(grpc.aio.AioRpcError):
+        await client.generate(R(prompt="hi"))
+    async with client.http.get(client.http_url + "/metrics") as resp:
+        text = await resp.text()
+    assert 'preheat_worker_requests_total{outcome="invalid"} 1.0' in text
