@@ -90,6 +90,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--sim-load-s", type=float, default=None, help="simulated load time")
     s.add_argument("--sim-warmup-s", type=float, default=None, help="simulated warm-up time")
     s.add_argument("--sim-seed", type=int, default=None, help="seed for the sim's text")
+    s.add_argument(
+        "--sim-opt",
+        action="append",
+        metavar="KEY=VALUE",
+        help="any other SimConfig option, e.g. max_waiting=0 (repeatable)",
+    )
 
     v = parser.add_argument_group("vllm engine")
     v.add_argument("--vllm-max-model-len", type=int, default=None)
@@ -97,7 +103,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     v.add_argument("--vllm-gpu-memory-utilization", type=float, default=None)
     v.add_argument("--vllm-block-size", type=int, default=None)
     v.add_argument("--vllm-dtype", default=None)
-    v.add_argument("--vllm-enforce-eager", action="store_true", default=False)
+    v.add_argument(
+        "--vllm-enforce-eager",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="skip graph capture (the engine's default: on)",
+    )
     v.add_argument("--vllm-tensor-parallel-size", type=int, default=None)
 
 
@@ -105,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_format, level=args.log_level.upper(), worker_id=args.worker_id)
     try:
         engine = build_engine(args)
-    except (EngineUnavailable, ValueError) as e:
+    except EngineUnavailable as e:
         log.error("engine_unavailable", extra=fields(error=str(e)))
         print(f"preheat worker: {e}", file=sys.stderr)
         return 2
