@@ -13,7 +13,7 @@ S = inference_pb2.SamplingParams
 R = inference_pb2.GenerateRequest
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
-# The worker's fake model: "fake-model", context window 256 tokens, vocabulary 1000.
+# The sim engine of workerkit: model "fake-model", context window 256 tokens.
 CASES = [
     ("no prompt", R(sampling=S(max_tokens=4)), INVALID, "has no prompt"),
     ("empty prompt text", R(prompt="", sampling=S(max_tokens=4)), INVALID, "prompt is empty"),
@@ -92,12 +92,6 @@ CASES = [
         INVALID,
         "stop strings must not be empty",
     ),
-    (
-        "token id outside the vocabulary",
-        R(prompt_token_ids=inference_pb2.TokenIds(ids=[1, 5000]), sampling=S(max_tokens=1)),
-        INVALID,
-        "outside the vocabulary of 1000 tokens",
-    ),
 ]
 
 
@@ -114,6 +108,16 @@ async def test_bad_request_is_refused_and_the_worker_keeps_serving(
     assert fragment in (exc.value.details() or "")
     chunks = await client.generate(gen_request(max_tokens=2))
     assert chunks[-1].finish_reason == inference_pb2.FINISH_REASON_LENGTH
+
+
+async def test_token_ids_outside_a_known_vocabulary(fake_client: Client) -> None:
+    # The fake engine reports its vocabulary size (vocab_size); the sim does not (yet).
+    req = R(prompt_token_ids=inference_pb2.TokenIds(ids=[1, 5000]), sampling=S(max_tokens=1))
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await fake_client.generate(req)
+    assert exc.value.code() == INVALID
+    assert "outside the vocabulary of 1000 tokens" in (exc.value.details() or "")
+    assert (await fake_client.generate(gen_request(max_tokens=1)))[-1].usage.completion_tokens
 
 
 async def test_every_problem_is_reported_at_once(client: Client) -> None:

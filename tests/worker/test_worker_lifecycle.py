@@ -7,7 +7,14 @@ import asyncio
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2
-from workerkit import Client, FakeEngine, eventually, gen_request, running_worker
+from workerkit import (
+    Client,
+    FakeEngine,
+    eventually,
+    gen_request,
+    make_sim_engine,
+    running_worker,
+)
 
 from preheat.core.lifecycle import LifecycleState
 from preheat.proto.preheat.v1 import inference_pb2, worker_pb2
@@ -55,7 +62,7 @@ async def test_not_serving_until_warm_then_serving() -> None:
 
 
 async def test_standby_refuses_generate_until_promoted_and_demote_goes_back() -> None:
-    async with running_worker(FakeEngine(), start_as=LifecycleState.STANDBY) as c:
+    async with running_worker(make_sim_engine(), start_as=LifecycleState.STANDBY) as c:
         assert await c.state() == worker_pb2.LIFECYCLE_STATE_STANDBY
         assert await c.health_status() == SERVING  # warm: ready for the pool
         assert (await ready(c))[0] == 200
@@ -95,7 +102,7 @@ async def test_status_reports_the_worker(client: Client) -> None:
     st = await client.control.Status(worker_pb2.StatusRequest())
     assert st.worker_id == "w-test"
     assert st.model == "fake-model"
-    assert st.engine == "fake"
+    assert st.engine == "sim"
     assert st.max_model_len == 256
     assert st.block_size == 4
     assert st.max_num_seqs == 8
@@ -109,7 +116,7 @@ async def test_zone_and_region_come_from_config() -> None:
 
 
 async def test_drain_rpc_refuses_new_work_finishes_in_flight_and_stops() -> None:
-    engine = FakeEngine(token_interval_s=0.01)
+    engine = make_sim_engine(time_scale=3.0)
     async with running_worker(engine) as c:
         call = c.inference.Generate(gen_request(max_tokens=30))
         first = await call.read()

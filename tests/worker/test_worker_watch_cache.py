@@ -13,7 +13,8 @@ from preheat.proto.preheat.v1 import worker_pb2
 from preheat.worker.cache_hub import CacheHub, SubscriberOverflow
 
 
-async def test_snapshot_then_deltas(fake_engine: FakeEngine, client: Client) -> None:
+async def test_snapshot_then_deltas(fake_engine: FakeEngine, fake_client: Client) -> None:
+    client = fake_client
     fake_engine.emit_cache(CacheEvent(CacheEventKind.STORED, (1, 2, 3)))
     await asyncio.sleep(0)
     call = client.control.WatchCache(worker_pb2.WatchCacheRequest())
@@ -37,8 +38,9 @@ async def test_snapshot_then_deltas(fake_engine: FakeEngine, client: Client) -> 
 
 
 async def test_two_subscribers_both_see_generate_blocks(
-    fake_engine: FakeEngine, client: Client
+    fake_engine: FakeEngine, fake_client: Client
 ) -> None:
+    client = fake_client
     a = client.control.WatchCache(worker_pb2.WatchCacheRequest())
     b = client.control.WatchCache(worker_pb2.WatchCacheRequest())
     assert (await a.read()).snapshot

@@ -36,6 +36,27 @@ from preheat.proto.preheat.v1 import (
 from preheat.worker.server import WorkerConfig, WorkerServer
 
 VOCAB = 1000
+MODEL = "fake-model"
+MAX_MODEL_LEN = 256
+
+
+def make_sim_engine(**options: Any) -> Any:
+    """A small SimEngine shaped like the fake (model name, 256-token window, 64 blocks of 4)
+    that loads and warms at once. ``options`` go to ``SimConfig.from_options``."""
+    from preheat.engine.sim import SimConfig, SimEngine
+
+    base: dict[str, Any] = {
+        "model": MODEL,
+        "max_model_len": MAX_MODEL_LEN,
+        "block_size": 4,
+        "num_gpu_blocks": 256,
+        "max_num_seqs": 8,
+        "vocab_size": VOCAB,
+        "load_s": 0.0,
+        "warmup_s": 0.0,
+    }
+    base.update(options)
+    return SimEngine(SimConfig.from_options(base))
 
 
 class FakeEngine:
@@ -47,7 +68,7 @@ class FakeEngine:
         *,
         token_interval_s: float = 0.001,
         max_num_seqs: int = 8,
-        max_model_len: int = 256,
+        max_model_len: int = MAX_MODEL_LEN,
         block_size: int = 4,
         token_text: Callable[[int], str] = lambda i: f" t{i}",
     ) -> None:
@@ -56,7 +77,7 @@ class FakeEngine:
         self.vocab_size = VOCAB
         self._info = EngineInfo(
             kind="fake",
-            model="fake-model",
+            model=MODEL,
             max_model_len=max_model_len,
             block_size=block_size,
             num_gpu_blocks=64,
