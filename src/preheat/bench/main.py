@@ -38,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     w.add_argument("--prompt-tokens", type=int, default=512)
     w.add_argument("--max-tokens", type=int, default=64)
     w.add_argument("--rounds", type=int, default=2, help="interleaved rounds per side")
+    w.add_argument(
+        "--time-scales",
+        default="1,0.01",
+        help="sim engine speeds to run (1 = calibrated H100; 0.01 = 100x faster, so that "
+        "tokens/s shows what the worker itself sustains)",
+    )
     w.add_argument("--write", type=Path, default=None, help="update this benchmarks.md")
     w.add_argument(
         "--worker-arg", action="append", default=[], help="extra `preheat worker` argument"
@@ -118,14 +124,15 @@ def _merge(parts: list[SideResult]) -> SideResult:
     return SideResult([r for p in parts for r in p.records], sum(p.wall_s for p in parts))
 
 
-async def _bench_worker(args: argparse.Namespace) -> int:
-    worker_args = ["--engine", "sim", *args.worker_arg]
-    levels = [int(c) for c in args.concurrency.split(",")]
+async def _bench_scale(
+    args: argparse.Namespace, worker_args: list[str], levels: list[int], rows: list[str]
+) -> int:
+    """Runs every concurrency level for one engine configuration; returns failures."""
     engine = _build_engine(worker_args)
     await engine.load()
     await engine.warm_up()
-    rows: list[str] = []
     failed = 0
+    scale = worker_args[worker_args.index("--sim-time-scale") + 1]
     try:
         async with (
             spawn_worker(worker_args) as worker,
@@ -154,18 +161,31 @@ async def _bench_worker(args: argparse.Namespace) -> int:
                 b, w = _merge(bare_parts), _merge(worker_parts)
                 failed += b.failed + w.failed
                 rows.append(
-                    f"| {level} | {len(w.records)} | {b.ttft_ms(0.5):.2f} | {w.ttft_ms(0.5):.2f}"
-                    f" | **{w.ttft_ms(0.5) - b.ttft_ms(0.5):+.2f}** | {b.ttft_ms(0.99):.2f}"
-                    f" | {w.ttft_ms(0.99):.2f} | **{w.ttft_ms(0.99) - b.ttft_ms(0.99):+.2f}**"
+                    f"| {scale} | {level} | {len(w.records)} | {b.ttft_ms(0.5):.2f}"
+                    f" | {w.ttft_ms(0.5):.2f} | **{w.ttft_ms(0.5) - b.ttft_ms(0.5):+.2f}**"
+                    f" | {b.ttft_ms(0.99):.2f} | {w.ttft_ms(0.99):.2f}"
+                    f" | **{w.ttft_ms(0.99) - b.ttft_ms(0.99):+.2f}**"
                     f" | {b.itl_ms(0.5):.2f} | {w.itl_ms(0.5):.2f} | {b.tokens_per_s:,.0f}"
                     f" | {w.tokens_per_s:,.0f} | {w.tokens_per_s / b.tokens_per_s:.2f} |"
                 )
                 print(rows[-1], flush=True)
     finally:
         await engine.shutdown()
+    return failed
+
+
+async def _bench_worker(args: argparse.Namespace) -> int:
+    levels = [int(c) for c in args.concurrency.split(",")]
+    rows: list[str] = []
+    failed = 0
+    for scale in args.time_scales.split(","):
+        worker_args = ["--engine", "sim", "--sim-load-s", "1", "--sim-warmup-s", "0.5"]
+        worker_args += ["--sim-time-scale", scale, *args.worker_arg]
+        failed += await _bench_scale(args, worker_args, levels, rows)
     cmd = (
         f"preheat bench worker --requests {args.requests} --concurrency {args.concurrency}"
         f" --prompt-tokens {args.prompt_tokens} --max-tokens {args.max_tokens}"
+        f" --time-scales {args.time_scales}"
         + "".join(f" --worker-arg={a}" for a in args.worker_arg)
     )
     body = "\n".join(
@@ -179,12 +199,16 @@ async def _bench_worker(args: argparse.Namespace) -> int:
             "to a `preheat worker` process around an identically configured sim engine,",
             f"interleaved in {args.rounds} rounds. TTFT is measured by the client; the sim",
             "engine's own prefill time is in both columns, so the difference is what the",
-            "worker adds (gRPC, validation, lifecycle, metrics, the process hop).",
+            "worker adds (gRPC, validation, lifecycle, metrics, the process hop). At time",
+            "scale 1 the sim runs at calibrated H100 speed, so tokens/s is the simulated GPU's;",
+            "at 0.01 the engine is 100x faster and tokens/s shows what the worker sustains",
+            "(the client, the bare engine and the worker share this machine's 2 cores).",
             "",
-            "| concurrency | requests | TTFT p50 bare ms | TTFT p50 worker ms | added p50 ms"
-            " | TTFT p99 bare ms | TTFT p99 worker ms | added p99 ms | ITL p50 bare ms"
+            "| sim time scale | concurrency | requests | TTFT p50 bare ms"
+            " | TTFT p50 worker ms | added p50 ms | TTFT p99 bare ms | TTFT p99 worker ms"
+            " | added p99 ms | ITL p50 bare ms"
             " | ITL p50 worker ms | tokens/s bare | tokens/s worker | ratio |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             *rows,
             "",
             f"Failed requests: {failed}.",
