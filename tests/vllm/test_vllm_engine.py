@@ -8,21 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("vllm", reason="needs the vLLM CPU build (run in .venv-vllm)")
 
-import pytest_asyncio  # noqa: E402
-from prometheus_client import generate_latest  # noqa: E402
+import pytest_asyncio
+from prometheus_client import generate_latest
 
-from preheat.core import metric_names as m  # noqa: E402
-from preheat.core.blocks import block_hashes  # noqa: E402
-from preheat.core.errors import ErrorCode, PreheatError  # noqa: E402
-from preheat.engine.base import (  # noqa: E402
+from preheat.core import metric_names as m
+from preheat.core.blocks import block_hashes
+from preheat.core.errors import ErrorCode, PreheatError
+from preheat.engine.base import (
     CacheEvent,
     CacheEventKind,
     EngineOutput,
@@ -30,24 +29,19 @@ from preheat.engine.base import (  # noqa: E402
     FinishReason,
     Sampling,
 )
-from preheat.engine.tinymodel import build_tiny_model  # noqa: E402
-from preheat.engine.vllm import VllmEngine, VllmEngineConfig  # noqa: E402
+from preheat.engine.vllm import VllmEngine, VllmEngineConfig
 
 pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="module")]
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 MAX_NUM_SEQS = 4
 MAX_QUEUED = 6
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def engine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[VllmEngine]:
-    model = build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+async def engine(tiny_model: Path) -> AsyncIterator[VllmEngine]:
     eng = VllmEngine(
         VllmEngineConfig(
-            model=str(model),
+            model=str(tiny_model),
             served_model_name="tiny-llama",
             max_model_len=1024,
             max_num_seqs=MAX_NUM_SEQS,
@@ -78,12 +72,13 @@ async def collect(engine: VllmEngine, req: EngineRequest) -> list[EngineOutput]:
         return [out async for out in stream]
 
 
-async def eventually(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
+async def eventually(cond: Callable[[], bool], within_s: float = 10.0) -> None:
+    """Polls ``cond`` until it is true (state the engine core updates asynchronously)."""
+    async with asyncio.timeout(within_s):
+        while True:
+            if cond():
+                return
+            await asyncio.sleep(0.05)
 
 
 def long_prompt(engine: VllmEngine, seed: str) -> list[int]:
@@ -157,14 +152,16 @@ async def test_prefix_cache_hit_on_repeat(engine: VllmEngine) -> None:
     assert len(prompt) > 4 * 32
     first = await collect(engine, request(prompt, max_tokens=2))
     second = await collect(engine, request(prompt, max_tokens=2))
-    assert first[-1].usage is not None and second[-1].usage is not None
+    assert first[-1].usage is not None
+    assert second[-1].usage is not None
     assert second[-1].usage.cached_tokens > 0
     assert second[-1].usage.cached_tokens % 32 == 0
     assert second[-1].usage.cached_tokens >= first[-1].usage.cached_tokens
     hits = engine.registry.get_sample_value(
         m.VLLM_PREFIX_CACHE_HITS + "_total", {"model_name": "tiny-llama", "engine": "0"}
     )
-    assert hits is not None and hits > 0
+    assert hits is not None
+    assert hits > 0
 
 
 async def test_kv_events_name_blocks_with_preheat_hashes(engine: VllmEngine) -> None:
@@ -224,9 +221,11 @@ async def test_full_engine_is_resource_exhausted(engine: VllmEngine) -> None:
     try:
         # MAX_NUM_SEQS run, the rest wait: the queue is full.
         await eventually(
-            lambda: (engine.stats().num_running, engine.stats().num_waiting)
-            == (MAX_NUM_SEQS, MAX_QUEUED - MAX_NUM_SEQS),
-            timeout=5,
+            lambda: (
+                (engine.stats().num_running, engine.stats().num_waiting)
+                == (MAX_NUM_SEQS, MAX_QUEUED - MAX_NUM_SEQS)
+            ),
+            within_s=5,
         )
         with pytest.raises(PreheatError) as err:
             await collect(engine, request(prompt, max_tokens=4))

@@ -83,6 +83,9 @@ if importlib.util.find_spec("vllm") is None:  # cheap: finds, does not import
 log = logging.getLogger(__name__)
 
 VLLM_METRIC_PREFIX = "vllm:"
+# KV cache on vLLM's CPU platform when neither kv_cache_bytes nor gpu_memory_utilization is
+# given: vLLM would otherwise claim 90% of the host's memory.
+CPU_DEFAULT_KV_CACHE_BYTES = 512 << 20
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ class VllmEngineConfig:
     tensor_parallel_size: int = 1
     dtype: str = "auto"
     seed: int = 0
-    enforce_eager: bool = True  # skip torch.compile / graph capture (slow on CPU)
+    enforce_eager: bool | None = None  # None: True on CPU (torch.compile is slow there)
     kv_events: bool = True
     extra_args: tuple[tuple[str, Any], ...] = ()  # more AsyncEngineArgs fields
 
@@ -273,9 +276,15 @@ class VllmEngine:
         import zmq.asyncio  # type: ignore[import-not-found, unused-ignore]
         from vllm.config import KVEventsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.platforms import current_platform
         from vllm.v1.engine.async_llm import AsyncLLM
 
         cfg = self._config
+        on_cpu = bool(current_platform.is_cpu())
+        kv_bytes = cfg.kv_cache_bytes
+        if kv_bytes is None and cfg.gpu_memory_utilization is None and on_cpu:
+            kv_bytes = CPU_DEFAULT_KV_CACHE_BYTES
+        eager = on_cpu if cfg.enforce_eager is None else cfg.enforce_eager
         kv_events = None
         if cfg.kv_events:
             self._zmq_ctx = zmq.asyncio.Context()
@@ -296,7 +305,7 @@ class VllmEngine:
             max_num_seqs=cfg.max_num_seqs,
             max_num_batched_tokens=cfg.max_num_batched_tokens,
             max_num_queued_reqs=cfg.max_num_queued_reqs,
-            kv_cache_memory_bytes=cfg.kv_cache_bytes,
+            kv_cache_memory_bytes=kv_bytes,
             tensor_parallel_size=cfg.tensor_parallel_size,
             **(
                 {}
@@ -305,22 +314,23 @@ class VllmEngine:
             ),
             dtype=cfg.dtype,
             seed=cfg.seed,
-            enforce_eager=cfg.enforce_eager,
+            enforce_eager=eager,
             scheduling_policy="priority",
             disable_log_stats=False,
             kv_events_config=kv_events,
             **dict(cfg.extra_args),
         )
         try:
-            llm = await asyncio.to_thread(
+            # No local name for the engine: this frame was seen to outlive the call, and a
+            # local would keep AsyncLLM alive past shutdown() (its __del__ then fails at exit).
+            self._llm = await asyncio.to_thread(
                 AsyncLLM.from_engine_args, args, stat_loggers=[_stat_logger_factory(self._sched)]
             )
         except BaseException:
             self._close_zmq()
             raise
-        self._llm = llm
-        self._tokenizer = llm.get_tokenizer()
-        vc = llm.vllm_config
+        self._tokenizer = self._llm.get_tokenizer()
+        vc = self._llm.vllm_config
         self._info = EngineInfo(
             kind="vllm",
             model=cfg.served_model_name or cfg.model,
