@@ -117,3 +117,30 @@ async def test_sigterm_during_ten_streams_finishes_them_all_and_exits_zero() -> 
     text = "".join(log)
     assert "event=drain_started" in text
     assert "event=worker_stopped" in text
+
+
+@pytest.mark.timeout(120)
+async def test_sigterm_while_loading_exits_zero_without_waiting_for_the_load() -> None:
+    cmd = [sys.executable, "-m", "preheat.cli", "worker", "--engine", "sim", "--host"]
+    cmd += ["127.0.0.1", "--grpc-port", "0", "--http-port", "0", "--log-format", "json"]
+    cmd += ["--sim-load-s", "600"]
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    assert proc.stderr is not None
+    try:
+        async with asyncio.timeout(60):
+            while line := await proc.stderr.readline():
+                if json.loads(line).get("event") == "worker_listening":
+                    break
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(60):
+            out, err = await proc.communicate()
+        assert proc.returncode == 0, err.decode()[-2000:]
+        assert b"worker_ready" not in out
+        events = [json.loads(x)["event"] for x in err.splitlines() if x.startswith(b"{")]
+        assert "worker_stopped" in events
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
