@@ -29,7 +29,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1._async import HealthServicer
+from grpc_health.v1.health import aio as health_aio
 
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.lifecycle import WARM_STATES, LifecycleState, transition_error
@@ -51,7 +51,7 @@ from preheat.proto.preheat.v1 import (
     worker_pb2,
     worker_pb2_grpc,
 )
-from preheat.worker.cache_hub import CacheHub, SubscriberOverflow
+from preheat.worker.cache_hub import CacheHub
 from preheat.worker.metrics import Outcome, WorkerMetrics
 from preheat.worker.stops import StopMatcher
 
@@ -154,7 +154,7 @@ class WorkerServer:
         self._stopped = asyncio.Event()
         self._draining = asyncio.Event()  # set once the state is draining (or stopped)
         self._startup_error: BaseException | None = None
-        self._health = HealthServicer()
+        self._health = health_aio.HealthServicer()
         self._grpc: Any = None
         self._http: Any = None  # aiohttp AppRunner, see preheat.worker.http
         self._hub: CacheHub | None = None
@@ -192,6 +192,7 @@ class WorkerServer:
     async def start(self) -> Ports:
         """Binds gRPC and HTTP, then loads and warms the engine in the background."""
         from preheat.worker.http import start_http  # aiohttp lives in its own module
+        from preheat.worker.services import ControlService, InferenceService
 
         loop = asyncio.get_running_loop()
         self._hub = CacheHub(loop, queue_size=self.config.cache_queue_size)
@@ -201,8 +202,8 @@ class WorkerServer:
         await self._health.set(CONTROL_SERVICE, health_pb2.HealthCheckResponse.SERVING)
 
         server = grpc.aio.server()
-        inference_pb2_grpc.add_InferenceServicer_to_server(_InferenceService(self), server)
-        worker_pb2_grpc.add_WorkerControlServicer_to_server(_ControlService(self), server)
+        inference_pb2_grpc.add_InferenceServicer_to_server(InferenceService(self), server)
+        worker_pb2_grpc.add_WorkerControlServicer_to_server(ControlService(self), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         grpc_port = server.add_insecure_port(f"{self.config.host}:{self.config.grpc_port}")
         if grpc_port == 0:
@@ -652,81 +653,6 @@ class WorkerServer:
             aclose = getattr(gen, "aclose", None)
             if aclose is not None:
                 await aclose()
-
-
-class _InferenceService(inference_pb2_grpc.InferenceServicer):
-    def __init__(self, worker: WorkerServer) -> None:
-        self._w = worker
-
-    async def Generate(
-        self, request: inference_pb2.GenerateRequest, context: Any
-    ) -> AsyncIterator[inference_pb2.GenerateResponse]:
-        async for chunk in self._w.generate(request, context):
-            yield chunk
-
-
-class _ControlService(worker_pb2_grpc.WorkerControlServicer):
-    def __init__(self, worker: WorkerServer) -> None:
-        self._w = worker
-
-    async def _guard(self, context: Any, op: Any) -> worker_pb2.WorkerStatus:
-        try:
-            await op()
-        except PreheatError as e:
-            log.info("control_refused", extra=fields(code=e.code.value, reason=e.message))
-            await abort(context, e)
-        return self._w.status()
-
-    async def Status(
-        self, request: worker_pb2.StatusRequest, context: Any
-    ) -> worker_pb2.WorkerStatus:
-        return self._w.status()
-
-    async def Promote(
-        self, request: worker_pb2.PromoteRequest, context: Any
-    ) -> worker_pb2.WorkerStatus:
-        return await self._guard(context, self._w.promote)
-
-    async def Demote(
-        self, request: worker_pb2.DemoteRequest, context: Any
-    ) -> worker_pb2.WorkerStatus:
-        return await self._guard(context, self._w.demote)
-
-    async def Drain(
-        self, request: worker_pb2.DrainRequest, context: Any
-    ) -> worker_pb2.WorkerStatus:
-        await self._w.begin_drain_and_wait_draining()
-        return self._w.status()
-
-    async def WatchCache(
-        self, request: worker_pb2.WatchCacheRequest, context: Any
-    ) -> AsyncIterator[worker_pb2.CacheEvent]:
-        try:
-            async for ev in self._w.hub.subscribe():
-                yield _cache_event_pb(ev.seq, ev.kind.value, ev.block_hashes, ev.snapshot)
-        except SubscriberOverflow:
-            await abort(
-                context,
-                PreheatError(
-                    ErrorCode.RESOURCE_EXHAUSTED,
-                    "WatchCache subscriber fell too far behind and was dropped; "
-                    "resubscribe for a fresh snapshot",
-                ),
-            )
-
-
-def _cache_event_pb(
-    seq: int, kind: str, hashes: tuple[int, ...], snapshot: bool
-) -> worker_pb2.CacheEvent:
-    if kind == "stored":
-        return worker_pb2.CacheEvent(
-            seq=seq, stored=worker_pb2.BlocksStored(block_hashes=hashes), snapshot=snapshot
-        )
-    if kind == "removed":
-        return worker_pb2.CacheEvent(
-            seq=seq, removed=worker_pb2.BlocksRemoved(block_hashes=hashes), snapshot=snapshot
-        )
-    return worker_pb2.CacheEvent(seq=seq, cleared=worker_pb2.AllBlocksCleared(), snapshot=snapshot)
 
 
 def describe(ports: Ports, worker_id: str) -> Mapping[str, Any]:
