@@ -84,6 +84,7 @@ class EngineInfo:
     num_gpu_blocks: int
     max_num_seqs: int
     max_num_batched_tokens: int
+    vocab_size: int | None = None  # token ids must be below this (None: unknown)
 
 
 @dataclass(frozen=True)
