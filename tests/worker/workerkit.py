@@ -74,7 +74,6 @@ class FakeEngine:
     ) -> None:
         self.token_interval_s = token_interval_s
         self.token_text = token_text
-        self.vocab_size = VOCAB
         self._info = EngineInfo(
             kind="fake",
             model=MODEL,
@@ -83,6 +82,7 @@ class FakeEngine:
             num_gpu_blocks=64,
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=256,
+            vocab_size=VOCAB,
         )
         self._registry = CollectorRegistry()
         self._running_gauge = Gauge(

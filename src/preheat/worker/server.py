@@ -430,11 +430,8 @@ class WorkerServer:
 
     def _limits(self) -> ModelLimits:
         info = self.engine.info
-        vocab = getattr(info, "vocab_size", None) or getattr(self.engine, "vocab_size", None)
         return ModelLimits(
-            model=info.model,
-            max_model_len=info.max_model_len,
-            vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None,
+            model=info.model, max_model_len=info.max_model_len, vocab_size=info.vocab_size
         )
 
     def _engine_request(self, request_id: str, req: inference_pb2.GenerateRequest) -> EngineRequest:
