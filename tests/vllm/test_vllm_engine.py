@@ -63,7 +63,9 @@ def request(tokens: list[int], max_tokens: int = 16, **sampling: object) -> Engi
     return EngineRequest(
         request_id=f"t{next(_ids)}",
         prompt_token_ids=tuple(tokens),
-        sampling=Sampling(max_tokens=max_tokens, temperature=0.0, ignore_eos=True, **sampling),  # type: ignore[arg-type]
+        sampling=Sampling(
+            **{"max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True, **sampling}
+        ),  # type: ignore[arg-type]
     )
 
 
@@ -200,6 +202,36 @@ async def test_registry_renders_vllm_metric_names(engine: VllmEngine) -> None:
         for line in text.splitlines()
         if line
     )
+
+
+async def test_stop_string_ends_the_stream_before_it(engine: VllmEngine) -> None:
+    prompt = engine.tokenize("Stop strings are cut by the engine.")
+    # Seeded sampling: greedy decoding of random weights repeats one token.
+    free = "".join(
+        o.text for o in await collect(engine, request(prompt, 24, temperature=1.0, seed=3))
+    )
+    stop = free[len(free) // 2 :][:2]
+    assert stop
+    outs = await collect(engine, request(prompt, 24, temperature=1.0, seed=3, stop=(stop,)))
+    assert outs[-1].finish_reason is FinishReason.STOP
+    text = "".join(o.text for o in outs)
+    assert stop not in text
+    assert free.startswith(text)
+
+
+async def test_seeded_sampling_repeats(engine: VllmEngine) -> None:
+    prompt = engine.tokenize("Sample with a seed.")
+
+    def seeded() -> EngineRequest:
+        return EngineRequest(
+            request_id=f"t{next(_ids)}",
+            prompt_token_ids=tuple(prompt),
+            sampling=Sampling(max_tokens=12, temperature=1.0, seed=7, ignore_eos=True),
+        )
+
+    a = [t for o in await collect(engine, seeded()) for t in o.token_ids]
+    b = [t for o in await collect(engine, seeded()) for t in o.token_ids]
+    assert a == b
 
 
 async def test_bad_requests_are_invalid_argument(engine: VllmEngine) -> None:
