@@ -454,7 +454,12 @@ class VllmEngine:
                     if text or ids:
                         yield EngineOutput(text=text, token_ids=ids)
                     continue
-                reason = _FINISH.get(str(comp.finish_reason) if comp else "", FinishReason.STOP)
+                vllm_reason = str(comp.finish_reason) if comp is not None else ""
+                if vllm_reason == "error":
+                    raise PreheatError(
+                        ErrorCode.INTERNAL, f"vLLM finished request {request.request_id} in error"
+                    )
+                reason = _FINISH.get(vllm_reason, FinishReason.STOP)
                 usage = Usage(
                     prompt_tokens=len(request.prompt_token_ids),
                     cached_tokens=int(out.num_cached_tokens or 0),
@@ -482,7 +487,13 @@ class VllmEngine:
         decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
         sub = self._sub
         while True:
-            frames = await sub.recv_multipart()
+            try:
+                frames = await sub.recv_multipart()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("kv event subscriber failed; cached_blocks() is now stale")
+                return
             try:
                 batch = decoder.decode(frames[-1])
             except msgspec.DecodeError:
