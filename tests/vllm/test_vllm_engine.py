@@ -116,6 +116,7 @@ async def test_info_after_load(engine: VllmEngine) -> None:
     assert info.block_size == 32
     assert info.num_gpu_blocks > 0
     assert info.max_num_seqs == MAX_NUM_SEQS
+    assert info.vocab_size == 512
 
 
 async def test_streams_tokens_with_usage_and_timing(engine: VllmEngine) -> None:
@@ -265,6 +266,11 @@ async def test_bad_requests_are_invalid_argument(engine: VllmEngine) -> None:
     with pytest.raises(PreheatError) as err:
         await collect(engine, request([5, 6, 7], max_tokens=4, top_p=0.0))
     assert err.value.code is ErrorCode.INVALID_ARGUMENT
+
+    with pytest.raises(PreheatError) as err:
+        await collect(engine, request([5, 512], max_tokens=4))
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT
+    assert "vocabulary" in err.value.message
 
 
 async def test_full_engine_is_resource_exhausted(engine: VllmEngine) -> None:

@@ -299,6 +299,11 @@ class VllmEngine:
         self._llm = built.pop()
         self._tokenizer = self._llm.get_tokenizer()
         vc = self._llm.vllm_config
+        # vLLM accepts token ids up to max(tokenizer's max id, model vocab - 1).
+        vocab_size = int(vc.model_config.get_vocab_size())
+        tokenizer_max = getattr(self._tokenizer, "max_token_id", None)
+        if tokenizer_max is not None:
+            vocab_size = max(vocab_size, int(tokenizer_max) + 1)
         self._info = EngineInfo(
             kind="vllm",
             model=cfg.served_model_name or cfg.model,
@@ -307,6 +312,7 @@ class VllmEngine:
             num_gpu_blocks=int(vc.cache_config.num_gpu_blocks or 0),
             max_num_seqs=int(vc.scheduler_config.max_num_seqs),
             max_num_batched_tokens=int(vc.scheduler_config.max_num_batched_tokens),
+            vocab_size=vocab_size,
         )
         self._cache.block_size = self._info.block_size
         if self._sub is not None:
