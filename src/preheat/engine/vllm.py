@@ -273,8 +273,8 @@ class VllmEngine:
         if self._llm is not None:
             return
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        import zmq  # type: ignore[import-not-found, unused-ignore]
-        import zmq.asyncio  # type: ignore[import-not-found, unused-ignore]
+        import zmq
+        import zmq.asyncio
 
         cfg = self._config
         endpoint = None
@@ -458,7 +458,7 @@ class VllmEngine:
             await stream.aclose()
 
     async def _read_kv_events(self) -> None:
-        import msgspec  # type: ignore[import-not-found, unused-ignore]
+        import msgspec
         from vllm.distributed.kv_events import (
             AllBlocksCleared,
             BlockRemoved,
