@@ -1,0 +1,409 @@
+"""``SimEngine``: a simulated vLLM on the real clock, standing in for a GPU in tests and demos.
+
+The engine wraps a pure :class:`~preheat.engine.simcore.SimCore` (batching, KV, prefix
+cache, all timing from the calibrated :class:`~preheat.engine.costmodel.CostModel`). One
+background task, owned by the engine (started in :meth:`SimEngine.load`, cancelled and
+awaited in :meth:`SimEngine.shutdown`), sleeps until the next iteration ends, advances the
+core to the clock and hands each token to its request's stream at (or just after) its time,
+so TTFT and ITL look like a real engine's.
+
+Like vLLM, a full engine queues rather than rejects; only when more than ``max_waiting``
+requests wait does :meth:`SimEngine.generate` raise ``PreheatError(RESOURCE_EXHAUSTED)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+import typing
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from preheat.core.errors import ErrorCode, PreheatError
+from preheat.engine.base import (
+    CacheEvent,
+    CacheListener,
+    EngineInfo,
+    EngineOutput,
+    EngineRequest,
+    EngineStats,
+    FinishReason,
+    Sampling,
+)
+from preheat.engine.costmodel import CostModel, load_calibration
+from preheat.engine.simcore import CoreConfig, Emissions, Finish, SimCore
+from preheat.engine.simmetrics import VllmMetrics
+from preheat.engine.simtokenizer import SimTokenizer
+
+WARMUP_REQUEST_ID = "preheat-warmup"
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulated replica. Defaults resemble vLLM 0.32 serving Llama-3-8B on one H100."""
+
+    model: str = "meta-llama/Llama-3.1-8B-Instruct"
+    # A common serving limit for 8B models; the cost model is measured up to 8k-token
+    # prefills and extrapolates linearly beyond.
+    max_model_len: int = 32_768
+    block_size: int = 16  # vLLM's default KV block size on CUDA
+    # 80 GB x 0.9 (gpu_memory_utilization) = 72 GB, minus 16.06 GB of bf16 weights and
+    # ~3 GB of activations/CUDA graphs leaves ~53 GB of KV; a Llama-3-8B token takes
+    # 2 (K,V) x 32 layers x 8 kv heads x 128 dims x 2 bytes = 128 KiB, so ~400k tokens
+    # = 25,000 blocks of 16 (vLLM logs "GPU KV cache size: ~400,000 tokens" for this setup).
+    num_gpu_blocks: int = 25_000
+    # vLLM's defaults for a >= 70 GB GPU behind the OpenAI server (engine/arg_utils.py).
+    max_num_seqs: int = 1024
+    max_num_batched_tokens: int = 8192
+    max_waiting: int | None = None  # None: 4 x max_num_seqs
+    seed: int = 0
+    vocab_size: int = 32_000
+    eos_probability: float = 0.0
+    max_stretch_steps: int = 32
+    cost: CostModel = field(default_factory=CostModel.default)
+
+    @property
+    def waiting_limit(self) -> int:
+        return 4 * self.max_num_seqs if self.max_waiting is None else self.max_waiting
+
+    def core_config(self) -> CoreConfig:
+        return CoreConfig(
+            block_size=self.block_size,
+            num_gpu_blocks=self.num_gpu_blocks,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_model_len=self.max_model_len,
+            vocab_size=self.vocab_size,
+            seed=self.seed,
+            eos_probability=self.eos_probability,
+            max_stretch_steps=self.max_stretch_steps,
+        )
+
+    # Cost-model knobs accepted by from_options, besides the SimConfig fields.
+    COST_OPTIONS: typing.ClassVar[tuple[str, ...]] = (
+        "time_scale",
+        "load_s",
+        "warmup_s",
+        "page_cache",
+        "calibration",
+    )
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, object]) -> SimConfig:
+        """Build from keyword options (values may be strings, as from a CLI): any SimConfig
+        field but ``cost``, plus ``time_scale``, ``load_s``, ``warmup_s``, ``page_cache``
+        and ``calibration`` (a JSON path). Reports every bad option at once."""
+        hints = typing.get_type_hints(cls)
+        names = {f.name for f in dataclasses.fields(cls)} - {"cost"}
+        errors: list[str] = []
+        kwargs: dict[str, object] = {}
+        cost_kwargs: dict[str, object] = {}
+        for key, raw in options.items():
+            k = key.replace("-", "_")
+            try:
+                if k in names:
+                    kwargs[k] = _convert(raw, hints[k])
+                elif k == "time_scale":
+                    cost_kwargs["scale"] = float(typing.cast(float, raw))
+                elif k in ("load_s", "warmup_s"):
+                    cost_kwargs[k] = float(typing.cast(float, raw))
+                elif k == "page_cache":
+                    cost_kwargs[k] = _convert(raw, bool)
+                elif k == "calibration":
+                    cost_kwargs["calibration"] = str(raw)
+                else:
+                    errors.append(f"unknown sim engine option {key!r}")
+            except (TypeError, ValueError) as e:
+                errors.append(f"sim engine option {key}={raw!r}: {e}")
+        if errors:
+            raise PreheatError(ErrorCode.INVALID_ARGUMENT, "; ".join(errors))
+        calibration = cost_kwargs.pop("calibration", None)
+        data = load_calibration(None if calibration is None else Path(str(calibration)))
+        cost = CostModel.from_calibration(data, **cost_kwargs)
+        return cls(cost=cost, **kwargs)  # type: ignore[arg-type]
+
+
+def _convert(raw: object, hint: object) -> object:
+    if not isinstance(raw, str):
+        return raw
+    if hint is bool:
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError("expected a boolean")
+    if hint is int or hint == (int | None):
+        return None if raw.lower() in ("", "none") else int(raw)
+    if hint is float:
+        return float(raw)
+    return raw
+
+
+@dataclass(eq=False)
+class _Stream:
+    request: EngineRequest
+    arrival: float
+    queue: asyncio.Queue[EngineOutput] = field(default_factory=asyncio.Queue)
+    text: str = ""
+    last_token_t: float | None = None
+    stop_hit: bool = False
+    done: bool = False
+
+
+class SimEngine:
+    """The simulated engine (implements :class:`preheat.engine.base.Engine`)."""
+
+    def __init__(
+        self,
+        config: SimConfig | None = None,
+        *,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config or SimConfig()
+        self._clock = clock
+        self._registry = registry if registry is not None else CollectorRegistry()
+        self._metrics = VllmMetrics(self._registry, self.config.model, self.config.max_model_len)
+        self._tokenizer = SimTokenizer(self.config.vocab_size)
+        self._listener: CacheListener | None = None
+        self.core = SimCore(self.config.core_config(), self.config.cost, self._on_cache_event)
+        self._counted = dataclasses.replace(self.core.counters)
+        self._streams: dict[str, _Stream] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._loaded = False
+        self._closed = False
+        self._warmups = 0
+
+    # --- Engine protocol ----------------------------------------------------------------
+    @property
+    def info(self) -> EngineInfo:
+        c = self.config
+        return EngineInfo(
+            kind="sim",
+            model=c.model,
+            max_model_len=c.max_model_len,
+            block_size=c.block_size,
+            num_gpu_blocks=c.num_gpu_blocks,
+            max_num_seqs=c.max_num_seqs,
+            max_num_batched_tokens=c.max_num_batched_tokens,
+        )
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        return self._registry
+
+    async def load(self) -> None:
+        if self._closed:
+            raise PreheatError(ErrorCode.FAILED_PRECONDITION, "engine was shut down")
+        await asyncio.sleep(self.config.cost.loading_s())
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"sim-engine:{self.config.model}"
+            )
+        self._loaded = True
+
+    async def warm_up(self) -> None:
+        await asyncio.sleep(self.config.cost.warming_s())
+        self._warmups += 1
+        # Token ids from the top of the vocabulary, unlikely to prefix a real prompt.
+        top = self.config.vocab_size - 1
+        prompt = tuple(top - i for i in range(self.config.block_size + 1))
+        request = EngineRequest(
+            f"{WARMUP_REQUEST_ID}-{self._warmups}", prompt, Sampling(max_tokens=4, seed=0)
+        )
+        async for _ in self.generate(request):
+            pass
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text)
+
+    def detokenize(self, token_ids: tuple[int, ...] | list[int]) -> str:
+        return self._tokenizer.decode(token_ids)
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        """Streams ``request``'s output; submitted at the first ``__anext__``."""
+        if not self._loaded or self._closed:
+            raise PreheatError(ErrorCode.UNAVAILABLE, "sim engine is not loaded")
+        rid = request.request_id
+        if self.core.num_waiting >= self.config.waiting_limit:
+            raise PreheatError(
+                ErrorCode.RESOURCE_EXHAUSTED,
+                f"engine queue is full ({self.core.num_waiting} requests waiting, limit "
+                f"{self.config.waiting_limit}); retry later or on another replica",
+                retry_after_s=1.0,
+            )
+        now = self._clock()
+        emissions = self.core.add(request, now)  # raises INVALID_ARGUMENT on bad input
+        stream = _Stream(request, now)
+        self._streams[rid] = stream
+        self._deliver(emissions, now)
+        self._wake.set()
+        try:
+            while True:
+                out = await stream.queue.get()
+                yield out
+                if out.finish_reason is not None:
+                    return
+        finally:
+            if not stream.done and self._streams.get(rid) is stream:
+                # Closed early (aclose, cancellation): abort and free its blocks.
+                now = self._clock()
+                stream.done = True
+                del self._streams[rid]
+                self._deliver(self.core.abort(rid, now), now)
+                self._wake.set()
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            num_running=self.core.num_running,
+            num_waiting=self.core.num_waiting,
+            kv_cache_usage=self.core.kv_cache_usage,
+        )
+
+    def set_cache_listener(self, listener: CacheListener | None) -> None:
+        self._listener = listener
+
+    def cached_blocks(self) -> frozenset[int]:
+        return self.core.cached_blocks()
+
+    async def shutdown(self) -> None:
+        self._closed = True
+        now = self._clock()
+        for rid in list(self._streams):
+            self._deliver(self.core.abort(rid, now), now)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    # --- internals ----------------------------------------------------------------------
+    def _on_cache_event(self, event: CacheEvent) -> None:
+        if self._listener is not None:
+            self._listener(event)
+
+    async def _run(self) -> None:
+        while True:
+            now = self._clock()
+            self._deliver(self.core.advance(now), now)
+            nxt = self.core.next_token_time()
+            self._wake.clear()
+            if nxt is None:
+                await self._wake.wait()
+                continue
+            delay = nxt - self._clock()
+            if delay > 0:
+                # A timer sets the same event an arrival sets (not asyncio.wait_for, which
+                # on 3.11 can swallow a cancellation that races with the event).
+                timer = asyncio.get_running_loop().call_later(delay, self._wake.set)
+                try:
+                    await self._wake.wait()
+                finally:
+                    timer.cancel()
+
+    def _deliver(self, em: Emissions, now: float) -> None:
+        m = self._metrics
+        finishes = {f.request_id: f for f in em.finishes}
+        stopped: list[str] = []
+        last_run = {run.request_id: i for i, run in enumerate(em.runs)}
+        for i, run in enumerate(em.runs):
+            stream = self._streams.get(run.request_id)
+            if stream is None or stream.done:
+                continue
+            if stream.last_token_t is None:
+                m.ttft.observe(run.t_first - stream.arrival)
+            else:
+                m.itl.observe(run.t_first - stream.last_token_t)
+            for _ in range(len(run.token_ids) - 1):
+                m.itl.observe(run.dt)
+            stream.last_token_t = run.t_last
+            text = self._tokenizer.decode(run.token_ids)
+            stop = stream.request.sampling.stop
+            if stop:
+                text, hit = _cut_at_stop(stream.text, text, stop)
+                if hit:
+                    stream.stop_hit = True
+                    stopped.append(run.request_id)
+            stream.text += text
+            fin = finishes.get(run.request_id)
+            if fin is not None and last_run[run.request_id] == i and not stream.stop_hit:
+                self._close(stream, text, run.token_ids, fin, fin.reason)
+                del finishes[run.request_id]
+            else:
+                stream.queue.put_nowait(EngineOutput(text, run.token_ids))
+        for rid in stopped:
+            stream = self._streams[rid]
+            if not stream.done:
+                more = self.core.abort(rid, now)
+                fin = next(f for f in more.finishes if f.request_id == rid)
+                finishes.pop(rid, None)
+                self._close(stream, "", (), fin, FinishReason.STOP)
+        for rid, fin in finishes.items():
+            stream = self._streams.get(rid)
+            if stream is not None and not stream.done:
+                self._close(stream, "", (), fin, fin.reason)
+            elif stream is None:
+                self._observe_finish(fin, fin.reason)
+        self._sync_metrics()
+
+    def _close(
+        self,
+        stream: _Stream,
+        text: str,
+        token_ids: tuple[int, ...],
+        fin: Finish,
+        reason: FinishReason,
+    ) -> None:
+        stream.done = True
+        self._streams.pop(stream.request.request_id, None)
+        self._observe_finish(fin, reason)
+        stream.queue.put_nowait(
+            EngineOutput(text, token_ids, reason, usage=fin.usage, timing=fin.timing)
+        )
+
+    def _observe_finish(self, fin: Finish, reason: FinishReason) -> None:
+        m = self._metrics
+        m.finished(reason).inc()
+        t = fin.timing
+        m.e2e.observe(t.e2e_s)
+        m.queue.observe(t.queue_s)
+        m.prefill.observe(t.prefill_s)
+        m.decode.observe(t.decode_s)
+        m.request_prompt_tokens.observe(fin.usage.prompt_tokens)
+        m.request_generation_tokens.observe(fin.usage.completion_tokens)
+
+    def _sync_metrics(self) -> None:
+        m = self._metrics
+        c = self.core.counters
+        old = self._counted
+        m.prefix_queries.inc(c.prefix_cache_queries - old.prefix_cache_queries)
+        m.prefix_hits.inc(c.prefix_cache_hits - old.prefix_cache_hits)
+        m.preemptions.inc(c.num_preemptions - old.num_preemptions)
+        m.prompt_tokens.inc(c.prompt_tokens - old.prompt_tokens)
+        m.generation_tokens.inc(c.generation_tokens - old.generation_tokens)
+        self._counted = dataclasses.replace(c, requests_finished=dict(c.requests_finished))
+        m.running.set(self.core.num_running)
+        m.waiting.set(self.core.num_waiting)
+        m.kv_usage.set(self.core.kv_cache_usage)
+
+
+def _cut_at_stop(before: str, new: str, stops: tuple[str, ...]) -> tuple[str, bool]:
+    """``new`` cut just before the first stop string that ends in it, and whether one did."""
+    longest = max(len(s) for s in stops)
+    tail_start = max(0, len(before) - longest + 1)
+    window = before[tail_start:] + new
+    best: int | None = None
+    for s in stops:
+        i = window.find(s)
+        if i != -1 and (best is None or i < best):
+            best = i
+    if best is None:
+        return new, False
+    cut = tail_start + best - len(before)  # index into new (may be < 0: stop began before)
+    return new[: max(cut, 0)], True
