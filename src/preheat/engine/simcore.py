@@ -319,8 +319,12 @@ class SimCore:
         if seq is None:
             return out
         self._interrupt(now)
-        if self._plan is not None:
-            self._plan.work = [(s, k) for s, k in self._plan.work if s is not seq]
+        plan = self._plan
+        if plan is not None:
+            plan.work = [(s, k) for s, k in plan.work if s is not seq]
+            if not plan.work:  # the GPU is busy until the step ends, then idle
+                self._clock = plan.start + plan.dt
+                self._plan = None
         if seq in self._running:
             self._running.remove(seq)
         else:
@@ -344,6 +348,8 @@ class SimCore:
         runs: list[TokenRun] = []
         finishes: list[Finish] = []
         while True:
+            if self._plan is None and until <= self._clock:
+                break  # nothing can end by then; arrivals at this instant batch together
             plan = self._ensure_plan()
             if plan is None:
                 break
