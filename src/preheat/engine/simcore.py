@@ -136,16 +136,20 @@ class _Seq:
     def num_tokens(self) -> int:
         return len(self.prompt) + len(self.output)
 
-    def token(self, i: int) -> int:
+    def block_tokens(self, i: int, block_size: int) -> tuple[int, ...] | list[int]:
+        a, b = i * block_size, (i + 1) * block_size
         p = len(self.prompt)
-        return self.prompt[i] if i < p else self.output[i - p]
+        if b <= p:
+            return self.prompt[a:b]
+        if a >= p:
+            return self.output[a - p : b - p]
+        return [*self.prompt[a:], *self.output[: b - p]]
 
     def hash_upto(self, nblocks: int, block_size: int) -> None:
-        while len(self.hashes) < nblocks:
-            i = len(self.hashes)
-            parent = self.hashes[-1] if self.hashes else ROOT_HASH
-            toks = [self.token(j) for j in range(i * block_size, (i + 1) * block_size)]
-            self.hashes.append(block_hash(parent, toks))
+        hashes = self.hashes
+        while len(hashes) < nblocks:
+            parent = hashes[-1] if hashes else ROOT_HASH
+            hashes.append(block_hash(parent, self.block_tokens(len(hashes), block_size)))
 
 
 class _BlockPool:
@@ -499,7 +503,8 @@ class SimCore:
                 emit = 1 if seq.num_computed >= seq.num_tokens else 0
             toks: tuple[int, ...] = ()
             if emit:
-                toks = tuple(seq.rng.randrange(vocab) for _ in range(emit))
+                rand = seq.rng.random
+                toks = tuple([int(rand() * vocab) for _ in range(emit)])
                 first_index = len(seq.output)
                 seq.output.extend(toks)
             full = seq.num_computed // bs
