@@ -69,7 +69,10 @@ def test_sim_engine_satisfies_the_protocol() -> None:
 
 
 async def test_streams_tokens_until_max_tokens(engine: SimEngine) -> None:
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
     outs, _ = await collect(engine, req("a", range(100), 12))
+    elapsed = loop.time() - t0
     assert sum(len(o.token_ids) for o in outs) == 12
     last = outs[-1]
     assert last.finish_reason is FinishReason.LENGTH
@@ -80,6 +83,11 @@ async def test_streams_tokens_until_max_tokens(engine: SimEngine) -> None:
     assert last.timing.decode_s > 0
     text = "".join(o.text for o in outs)
     assert len(text.split()) == 12  # one pseudo-word per token
+    # Tokens arrive at (never before) their simulated times: 1 prefill + 11 decode steps.
+    assert elapsed >= last.timing.e2e_s * 0.99
+    step_s = engine.config.cost.decode_step_ms(1, 105) / 1000
+    assert last.timing.decode_s == pytest.approx(11 * step_s, rel=0.02)
+    assert last.timing.e2e_s > engine.config.cost.prefill_ms(100) / 1000
 
 
 async def test_same_4k_prompt_twice_hits_the_prefix_cache() -> None:

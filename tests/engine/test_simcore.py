@@ -68,7 +68,7 @@ def test_core_prefill_time_matches_calibration(new: int, cached: int, ms: float)
     ("batch", "context", "ms"), [(d["batch"], d["context"], d["ms"]) for d in CAL["decode"]]
 )
 def test_core_decode_step_matches_calibration(batch: int, context: int, ms: float) -> None:
-    core = SimCore(CoreConfig(max_stretch_steps=1), COST)
+    core = SimCore(CoreConfig(), COST)  # the default config, decode stretches included
     for i in range(batch):
         core.add(req(f"r{i}", range(i * 10**5, i * 10**5 + context), max_tokens=48), 0.0)
     em = run_all(core)
