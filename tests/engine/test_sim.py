@@ -287,3 +287,12 @@ def test_tokenizer_is_word_level_and_deterministic() -> None:
     assert all(0 <= t < 32000 for t in tok.encode(SimTokenizer.prompt_of_length(100)))
     assert SimTokenizer(100).encode("abc") == SimTokenizer(100).encode("abc")
     assert tok.decode([1, 255]) == " w1 wff"
+
+
+async def test_stop_string_on_the_last_token(engine: SimEngine) -> None:
+    outs, _ = await collect(engine, req("a", range(10), 5, seed=3))
+    words = "".join(o.text for o in outs).split()
+    outs, _ = await collect(engine, req("b", range(10), 5, seed=3, stop=(words[-1],)))
+    assert outs[-1].finish_reason is FinishReason.STOP
+    assert "".join(o.text for o in outs).split() == words[:-1]
+    assert engine.stats().num_running == 0

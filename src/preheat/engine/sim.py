@@ -340,10 +340,11 @@ class SimEngine:
         for rid in stopped:
             stream = self._streams[rid]
             if not stream.done:
-                more = self.core.abort(rid, now)
-                fin = next(f for f in more.finishes if f.request_id == rid)
-                finishes.pop(rid, None)
-                self._close(stream, "", (), fin, FinishReason.STOP)
+                fin_or_none = finishes.pop(rid, None)  # the stop fell on its last token
+                if fin_or_none is None:
+                    more = self.core.abort(rid, now)
+                    fin_or_none = next(f for f in more.finishes if f.request_id == rid)
+                self._close(stream, "", (), fin_or_none, FinishReason.STOP)
         for rid, fin in finishes.items():
             stream = self._streams.get(rid)
             if stream is not None and not stream.done:
