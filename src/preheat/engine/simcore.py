@@ -455,6 +455,8 @@ class SimCore:
                 work.append((seq, num_new))
                 budget -= num_new
         if not work:
+            if preempted and self._waiting:
+                return self._schedule(now)  # everything was preempted: admit afresh
             return None
         chunks: list[tuple[int, int]] = []
         decodes = 0
