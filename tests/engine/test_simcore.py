@@ -301,3 +301,53 @@ def test_eos_probability_stops_some_requests_early() -> None:
         n = f.usage.completion_tokens
         assert (n < 50) == (f.reason is FinishReason.STOP)
     assert math.isclose(core.kv_cache_usage, 0.0)
+
+
+@pytest.mark.parametrize("scenario", range(25))
+def test_random_workloads_finish_everything_and_free_all_blocks(scenario: int) -> None:
+    """Under KV pressure, chunking, shared prefixes and aborts: no stall, no leak."""
+    import random
+
+    rng = random.Random(scenario)
+    cfg = CoreConfig(
+        num_gpu_blocks=rng.choice([12, 20, 40, 200]),
+        max_num_seqs=rng.choice([1, 2, 4, 16]),
+        max_num_batched_tokens=rng.choice([32, 64, 512]),
+        max_model_len=4096,
+        block_size=rng.choice([4, 16]),
+    )
+    core = SimCore(cfg, COST)
+    t = 0.0
+    want: dict[str, int] = {}
+    aborted: set[str] = set()
+    fins: list[Finish] = []
+    runs: list[TokenRun] = []
+    for i in range(30):
+        t += rng.expovariate(20.0)
+        cap = cfg.num_gpu_blocks * cfg.block_size  # KV capacity in tokens
+        max_tok = rng.randint(1, min(40, cap // 4))
+        n = rng.randint(1, cap // 2 - max_tok)
+        base = rng.choice([0, 0, 10**6 * i])  # many share a prefix
+        em = core.add(req(f"r{i}", range(base, base + n), max_tokens=max_tok), t)
+        fins += em.finishes
+        runs += em.runs
+        want[f"r{i}"] = max_tok
+        if rng.random() < 0.15:
+            victim = f"r{rng.randrange(i + 1)}"
+            em = core.abort(victim, t)
+            fins += em.finishes
+            runs += em.runs
+            aborted |= {f.request_id for f in em.finishes if f.reason is FinishReason.ABORT}
+    em = run_all(core)
+    fins += em.finishes
+    runs += em.runs
+    assert {f.request_id for f in fins} == set(want)
+    for f in fins:
+        got = sum(len(r.token_ids) for r in runs if r.request_id == f.request_id)
+        assert got == f.usage.completion_tokens
+        if f.request_id not in aborted:
+            assert f.reason is FinishReason.LENGTH
+            assert got == want[f.request_id]
+    assert core.kv_cache_usage == 0.0
+    assert (core.num_running, core.num_waiting) == (0, 0)
+    assert len(core.cached_blocks()) <= cfg.num_gpu_blocks
