@@ -66,6 +66,7 @@ def test_sim_engine_satisfies_the_protocol() -> None:
     e: Engine = SimEngine(config())
     assert e.info.kind == "sim"
     assert e.info.block_size == 16
+    assert e.info.vocab_size == 32_000  # the worker rejects token ids at or above it
 
 
 async def test_streams_tokens_until_max_tokens(engine: SimEngine) -> None:

@@ -192,6 +192,7 @@ class SimEngine:
             num_gpu_blocks=c.num_gpu_blocks,
             max_num_seqs=c.max_num_seqs,
             max_num_batched_tokens=c.max_num_batched_tokens,
+            vocab_size=c.vocab_size,
         )
 
     @property
