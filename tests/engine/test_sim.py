@@ -297,3 +297,27 @@ async def test_stop_string_on_the_last_token(engine: SimEngine) -> None:
     assert outs[-1].finish_reason is FinishReason.STOP
     assert "".join(o.text for o in outs).split() == words[:-1]
     assert engine.stats().num_running == 0
+
+
+async def test_a_failing_engine_loop_fails_open_streams_instead_of_hanging(
+    engine: SimEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gen = engine.generate(req("a", range(64), 10_000))
+    assert (await anext(gen)).token_ids
+
+    def broken(until: float) -> object:
+        raise RuntimeError("core bug")
+
+    async def drain() -> None:
+        async with asyncio.timeout(5):  # a hang fails the test with TimeoutError
+            async for _ in gen:
+                pass
+
+    monkeypatch.setattr(engine.core, "advance", broken)
+    with pytest.raises(PreheatError) as err:
+        await drain()
+    assert err.value.code is ErrorCode.INTERNAL
+    assert "core bug" in err.value.message
+    # later requests are refused at once with the reason, not queued forever
+    with pytest.raises(PreheatError, match="sim engine failed: RuntimeError: core bug"):
+        await anext(engine.generate(req("b", range(8), 4)))

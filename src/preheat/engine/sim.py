@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import time
 import typing
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -148,11 +149,15 @@ def _convert(raw: object, hint: object) -> object:
 class _Stream:
     request: EngineRequest
     arrival: float
-    queue: asyncio.Queue[EngineOutput] = field(default_factory=asyncio.Queue)
+    # an error ends the stream: the engine's loop failed
+    queue: asyncio.Queue[EngineOutput | PreheatError] = field(default_factory=asyncio.Queue)
     text: str = ""
     last_token_t: float | None = None
     stop_hit: bool = False
     done: bool = False
+
+
+_log = logging.getLogger(__name__)
 
 
 class SimEngine:
@@ -178,6 +183,7 @@ class SimEngine:
         self._task: asyncio.Task[None] | None = None
         self._loaded = False
         self._closed = False
+        self._failed: str | None = None
         self._warmups = 0
 
     # --- Engine protocol ----------------------------------------------------------------
@@ -229,6 +235,8 @@ class SimEngine:
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         """Streams ``request``'s output; submitted at the first ``__anext__``."""
+        if self._failed is not None:
+            raise PreheatError(ErrorCode.UNAVAILABLE, f"sim engine failed: {self._failed}")
         if not self._loaded or self._closed:
             raise PreheatError(ErrorCode.UNAVAILABLE, "sim engine is not loaded")
         rid = request.request_id
@@ -248,6 +256,8 @@ class SimEngine:
         try:
             while True:
                 out = await stream.queue.get()
+                if isinstance(out, PreheatError):
+                    raise out
                 yield out
                 if out.finish_reason is not None:
                     return
@@ -290,6 +300,18 @@ class SimEngine:
             self._listener(event)
 
     async def _run(self) -> None:
+        try:
+            await self._loop()
+        except Exception as exc:  # a bug in the core: fail every open stream, never hang
+            _log.exception("sim engine loop failed")
+            self._failed = f"{type(exc).__name__}: {exc}"
+            err = PreheatError(ErrorCode.INTERNAL, f"sim engine failed: {self._failed}")
+            for stream in list(self._streams.values()):
+                stream.done = True
+                stream.queue.put_nowait(err)
+            self._streams.clear()
+
+    async def _loop(self) -> None:
         while True:
             now = self._clock()
             self._deliver(self.core.advance(now), now)
