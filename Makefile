@@ -42,10 +42,10 @@ define run_pytest
 endef
 
 test-vllm: venv-vllm
-	$(call run_pytest,HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(PY_VLLM),tests/vllm -m vllm)
+	$(call run_pytest,HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(PY_VLLM),tests/vllm_tier -m vllm)
 
 test-main: venv
-	$(call run_pytest,$(PY),tests --ignore=tests/vllm)
+	$(call run_pytest,$(PY),tests --ignore=tests/vllm_tier)
 
 test: lint test-vllm test-main
 

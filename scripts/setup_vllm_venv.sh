@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates the vLLM venv (default .venv-vllm) that runs tests/vllm: vLLM's CPU build, torch
+# Creates the vLLM venv (default .venv-vllm) that runs tests/vllm_tier: vLLM's CPU build, torch
 # CPU, Preheat (editable, no deps) and the test tools.
 #
 #   scripts/setup_vllm_venv.sh [VENV_DIR]

@@ -33,10 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "loopback), interleaved, and reports TTFT p50/p99 of each, the difference "
         "(the worker's added latency) and tokens/s.",
     )
-    w.add_argument("--requests", type=int, default=200, help="requests per side and level")
+    w.add_argument("--requests", type=int, default=100, help="requests per side and level")
     w.add_argument("--concurrency", default="1,16", help="comma-separated levels")
     w.add_argument("--prompt-tokens", type=int, default=512)
-    w.add_argument("--max-tokens", type=int, default=64)
+    w.add_argument("--max-tokens", type=int, default=32)
     w.add_argument("--rounds", type=int, default=2, help="interleaved rounds per side")
     w.add_argument(
         "--time-scales",
