@@ -30,6 +30,16 @@ class StreamRecord:
     server_decode_ms: float = 0.0
     error: str = ""
     text: str = ""
+    last_token_at: float = 0.0
+
+    def tokens_arrived(self, start: float, now: float, count: int) -> None:
+        """Records a chunk of ``count`` tokens seen at ``now`` (request sent at ``start``)."""
+        if self.completion_tokens == 0:
+            self.ttft_s = now - start
+        else:
+            self.itl_s.append(now - self.last_token_at)
+        self.last_token_at = now
+        self.completion_tokens += count
 
 
 async def stream_generate(
@@ -38,18 +48,11 @@ async def stream_generate(
     """Sends one Generate call and records its timing; errors are recorded, not raised."""
     rec = StreamRecord(request_id=request.request_id, ok=False)
     start = time.monotonic()
-    last = start
     parts: list[str] = []
     try:
         async for chunk in stub.Generate(request, timeout=timeout_s):
-            now = time.monotonic()
             if chunk.token_ids:
-                if rec.completion_tokens == 0:
-                    rec.ttft_s = now - start
-                else:
-                    rec.itl_s.append(now - last)
-                last = now
-                rec.completion_tokens += len(chunk.token_ids)
+                rec.tokens_arrived(start, time.monotonic(), len(chunk.token_ids))
             parts.append(chunk.text)
             if chunk.request_id:
                 rec.request_id = chunk.request_id

@@ -84,17 +84,10 @@ def _build_engine(worker_args: list[str]) -> Engine:
 async def _bare_one(engine: Engine, rid: str, prompt: str, max_tokens: int) -> StreamRecord:
     rec = StreamRecord(request_id=rid, ok=False)
     start = time.monotonic()
-    last = start
     req = EngineRequest(rid, tuple(engine.tokenize(prompt)), Sampling(max_tokens=max_tokens))
     async for out in engine.generate(req):
-        now = time.monotonic()
         if out.token_ids:
-            if rec.completion_tokens == 0:
-                rec.ttft_s = now - start
-            else:
-                rec.itl_s.append(now - last)
-            last = now
-            rec.completion_tokens += len(out.token_ids)
+            rec.tokens_arrived(start, time.monotonic(), len(out.token_ids))
         if out.finish_reason is not None:
             rec.ok = True
     rec.e2e_s = time.monotonic() - start
