@@ -1,0 +1,96 @@
+"""The values routing decisions are made from and return. Pure: no I/O, no clock.
+
+Predicted TTFT on endpoint p (DESIGN.md, Routing):
+    network RTT(client -> p) + expected queue wait(p) + prefill time(uncached prompt tokens on p)
+Scorers contribute milliseconds to that sum; the picker takes the lowest total.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class PrefillCost(Protocol):
+    """Predicted prefill milliseconds (``preheat.engine.costmodel.CostModel`` is one)."""
+
+    def prefill_ms(self, new_tokens: int, cached_tokens: int = 0) -> float: ...
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One worker as the router sees it at ``RoutingContext.now``.
+
+    ``metrics_at`` is when its load figures were last refreshed (scrape or Status); data
+    older than the scheduler's staleness bound counts as saturated.
+    """
+
+    id: str  # worker id (pod name)
+    address: str  # host:port of its gRPC server
+    pool: str = ""
+    zone: str = ""
+    region: str = ""
+    num_running: int = 0  # engine: running sequences
+    num_waiting: int = 0  # engine: waiting sequences
+    kv_cache_usage: float = 0.0  # 0..1
+    max_num_seqs: int = 256
+    block_size: int = 16
+    in_flight: int = 0  # requests this router has sent and not yet seen the first token of
+    rtt_ms: float | None = None  # EWMA of measured round trips from this router; None: unknown
+    metrics_at: float | None = None  # router clock (seconds); None: never refreshed
+    # precise prefix index: block hashes the worker reports cached (WatchCache); None: unknown
+    cached_blocks: frozenset[int] | None = None
+    # observed mean prefill+queue per request on this endpoint (EWMA), ms; None: unknown
+    observed_ttft_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    request_id: str
+    prompt_tokens: int
+    block_hashes: tuple[int, ...] = ()  # chained hashes of the prompt's full blocks
+    block_size: int = 16  # tokens per block in block_hashes
+    max_tokens: int = 0
+    session_id: str = ""
+    client_region: str = ""
+    client_zone: str = ""
+    ttft_deadline_ms: float | None = None  # admission: reject when no endpoint predicts within
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class RoutingContext:
+    now: float
+    request: RequestInfo
+    endpoints: tuple[Endpoint, ...]
+    # approximate prefix index from this router's own history: endpoint id -> number of
+    # the request's leading blocks routed there recently (computed by PrefixHistory.match)
+    history_matches: Mapping[str, int] = field(default_factory=dict)
+    # region -> region -> RTT ms, for endpoints without a measured rtt_ms
+    region_rtt_ms: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An endpoint's score breakdown: every term in predicted milliseconds."""
+
+    endpoint: Endpoint
+    terms: Mapping[str, float]  # scorer name -> weighted ms
+
+    @property
+    def total_ms(self) -> float:
+        return sum(self.terms.values())
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The chosen endpoint (None: rejected), the predicted TTFT, and why."""
+
+    endpoint: Endpoint | None
+    predicted_ttft_ms: float
+    reason: str  # short machine label, e.g. "session", "prefix", "least-latency", "rejected"
+    explanation: str  # a sentence an SRE can read in a trace
+    cached_blocks: int = 0  # blocks predicted to hit the prefix cache on the endpoint
+    candidates: tuple[Candidate, ...] = ()
+    retry_after_s: float | None = None  # with a rejection
