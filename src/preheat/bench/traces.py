@@ -1,0 +1,379 @@
+"""Workload traces: load a request trace into typed :class:`TraceRequest` values.
+
+Three formats, detected from the file (or named with ``fmt``):
+
+``preheat`` (JSONL, ours)
+    ``{"timestamp_ms": 0, "input_tokens": 812, "output_tokens": 64,
+    "session_id": "s1", "prefix_block_ids": [7, 9, 12]}``; the last two are optional.
+``mooncake`` (JSONL, Mooncake FAST'25 release)
+    ``{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, ...]}``
+    with ``len(hash_ids) == ceil(input_length / 512)``: equal ids at equal positions are a
+    reusable prefix. The trace has no session ids; :func:`load_trace` can derive one.
+``azure`` (CSV, Azure LLM inference trace 2023)
+    ``TIMESTAMP,ContextTokens,GeneratedTokens`` with wall-clock timestamps; no sessions or
+    prefixes.
+
+Prompt text for the sim engine's word tokenizer (one word = one token) comes from
+:func:`prompt_text`: block ``id`` always becomes the same ``block_tokens`` words, so requests
+that share leading block ids share a cacheable text prefix; the last block is partial
+(``input_tokens - block_tokens * (n - 1)`` words, a prefix of that block's full text).
+
+Malformed input raises :class:`TraceError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+TraceFormat = Literal["auto", "preheat", "mooncake", "azure"]
+FORMATS: tuple[str, ...] = ("auto", "preheat", "mooncake", "azure")
+SessionRule = Literal["keep", "root", "none"]
+
+MOONCAKE_BLOCK_TOKENS = 512
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be read; the message names the file and line."""
+
+    def __init__(self, path: Path | str, line: int | None, message: str) -> None:
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {message}")
+        self.path = str(path)
+        self.line = line
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """One request of a trace, ready to replay.
+
+    ``arrival_s`` is seconds from the start of the replay (after slicing and scaling);
+    ``prefix_block_ids`` name ``block_tokens``-token blocks of the prompt (empty: no
+    sharing information); ``line`` is where it came from in the file.
+    """
+
+    arrival_s: float
+    input_tokens: int
+    output_tokens: int
+    session_id: str = ""
+    prefix_block_ids: tuple[int, ...] = ()
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS
+    line: int = 0
+    index: int = 0  # position in the replayed trace (0, 1, ...)
+
+
+@dataclass(frozen=True)
+class TraceOptions:
+    """How to cut and scale a trace.
+
+    ``start_s`` and ``duration_s`` select a slice in the trace's own time; arrivals are then
+    measured from ``start_s`` and multiplied by ``time_scale / rate_scale`` (``time_scale
+    0.1`` or ``rate_scale 10`` replay ten times faster). ``max_requests`` keeps the first N
+    of the slice. ``max_input_tokens`` clips longer prompts by dropping trailing blocks,
+    which keeps their shared prefix (for engines with a shorter context window).
+    ``sessions``: ``keep`` what the file says; ``root`` derives a session id from the
+    conversation root (see :func:`derive_root_sessions`) when the file has none; ``none``
+    drops them.
+    """
+
+    fmt: TraceFormat = "auto"
+    start_s: float = 0.0
+    duration_s: float | None = None
+    time_scale: float = 1.0
+    rate_scale: float = 1.0
+    max_requests: int | None = None
+    max_input_tokens: int | None = None
+    sessions: SessionRule = "keep"
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS
+
+    def __post_init__(self) -> None:
+        errors: list[str] = []
+        if self.fmt not in FORMATS:
+            errors.append(f"fmt must be one of {', '.join(FORMATS)}, got {self.fmt!r}")
+        if self.start_s < 0:
+            errors.append(f"start_s must be >= 0, got {self.start_s}")
+        if self.duration_s is not None and self.duration_s <= 0:
+            errors.append(f"duration_s must be > 0, got {self.duration_s}")
+        if not self.time_scale > 0:
+            errors.append(f"time_scale must be > 0, got {self.time_scale}")
+        if not self.rate_scale > 0:
+            errors.append(f"rate_scale must be > 0, got {self.rate_scale}")
+        if self.max_requests is not None and self.max_requests < 0:
+            errors.append(f"max_requests must be >= 0, got {self.max_requests}")
+        if self.max_input_tokens is not None and self.max_input_tokens <= 0:
+            errors.append(f"max_input_tokens must be > 0, got {self.max_input_tokens}")
+        if self.sessions not in ("keep", "root", "none"):
+            errors.append(f"sessions must be keep, root or none, got {self.sessions!r}")
+        if self.block_tokens <= 0:
+            errors.append(f"block_tokens must be > 0, got {self.block_tokens}")
+        if errors:
+            raise ValueError("; ".join(errors))
+
+
+@dataclass(frozen=True)
+class _Raw:
+    """A parsed line before slicing: time in the trace's own seconds."""
+
+    t_s: float
+    input_tokens: int
+    output_tokens: int
+    session_id: str
+    block_ids: tuple[int, ...]
+    line: int
+
+
+def load_trace(path: Path | str, options: TraceOptions | None = None) -> list[TraceRequest]:
+    """Reads, slices and scales a trace; requests come back sorted by arrival."""
+    opts = options or TraceOptions()
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError(p, None, "no such file")
+    fmt = detect_format(p) if opts.fmt == "auto" else opts.fmt
+    rows = _read_azure(p) if fmt == "azure" else _read_jsonl(p, fmt, opts.block_tokens)
+    raws = list(rows)
+    raws.sort(key=lambda r: (r.t_s, r.line))
+    if opts.sessions == "none":
+        raws = [replace(r, session_id="") for r in raws]
+    elif opts.sessions == "root" and not any(r.session_id for r in raws):
+        roots = derive_root_sessions([r.block_ids for r in raws])
+        raws = [replace(r, session_id=s) for r, s in zip(raws, roots, strict=True)]
+    if not raws:
+        return []
+    t0 = raws[0].t_s + opts.start_s
+    end = math.inf if opts.duration_s is None else t0 + opts.duration_s
+    factor = opts.time_scale / opts.rate_scale
+    out: list[TraceRequest] = []
+    for r in raws:
+        if r.t_s < t0 or r.t_s >= end:
+            continue
+        if opts.max_requests is not None and len(out) >= opts.max_requests:
+            break
+        tokens, blocks = r.input_tokens, r.block_ids
+        if opts.max_input_tokens is not None and tokens > opts.max_input_tokens:
+            tokens = opts.max_input_tokens
+            blocks = blocks[: math.ceil(tokens / opts.block_tokens)]
+        out.append(
+            TraceRequest(
+                arrival_s=(r.t_s - t0) * factor,
+                input_tokens=tokens,
+                output_tokens=r.output_tokens,
+                session_id=r.session_id,
+                prefix_block_ids=blocks,
+                block_tokens=opts.block_tokens,
+                line=r.line,
+                index=len(out),
+            )
+        )
+    return out
+
+
+def detect_format(path: Path) -> str:
+    """``azure`` for a CSV with its header, else the JSONL flavour of the first record."""
+    with path.open(newline="") as f:
+        for lineno, line in enumerate(f, 1):
+            text = line.strip()
+            if not text:
+                continue
+            if text.startswith(("{", "[")):
+                obj = _parse_json(path, lineno, text)
+                if "hash_ids" in obj or "input_length" in obj:
+                    return "mooncake"
+                if "input_tokens" in obj:
+                    return "preheat"
+                raise TraceError(
+                    path,
+                    lineno,
+                    "unknown JSONL record: expected preheat fields (timestamp_ms, "
+                    "input_tokens, output_tokens) or Mooncake fields (timestamp, "
+                    f"input_length, output_length, hash_ids); got keys {sorted(obj)}",
+                )
+            header = [h.strip() for h in text.split(",")]
+            if "ContextTokens" in header and "GeneratedTokens" in header:
+                return "azure"
+            raise TraceError(
+                path,
+                lineno,
+                "not a known trace: expected JSON lines or an Azure CSV header "
+                "(TIMESTAMP,ContextTokens,GeneratedTokens)",
+            )
+    raise TraceError(path, None, "empty trace file")
+
+
+def derive_root_sessions(block_ids: Sequence[Sequence[int]]) -> list[str]:
+    """A session id per request from its conversation root.
+
+    Turns of one conversation repeat its earlier prompt, so they share leading block ids.
+    The root is the first block after the prefix that *every* request shares (Mooncake's
+    conversation trace starts every prompt with the same block 0, a system prompt that
+    would otherwise put the whole trace in one session). Requests with no block beyond
+    that shared prefix get their own session (``r<index>``).
+    """
+    common = _common_prefix_len(block_ids)
+    out: list[str] = []
+    for i, ids in enumerate(block_ids):
+        out.append(f"c{ids[common]}" if len(ids) > common else f"r{i}")
+    return out
+
+
+def _common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+    non_empty = [s for s in seqs if s]
+    if len(non_empty) < 2:
+        return 0
+    n = min(len(s) for s in non_empty)
+    first = non_empty[0]
+    for k in range(n):
+        if any(s[k] != first[k] for s in non_empty):
+            return k
+    return n
+
+
+def _parse_json(path: Path, lineno: int, text: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TraceError(path, lineno, f"invalid JSON: {e.msg} (column {e.colno})") from None
+    if not isinstance(obj, dict):
+        raise TraceError(path, lineno, f"expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _int_field(path: Path, lineno: int, obj: dict[str, Any], key: str, minimum: int) -> int:
+    if key not in obj:
+        raise TraceError(path, lineno, f"missing field {key!r}")
+    v = obj[key]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TraceError(path, lineno, f"{key} must be an integer, got {v!r}")
+    if v < minimum:
+        raise TraceError(path, lineno, f"{key} must be >= {minimum}, got {v}")
+    return v
+
+
+def _time_field(path: Path, lineno: int, obj: dict[str, Any], key: str) -> float:
+    if key not in obj:
+        raise TraceError(path, lineno, f"missing field {key!r}")
+    v = obj[key]
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+        raise TraceError(path, lineno, f"{key} must be a number >= 0 (ms), got {v!r}")
+    return float(v) / 1e3
+
+
+def _blocks_field(
+    path: Path, lineno: int, obj: dict[str, Any], key: str, input_tokens: int, block_tokens: int
+) -> tuple[int, ...]:
+    v = obj[key]
+    if not isinstance(v, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v
+    ):
+        raise TraceError(path, lineno, f"{key} must be a list of integers >= 0")
+    want = math.ceil(input_tokens / block_tokens)
+    if v and len(v) != want:
+        raise TraceError(
+            path,
+            lineno,
+            f"{key} has {len(v)} blocks but {input_tokens} input tokens need "
+            f"ceil({input_tokens}/{block_tokens}) = {want}",
+        )
+    return tuple(v)
+
+
+def _read_jsonl(path: Path, fmt: str, block_tokens: int) -> Iterator[_Raw]:
+    mooncake = fmt == "mooncake"
+    t_key, in_key, out_key, blk_key = (
+        ("timestamp", "input_length", "output_length", "hash_ids")
+        if mooncake
+        else ("timestamp_ms", "input_tokens", "output_tokens", "prefix_block_ids")
+    )
+    with path.open() as f:
+        for lineno, line in enumerate(f, 1):
+            text = line.strip()
+            if not text:
+                continue
+            obj = _parse_json(path, lineno, text)
+            t_s = _time_field(path, lineno, obj, t_key)
+            n_in = _int_field(path, lineno, obj, in_key, 1)
+            n_out = _int_field(path, lineno, obj, out_key, 1)
+            if mooncake and blk_key not in obj:
+                raise TraceError(path, lineno, f"missing field {blk_key!r}")
+            blocks = (
+                _blocks_field(path, lineno, obj, blk_key, n_in, block_tokens)
+                if blk_key in obj
+                else ()
+            )
+            session = obj.get("session_id", "")
+            if not isinstance(session, str | int) or isinstance(session, bool):
+                raise TraceError(path, lineno, f"session_id must be a string, got {session!r}")
+            yield _Raw(t_s, n_in, n_out, str(session), blocks, lineno)
+
+
+def _read_azure(path: Path) -> Iterator[_Raw]:
+    with path.open(newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            raise TraceError(path, None, "empty trace file")
+        cols = {name.strip(): i for i, name in enumerate(header)}
+        missing = [c for c in ("TIMESTAMP", "ContextTokens", "GeneratedTokens") if c not in cols]
+        if missing:
+            raise TraceError(path, 1, f"CSV header lacks {', '.join(missing)}")
+        t0: datetime | None = None
+        for row in reader:
+            lineno = reader.line_num
+            if not row or all(not c.strip() for c in row):
+                continue
+            if len(row) < len(header):
+                raise TraceError(path, lineno, f"expected {len(header)} columns, got {len(row)}")
+            stamp = row[cols["TIMESTAMP"]].strip()
+            try:
+                when = datetime.fromisoformat(stamp)
+            except ValueError:
+                raise TraceError(path, lineno, f"bad TIMESTAMP {stamp!r}") from None
+            t0 = when if t0 is None else t0
+            values: dict[str, int] = {}
+            for key, minimum in (("ContextTokens", 1), ("GeneratedTokens", 1)):
+                raw = row[cols[key]].strip()
+                try:
+                    values[key] = int(raw)
+                except ValueError:
+                    msg = f"{key} must be an integer, got {raw!r}"
+                    raise TraceError(path, lineno, msg) from None
+                if values[key] < minimum:
+                    raise TraceError(path, lineno, f"{key} must be >= {minimum}, got {raw}")
+            yield _Raw(
+                (when - t0).total_seconds(),
+                values["ContextTokens"],
+                values["GeneratedTokens"],
+                "",
+                (),
+                lineno,
+            )
+
+
+def block_text(block_id: int, n: int) -> str:
+    """The first ``n`` words of block ``block_id``'s text (one word = one sim token).
+
+    Words are distinct within a block and across blocks, so no two blocks share text by
+    accident; the same id always gives the same words.
+    """
+    return " ".join(f"b{block_id:x}.{i:x}" for i in range(n))
+
+
+def prompt_text(req: TraceRequest) -> str:
+    """The prompt of exactly ``req.input_tokens`` words.
+
+    With prefix block ids: block texts in order, the last one partial. Without: words unique
+    to the request (no prefix sharing beyond chance).
+    """
+    ids = req.prefix_block_ids
+    if not ids:
+        return " ".join(f"u{req.index:x}.{i:x}" for i in range(req.input_tokens))
+    bt = req.block_tokens
+    last = req.input_tokens - bt * (len(ids) - 1)
+    parts = [block_text(b, bt) for b in ids[:-1]]
+    parts.append(block_text(ids[-1], last))
+    return " ".join(parts)

@@ -1,0 +1,162 @@
+"""Trace loading: the three formats, slicing and scaling, derived sessions, prompt text."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from preheat.bench.traces import (
+    TraceError,
+    TraceOptions,
+    TraceRequest,
+    derive_root_sessions,
+    detect_format,
+    load_trace,
+    prompt_text,
+)
+from preheat.engine.simtokenizer import SimTokenizer
+
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+
+
+def _jsonl(tmp_path: Path, rows: list[object], name: str = "t.jsonl") -> Path:
+    p = tmp_path / name
+    p.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
+    return p
+
+
+def _mooncake(t: int, n_in: int, ids: list[int], n_out: int = 10) -> dict[str, object]:
+    return {"timestamp": t, "input_length": n_in, "output_length": n_out, "hash_ids": ids}
+
+
+def test_preheat_jsonl_with_optional_fields(tmp_path: Path):
+    p = _jsonl(
+        tmp_path,
+        [
+            {"timestamp_ms": 1500, "input_tokens": 600, "output_tokens": 5, "session_id": "a",
+             "prefix_block_ids": [3, 4]},
+            {"timestamp_ms": 500, "input_tokens": 10, "output_tokens": 2},
+        ],
+    )  # fmt: skip
+    assert detect_format(p) == "preheat"
+    reqs = load_trace(p)
+    assert [r.line for r in reqs] == [2, 1]  # sorted by arrival
+    assert reqs[0] == TraceRequest(0.0, 10, 2, line=2, index=0)
+    assert reqs[1].arrival_s == pytest.approx(1.0)
+    assert reqs[1].session_id == "a"
+    assert reqs[1].prefix_block_ids == (3, 4)
+
+
+def test_mooncake_blocks_sessions_and_clipping(tmp_path: Path):
+    p = _jsonl(
+        tmp_path,
+        [
+            _mooncake(0, 1000, [0, 1]),
+            _mooncake(2000, 1500, [0, 1, 2]),
+            _mooncake(4000, 600, [0, 7]),
+            _mooncake(6000, 100, [0]),
+        ],
+    )
+    assert detect_format(p) == "mooncake"
+    reqs = load_trace(p, TraceOptions(sessions="root", max_input_tokens=1200))
+    # block 0 starts every prompt (a shared system prompt): the root is the next block
+    assert [r.session_id for r in reqs] == ["c1", "c1", "c7", "r3"]
+    assert reqs[1].input_tokens == 1200
+    assert reqs[1].prefix_block_ids == (0, 1, 2)  # ceil(1200/512) = 3 blocks kept
+    assert reqs[0].prefix_block_ids == (0, 1)
+    assert [r.session_id for r in load_trace(p)] == ["", "", "", ""]
+
+
+def test_slice_and_scale(tmp_path: Path):
+    p = _jsonl(tmp_path, [_mooncake(1000 * i, 10, [i]) for i in range(10)])
+    reqs = load_trace(p, TraceOptions(start_s=2, duration_s=5, time_scale=0.5, rate_scale=2))
+    assert [r.line for r in reqs] == [3, 4, 5, 6, 7]
+    assert [r.arrival_s for r in reqs] == pytest.approx([0, 0.25, 0.5, 0.75, 1.0])
+    assert [r.index for r in reqs] == [0, 1, 2, 3, 4]
+    assert len(load_trace(p, TraceOptions(max_requests=3))) == 3
+
+
+def test_azure_csv(tmp_path: Path):
+    p = tmp_path / "a.csv"
+    p.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n"
+        "2023-11-16 18:15:50.9951690,396,109\n"
+    )
+    assert detect_format(p) == "azure"
+    reqs = load_trace(p)
+    assert [(r.input_tokens, r.output_tokens) for r in reqs] == [(374, 44), (396, 109)]
+    assert reqs[1].arrival_s == pytest.approx(4.314579, abs=1e-6)
+    assert reqs[1].line == 3
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        (['{"timestamp": 0, "input_length": 5'], "t.jsonl:1: invalid JSON"),
+        ([_mooncake(0, 10, [0]), _mooncake(1, 600, [0])], "t.jsonl:2: hash_ids has 1 blocks"),
+        ([_mooncake(0, 10, [0]), {"timestamp": 1, "input_length": 5, "output_length": 1}],
+         "t.jsonl:2: missing field 'hash_ids'"),
+        ([_mooncake(0, 10, [0]), _mooncake(-5, 10, [0])], "t.jsonl:2: timestamp must be"),
+        ([{"timestamp_ms": 0, "input_tokens": 0, "output_tokens": 1}],
+         "t.jsonl:1: input_tokens must be >= 1"),
+        ([{"timestamp_ms": 0, "input_tokens": 3, "output_tokens": "x"}],
+         "t.jsonl:1: output_tokens must be an integer"),
+        (["[1, 2]"], "t.jsonl:1: expected a JSON object"),
+        ([{"foo": 1}], "t.jsonl:1: unknown JSONL record"),
+    ],
+)  # fmt: skip
+def test_malformed_jsonl_names_file_and_line(tmp_path: Path, rows: list[object], message: str):
+    p = _jsonl(tmp_path, rows)
+    with pytest.raises(TraceError, match=message.replace("(", r"\(")):
+        load_trace(p)
+
+
+def test_malformed_azure_names_line(tmp_path: Path):
+    p = tmp_path / "a.csv"
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1,1\nnope,3,4\n")
+    with pytest.raises(TraceError, match=r"a\.csv:3: bad TIMESTAMP 'nope'"):
+        load_trace(p)
+    p.write_text("TIMESTAMP,Tokens\n")
+    with pytest.raises(TraceError, match="not a known trace"):
+        load_trace(p)
+
+
+def test_missing_file_and_bad_options(tmp_path: Path):
+    with pytest.raises(TraceError, match="no such file"):
+        load_trace(tmp_path / "nope.jsonl")
+    with pytest.raises(ValueError, match=r"time_scale must be > 0.*max_requests must be >= 0"):
+        TraceOptions(time_scale=0, max_requests=-1)
+
+
+def test_prompt_text_shares_prefix_for_shared_blocks():
+    tok = SimTokenizer()
+    a = TraceRequest(0, 1000, 1, prefix_block_ids=(0, 1), index=0)
+    b = TraceRequest(0, 1100, 1, prefix_block_ids=(0, 1, 2), index=1)
+    c = TraceRequest(0, 700, 1, prefix_block_ids=(0, 9), index=2)
+    ta, tb, tc = (tok.encode(prompt_text(r)) for r in (a, b, c))
+    assert (len(ta), len(tb), len(tc)) == (1000, 1100, 700)
+    assert ta == tb[:1000]  # the partial last block is a prefix of the full block
+    assert tc[:512] == ta[:512]
+    assert tc[512] != ta[512]
+    d = TraceRequest(0, 50, 1, index=3)
+    e = TraceRequest(0, 50, 1, index=4)
+    assert len(prompt_text(d).split()) == 50
+    assert not set(prompt_text(d).split()) & set(prompt_text(e).split())
+
+
+def test_derive_root_sessions_without_shared_root():
+    assert derive_root_sessions([[5, 6], [5, 7], [8]]) == ["c5", "c5", "c8"]
+
+
+@pytest.mark.skipif(not (DATA / "mooncake_conversation_trace.jsonl").exists(), reason="no data")
+def test_real_traces_load():
+    reqs = load_trace(
+        DATA / "mooncake_conversation_trace.jsonl",
+        TraceOptions(duration_s=60, sessions="root"),
+    )
+    assert 100 < len(reqs) < 1000
+    assert all(r.session_id.startswith(("c", "r")) for r in reqs)
+    azure = load_trace(DATA / "azure_llm_2023_conv.csv", TraceOptions(max_requests=100))
+    assert len(azure) == 100
+    assert azure[0].arrival_s == 0.0
