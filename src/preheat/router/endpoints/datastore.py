@@ -1,0 +1,389 @@
+"""The router's view of its pool: one :class:`EndpointStore` fed by a discovery source.
+
+Per endpoint the store keeps (each in its own background task, all owned by the store's
+``TaskGroup`` inside :meth:`EndpointStore.run`):
+
+* lifecycle and load from ``WorkerControl.Status``, polled every ``refresh_interval_s``; this
+  is also the health ping, and its round trip feeds the RTT EWMA;
+* engine metrics from the endpoint's ``/metrics`` (when discovery gives a ``metrics_url``),
+  parsed by :mod:`preheat.core.promtext` with configurable names;
+* the set of cached prefix blocks from a ``WatchCache`` stream (snapshot, then deltas;
+  resubscribed with backoff; ``None`` while unknown);
+* this router's own accounting: requests in flight before their first token, an EWMA of
+  observed TTFT, RTT samples from time-to-first-byte minus server time.
+
+:meth:`EndpointStore.snapshot` returns the routable endpoints only: discovery says ready and
+role ``active``, the last ``Status`` succeeded and said ``active``. ``metrics_at`` is when
+the load figures were last refreshed, on the store's clock: when refreshes stop, it stays
+old and the scheduler counts the endpoint as saturated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+import grpc
+
+from preheat.core.promtext import ModelServerMetricNames
+from preheat.core.routing.types import Endpoint
+from preheat.router.endpoints.cachewatch import watch_cache
+from preheat.router.endpoints.discovery import DiscoveredEndpoint, DiscoverySource
+from preheat.router.endpoints.entry import EndpointEntry
+from preheat.router.endpoints.scraper import scrape_loop
+from preheat.router.endpoints.statuspoll import status_loop
+
+log = logging.getLogger(__name__)
+
+__all__ = ["EndpointInfoView", "EndpointStore", "PrefixHistoryLike"]
+
+
+class PrefixHistoryLike(Protocol):
+    """What the store needs of ``preheat.core.routing.history.PrefixHistory``."""
+
+    def match(self, block_hashes: Sequence[int], now: float) -> dict[str, int]: ...
+
+    def record(self, endpoint_id: str, block_hashes: Sequence[int], now: float) -> None: ...
+
+    def forget(self, endpoint_id: str) -> None: ...
+
+
+class _InterimHistory:
+    """Stand-in until ``preheat.core.routing.history`` lands: leading blocks recorded per
+    endpoint, no expiry."""
+
+    def __init__(self) -> None:
+        self._blocks: dict[str, set[int]] = {}
+
+    def match(self, block_hashes: Sequence[int], now: float) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for eid, blocks in self._blocks.items():
+            n = 0
+            for h in block_hashes:
+                if h not in blocks:
+                    break
+                n += 1
+            if n:
+                out[eid] = n
+        return out
+
+    def record(self, endpoint_id: str, block_hashes: Sequence[int], now: float) -> None:
+        self._blocks.setdefault(endpoint_id, set()).update(block_hashes)
+
+    def forget(self, endpoint_id: str) -> None:
+        self._blocks.pop(endpoint_id, None)
+
+
+def _default_history() -> PrefixHistoryLike:
+    try:
+        module = importlib.import_module("preheat.core.routing.history")
+    except ModuleNotFoundError:
+        return _InterimHistory()
+    history: PrefixHistoryLike = module.PrefixHistory()
+    return history
+
+
+@dataclass(frozen=True)
+class EndpointInfoView:
+    """Everything the store knows of one endpoint, routable or not (``/debug``, logs)."""
+
+    id: str
+    address: str
+    zone: str
+    region: str
+    lifecycle: str  # "active", "standby", ... from the last Status; "unknown" before one
+    healthy: bool  # the last Status answered
+    routable: bool
+    discovered_ready: bool
+    role: str
+    last_error: str  # "" when the last Status (and scrape, watch) succeeded
+    status_at: float | None  # store clock
+    scrape_at: float | None
+    metrics_url: str
+    in_flight: int
+    rtt_ms: float | None
+    rtt_injected: bool
+    observed_ttft_ms: float | None
+    cached_blocks: int | None  # None: unknown (no WatchCache snapshot yet)
+    consecutive_failures: int
+
+
+class EndpointStore:
+    def __init__(
+        self,
+        source: DiscoverySource,
+        *,
+        pool: str = "",
+        metric_names: ModelServerMetricNames | None = None,
+        refresh_interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        watch_cache: bool = True,
+        rtt_alpha: float = 0.2,
+        status_timeout_s: float | None = None,
+        region_rtt_ms: Mapping[str, Mapping[str, float]] | None = None,
+        history: PrefixHistoryLike | None = None,
+        channel_options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        if refresh_interval_s <= 0:
+            raise ValueError(f"refresh_interval_s must be > 0, got {refresh_interval_s}")
+        self.source = source
+        self.pool = pool
+        self.metric_names = metric_names if metric_names is not None else ModelServerMetricNames()
+        self.refresh_interval_s = refresh_interval_s
+        self.clock = clock
+        self.watch_cache = watch_cache
+        self.rtt_alpha = rtt_alpha
+        self.status_timeout_s = (
+            status_timeout_s if status_timeout_s is not None else max(1.0, 2 * refresh_interval_s)
+        )
+        self._region_rtt_ms: Mapping[str, Mapping[str, float]] = {
+            a: dict(row) for a, row in (region_rtt_ms or {}).items()
+        }
+        self.history: PrefixHistoryLike = history if history is not None else _default_history()
+        self._channel_options = list(channel_options)
+        self._entries: dict[str, EndpointEntry] = {}
+        self._order: tuple[str, ...] = ()
+        self._snapshot: tuple[Endpoint, ...] | None = None
+        self._changed = asyncio.Event()
+        self._tg: asyncio.TaskGroup | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._pending_rtt: dict[str, float] = {}
+
+    # --- running --------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Runs discovery and every endpoint's refresh tasks until cancelled."""
+        if self._tg is not None:
+            raise RuntimeError("EndpointStore.run is already running")
+        try:
+            async with aiohttp.ClientSession() as http, asyncio.TaskGroup() as tg:
+                self._http = http
+                self._tg = tg
+                async for endpoints in self.source.changes():
+                    self._apply(endpoints)
+                # a source that ends keeps its last set: wait to be cancelled
+                await asyncio.Event().wait()
+        finally:
+            self._tg = None
+            entries = list(self._entries.values())
+            self._entries.clear()
+            self._order = ()
+            self._invalidate()
+            for entry in entries:
+                entry.cancel_tasks()
+            for entry in entries:
+                await entry.close()
+            self._http = None
+
+    def _apply(self, endpoints: Iterable[DiscoveredEndpoint]) -> None:
+        assert self._tg is not None
+        wanted = {e.key: e for e in endpoints}
+        for key in [k for k in self._entries if k not in wanted]:
+            gone = self._entries.pop(key)
+            log.info("endpoint removed", extra={"pool": self.pool, "endpoint": key})
+            gone.cancel_tasks()
+            self._tg.create_task(gone.close())
+            with contextlib.suppress(Exception):
+                self.history.forget(key)
+        for key, disc in wanted.items():
+            entry = self._entries.get(key)
+            if entry is not None and entry.discovered.address == disc.address:
+                if entry.discovered != disc:
+                    restart_scrape = entry.discovered.metrics_url != disc.metrics_url
+                    entry.discovered = disc
+                    if restart_scrape:
+                        self._start_scrape(entry)
+                    entry.touch()
+                continue
+            if entry is not None:  # same id, new address: a new endpoint
+                entry.cancel_tasks()
+                self._tg.create_task(entry.close())
+            self._add(disc)
+        self._order = tuple(wanted)
+        self._invalidate()
+
+    def _add(self, disc: DiscoveredEndpoint) -> None:
+        assert self._tg is not None
+        channel = grpc.aio.insecure_channel(disc.address, options=self._channel_options)
+        entry = EndpointEntry(disc, channel, rtt_alpha=self.rtt_alpha, on_change=self._invalidate)
+        if disc.key in self._pending_rtt:
+            entry.rtt.inject(self._pending_rtt[disc.key])
+        self._entries[disc.key] = entry
+        log.info(
+            "endpoint added",
+            extra={"pool": self.pool, "endpoint": disc.key, "address": disc.address},
+        )
+        entry.tasks["status"] = self._tg.create_task(
+            status_loop(
+                entry,
+                interval_s=self.refresh_interval_s,
+                timeout_s=self.status_timeout_s,
+                clock=self.clock,
+            )
+        )
+        if self.watch_cache:
+            entry.tasks["watch"] = self._tg.create_task(watch_cache(entry))
+        self._start_scrape(entry)
+
+    def _start_scrape(self, entry: EndpointEntry) -> None:
+        assert self._tg is not None
+        assert self._http is not None
+        old = entry.tasks.pop("scrape", None)
+        if old is not None:
+            old.cancel()
+        entry.scrape = None
+        if entry.discovered.metrics_url:
+            entry.tasks["scrape"] = self._tg.create_task(
+                scrape_loop(
+                    entry,
+                    self._http,
+                    self.metric_names,
+                    interval_s=self.refresh_interval_s,
+                    timeout_s=self.status_timeout_s,
+                    clock=self.clock,
+                )
+            )
+
+    def _invalidate(self) -> None:
+        self._snapshot = None
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_ready(self, min_endpoints: int = 1, timeout_s: float = 30.0) -> None:
+        """Waits until at least ``min_endpoints`` are routable; TimeoutError says which are
+        known and why they are not routable."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while len(self.snapshot()) < min_endpoints:
+                    await self._changed.wait()
+        except TimeoutError:
+            known = ", ".join(
+                f"{v.id}({v.lifecycle}, healthy={v.healthy}"
+                + (f", error={v.last_error}" if v.last_error else "")
+                + ")"
+                for v in self.all_endpoints()
+            )
+            raise TimeoutError(
+                f"pool {self.pool!r}: {len(self.snapshot())} of {min_endpoints} endpoints "
+                f"routable after {timeout_s:g}s; known: {known or 'none'}"
+            ) from None
+
+    # --- views ----------------------------------------------------------------------------
+    def snapshot(self) -> tuple[Endpoint, ...]:
+        """The routable endpoints, in discovery order."""
+        snap = self._snapshot
+        if snap is None:
+            snap = tuple(
+                e.endpoint(self.pool)
+                for k in self._order
+                if (e := self._entries.get(k)) is not None and e.routable
+            )
+            self._snapshot = snap
+        return snap
+
+    def all_endpoints(self) -> tuple[EndpointInfoView, ...]:
+        out = []
+        for key in self._order:
+            e = self._entries.get(key)
+            if e is None:
+                continue
+            st = e.status
+            out.append(
+                EndpointInfoView(
+                    id=key,
+                    address=e.discovered.address,
+                    zone=e.zone,
+                    region=e.region,
+                    lifecycle=e.lifecycle,
+                    healthy=e.healthy,
+                    routable=e.routable,
+                    discovered_ready=e.discovered.ready,
+                    role=e.discovered.role,
+                    last_error=e.last_error,
+                    status_at=e.status_at if st is not None else None,
+                    scrape_at=e.scrape_at,
+                    metrics_url=e.discovered.metrics_url,
+                    in_flight=e.in_flight,
+                    rtt_ms=e.rtt.value_ms,
+                    rtt_injected=e.rtt.injected_ms is not None,
+                    observed_ttft_ms=e.observed_ttft.value,
+                    cached_blocks=None if e.cached is None else len(e.cached),
+                    consecutive_failures=e.consecutive_failures,
+                )
+            )
+        return tuple(out)
+
+    def region_rtt_ms(self) -> Mapping[str, Mapping[str, float]]:
+        return self._region_rtt_ms
+
+    def endpoint(self, endpoint_id: str) -> Endpoint | None:
+        """One endpoint's current view, routable or not (None: unknown id)."""
+        e = self._entries.get(endpoint_id)
+        return None if e is None else e.endpoint(self.pool)
+
+    # --- accounting from the data path ----------------------------------------------------
+    def request_started(self, endpoint_id: str) -> None:
+        e = self._entries.get(endpoint_id)
+        if e is not None:
+            e.in_flight += 1
+            e.touch()
+
+    def first_token(self, endpoint_id: str, ttft_s: float, server_ttft_ms: float) -> None:
+        """The first token arrived ``ttft_s`` after the request was sent; the worker spent
+        ``server_ttft_ms`` of that (queue + prefill; 0 if unknown)."""
+        e = self._entries.get(endpoint_id)
+        if e is None:
+            return
+        e.in_flight = max(0, e.in_flight - 1)
+        observed_ms = ttft_s * 1000.0
+        if server_ttft_ms > 0:
+            e.observed_ttft.update(server_ttft_ms)
+            e.rtt.sample(observed_ms - server_ttft_ms)
+        else:
+            e.observed_ttft.update(observed_ms)
+        e.touch()
+
+    def request_failed(self, endpoint_id: str) -> None:
+        """A request failed before its first token: one fewer in flight, and the endpoint's
+        Status is asked again at once (a dead endpoint drops out within one round trip)."""
+        e = self._entries.get(endpoint_id)
+        if e is None:
+            return
+        e.in_flight = max(0, e.in_flight - 1)
+        e.failures += 1
+        e.kick.set()
+        e.touch()
+
+    def request_finished(self, endpoint_id: str) -> None:
+        """A request ended without a first token and without an endpoint failure (a client
+        cancel, a rejection by validation): one fewer in flight."""
+        e = self._entries.get(endpoint_id)
+        if e is not None:
+            e.in_flight = max(0, e.in_flight - 1)
+            e.touch()
+
+    def channel(self, endpoint_id: str) -> grpc.aio.Channel:
+        """The endpoint's shared channel (owned by the store: do not close it). KeyError for
+        an endpoint discovery no longer lists."""
+        e = self._entries.get(endpoint_id)
+        if e is None:
+            raise KeyError(f"unknown endpoint {endpoint_id!r}")
+        return e.channel
+
+    def inject_rtt(self, endpoint_id: str, rtt_ms: float | None) -> None:
+        """Fixes an endpoint's RTT (overrides measurement; None: measure again). May be called
+        before discovery has found the endpoint."""
+        if rtt_ms is None:
+            self._pending_rtt.pop(endpoint_id, None)
+        else:
+            self._pending_rtt[endpoint_id] = rtt_ms
+        e = self._entries.get(endpoint_id)
+        if e is not None:
+            e.rtt.inject(rtt_ms)
+            e.touch()
