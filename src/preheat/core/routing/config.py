@@ -1,0 +1,75 @@
+"""The scheduler's frozen internal configuration; its defaults are the ``preheat`` policy.
+
+The external, validated schema (camelCase YAML/JSON) is ``preheat.api.routing``; it ends in
+:class:`SchedulerConfig`. Every field has a default, so ``SchedulerConfig()`` is usable as is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Scorers of the ``preheat`` policy with their weights: every term is predicted milliseconds,
+#: so a weight of 1 adds the physical estimate as is.
+DEFAULT_SCORERS: tuple[tuple[str, float], ...] = (
+    ("queue", 1.0),
+    ("prefix", 1.0),
+    ("rtt", 1.0),
+    ("kv-pressure", 1.0),
+    ("session", 1.0),
+)
+
+#: Filters of every policy, in order.
+DEFAULT_FILTERS: tuple[str, ...] = ("same-pool", "fresh")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """How :func:`preheat.core.routing.scheduler.schedule` decides.
+
+    ``policy`` picks the decision procedure: ``preheat`` (filters -> weighted ms scorers ->
+    lowest total) or a baseline (``round-robin``, ``random``, ``least-request``, ``p2c``,
+    ``chwbl``, ``prefix-only``, ``session-only``). The filters run for every policy.
+    """
+
+    policy: str = "preheat"
+    #: (scorer name, weight) pairs for the ``preheat`` policy; names from ``SCORERS``.
+    scorers: tuple[tuple[str, float], ...] = DEFAULT_SCORERS
+    #: filter names from ``FILTERS``, applied in order.
+    filters: tuple[str, ...] = DEFAULT_FILTERS
+    #: endpoint metrics older than this (or never refreshed) count as saturated.
+    staleness_s: float = 5.0
+    #: ms added to a stale endpoint's prediction (it is kept only when nothing fresh is left).
+    stale_penalty_ms: float = 10_000.0
+    #: a session's bound endpoint keeps it unless its predicted total exceeds the best
+    #: endpoint's by more than this (then the binding yields: reason "session-yield").
+    hotspot_margin_ms: float = 150.0
+    #: bounded-load factor c for rendezvous hashing and chwbl: an endpoint is eligible while
+    #: load + 1 <= ceil(c * (total load + 1) / number of endpoints).
+    session_load_bound: float = 1.25
+    #: RTT assumed when it is neither measured nor in ``region_rtt_ms`` (same region).
+    default_rtt_ms: float = 1.0
+    #: RTT assumed between two different zones of one region when not measured.
+    cross_zone_rtt_ms: float = 2.0
+    #: RTT assumed when a region pair is missing from ``region_rtt_ms``.
+    remote_region_rtt_ms: float = 60.0
+    #: prompt length (tokens) whose prefill stands for "a typical request" in the queue
+    #: estimate when an endpoint has no observed TTFT.
+    typical_prompt_tokens: int = 1024
+    #: ms one running sequence adds to every engine step our prefill shares (decode work).
+    running_seq_ms: float = 0.05
+    #: ms to wait for a free sequence slot, per request beyond ``max_num_seqs``.
+    slot_wait_ms: float = 50.0
+    #: KV-cache usage above which the kv-pressure penalty starts.
+    kv_pressure_threshold: float = 0.8
+    #: kv-pressure penalty (ms) at 100% KV-cache usage; grows quadratically from the threshold.
+    kv_pressure_max_ms: float = 500.0
+    #: only endpoints of this pool (filter ``same-pool``); empty: any pool.
+    pool: str = ""
+    #: chwbl: blocks of the prompt that form the hash key (the chained hash of block K-1).
+    chwbl_prefix_blocks: int = 8
+    #: chwbl: virtual nodes per endpoint on the hash ring.
+    chwbl_virtual_nodes: int = 64
+    #: smallest retry-after (s) of a rejection.
+    min_retry_after_s: float = 0.1
+    #: retry-after (s) when there is no routable endpoint.
+    no_endpoints_retry_after_s: float = 1.0

@@ -1,0 +1,65 @@
+"""Stable 64-bit hashes for routing (BLAKE2b, never ``hash()``): every router replica and
+every run computes the same values, so replicas with the same snapshot agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+
+from preheat.core.routing.types import Endpoint
+
+
+def hash64(*parts: str | int) -> int:
+    """An unsigned 64-bit hash of ``parts`` (strings and integers, order-sensitive)."""
+    h = hashlib.blake2b(digest_size=8)
+    for p in parts:
+        if isinstance(p, int):
+            h.update(b"i")
+            h.update((p & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little"))
+        else:
+            b = p.encode()
+            h.update(b"s")
+            h.update(len(b).to_bytes(4, "little"))
+            h.update(b)
+    return int.from_bytes(h.digest(), "little")
+
+
+def load(endpoint: Endpoint) -> int:
+    """Requests on an endpoint: running + waiting in the engine + in flight from this router."""
+    return endpoint.num_running + endpoint.num_waiting + endpoint.in_flight
+
+
+def load_capacity(endpoints: Sequence[Endpoint], bound: float) -> int:
+    """Consistent hashing with bounded loads: ceil(c * (total load + 1) / n), at least 1.
+
+    An endpoint may take one more request while ``load + 1 <= capacity``.
+    """
+    if not endpoints:
+        return 0
+    total = sum(load(e) for e in endpoints)
+    return max(1, math.ceil(bound * (total + 1) / len(endpoints)))
+
+
+def rendezvous(key: str, endpoints: Sequence[Endpoint], bound: float) -> Endpoint | None:
+    """Highest-random-weight endpoint for ``key`` among those under the load bound.
+
+    Weight = hash64(key, endpoint id); an endpoint with ``load + 1 > capacity`` is skipped.
+    Falls back to the least-loaded endpoint when every one is over (cannot happen with
+    ``bound >= 1``, kept for safety). None only when ``endpoints`` is empty.
+    """
+    if not endpoints:
+        return None
+    cap = load_capacity(endpoints, bound)
+    best: Endpoint | None = None
+    best_w = -1
+    for e in endpoints:
+        if load(e) + 1 > cap:
+            continue
+        w = hash64(key, e.id)
+        if w > best_w or (w == best_w and best is not None and e.id < best.id):
+            best, best_w = e, w
+    if best is None:
+        best = min(endpoints, key=lambda e: (load(e), e.id))
+    return best

@@ -1,0 +1,2 @@
+"""Routing plugins: filters and scorers (predicted ms), one module each, registered by name
+in :mod:`preheat.core.routing.plugins.registry`."""

@@ -1,0 +1,45 @@
+"""The plugin shapes: a :class:`Filter` narrows the endpoints, a :class:`Scorer` gives each
+remaining endpoint a cost in predicted milliseconds (lower is better).
+
+Both receive one :class:`ScoreInput`; neither mutates it, reads a clock or does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from preheat.core.routing.config import SchedulerConfig
+from preheat.core.routing.types import Endpoint, PrefillCost, RoutingContext
+
+
+@dataclass(frozen=True)
+class ScoreInput:
+    """What a plugin sees: the snapshot, the endpoints still in play, the cost model, config."""
+
+    ctx: RoutingContext
+    endpoints: tuple[Endpoint, ...]
+    cost: PrefillCost
+    config: SchedulerConfig
+
+
+class Filter(Protocol):
+    name: str
+
+    def filter(self, inp: ScoreInput) -> tuple[Endpoint, ...]:
+        """The endpoints of ``inp.endpoints`` that stay in play (order kept)."""
+        ...
+
+
+class Scorer(Protocol):
+    name: str
+
+    def score(self, inp: ScoreInput) -> Mapping[str, float]:
+        """Endpoint id -> predicted ms (unweighted) for every endpoint of ``inp.endpoints``."""
+        ...
+
+
+def is_stale(endpoint: Endpoint, now: float, staleness_s: float) -> bool:
+    """Metrics never refreshed, or older than ``staleness_s`` at ``now``."""
+    return endpoint.metrics_at is None or now - endpoint.metrics_at > staleness_s

@@ -1,0 +1,317 @@
+"""The scheduler: filters -> scorers (predicted ms) -> one picker, as a pure function.
+
+:func:`schedule` reads no clock (``ctx.now``), does no I/O and mutates nothing; the same
+snapshot, config and state give the same decision on every router replica.
+
+The ``preheat`` policy (DESIGN.md, Routing): every scorer gives each endpoint a cost in
+predicted milliseconds (``plugins/``; weights from the config), the picker takes the lowest
+total, ties broken by ``hash64(session id or request id, endpoint id)``. The predicted TTFT
+of an endpoint is the physical part: ``rtt + queue + prefill`` (+ the stale penalty);
+``kv-pressure`` and ``session`` only steer. With a TTFT deadline, only endpoints predicted
+within it are eligible; none: the request is rejected with a retry-after of
+``max(min_retry_after_s, (best predicted TTFT - deadline) / 1000)`` (the queue drains in
+real time).
+
+Decision reasons (``REASONS``):
+
+- ``session``: the session's endpoint (rendezvous hashing, bounded load) was chosen;
+- ``spill-over``: the chosen endpoint is in another region than the client;
+- ``session-yield``: the session's endpoint was predicted worse than the best by more than
+  ``hotspot_margin_ms`` (or was filtered out), so another one was chosen;
+- ``prefix``: the chosen endpoint is predicted to hold part of the prompt in its cache;
+- ``least-latency``: otherwise;
+- ``rejected``: no endpoint predicts within the request's deadline;
+- ``no-endpoints``: nothing routable;
+- a baseline's policy name, for baselines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.routing import baselines
+from preheat.core.routing.baselines import SchedulerState
+from preheat.core.routing.config import DEFAULT_FILTERS, DEFAULT_SCORERS, SchedulerConfig
+from preheat.core.routing.hashing import hash64, load
+from preheat.core.routing.plugins.base import ScoreInput, is_stale
+from preheat.core.routing.plugins.prefix import cached_blocks, prefill_ms
+from preheat.core.routing.plugins.queue import queue_wait_ms
+from preheat.core.routing.plugins.registry import FILTERS, SCORERS
+from preheat.core.routing.plugins.rtt import rtt_ms
+from preheat.core.routing.plugins.session import session_endpoint
+from preheat.core.routing.types import (
+    Candidate,
+    Decision,
+    Endpoint,
+    PrefillCost,
+    RequestInfo,
+    RoutingContext,
+)
+
+__all__ = [
+    "DEFAULT_FILTERS",
+    "DEFAULT_SCORERS",
+    "POLICIES",
+    "REASONS",
+    "SchedulerConfig",
+    "SchedulerState",
+    "predict_ttft_ms",
+    "schedule",
+]
+
+REASONS: tuple[str, ...] = (
+    "session",
+    "spill-over",
+    "session-yield",
+    "prefix",
+    "least-latency",
+    "rejected",
+    "no-endpoints",
+)
+
+# the physical terms of the predicted TTFT
+_PHYSICAL = ("rtt", "queue", "prefix")
+
+_Baseline = Callable[
+    [Sequence[Endpoint], RequestInfo, SchedulerConfig, SchedulerState], baselines.Pick
+]
+_BASELINES: Mapping[str, _Baseline] = {
+    "round-robin": baselines.round_robin,
+    "random": baselines.random_pick,
+    "least-request": baselines.least_request,
+    "p2c": baselines.p2c,
+    "chwbl": baselines.chwbl,
+    "session-only": baselines.session_only,
+}
+
+POLICIES: tuple[str, ...] = ("preheat", "prefix-only", *_BASELINES)
+
+
+def predict_ttft_ms(
+    endpoint: Endpoint, ctx: RoutingContext, cost: PrefillCost, config: SchedulerConfig
+) -> float:
+    """Predicted TTFT (ms) of ``ctx.request`` on ``endpoint``: rtt + queue + prefill of the
+    uncached prompt, plus ``stale_penalty_ms`` when its metrics are stale."""
+    t = (
+        rtt_ms(endpoint, ctx, config)
+        + queue_wait_ms(endpoint, cost, config)
+        + prefill_ms(endpoint, ctx, cost)
+    )
+    if is_stale(endpoint, ctx.now, config.staleness_s):
+        t += config.stale_penalty_ms
+    return t
+
+
+def schedule(
+    ctx: RoutingContext, config: SchedulerConfig, cost: PrefillCost, state: SchedulerState
+) -> tuple[Decision, SchedulerState]:
+    """Where ``ctx.request`` goes, and the next state. See the module docstring.
+
+    ``Decision.endpoint`` is None with reason ``rejected`` (deadline unreachable) or
+    ``no-endpoints``, both with ``retry_after_s``. Raises ``PreheatError(INVALID_ARGUMENT)``
+    only for a config naming an unknown policy, filter or scorer (validate it with
+    ``preheat.api.routing`` first).
+    """
+    endpoints = _filter(ctx, config, cost)
+    if not endpoints:
+        return _no_endpoints(ctx, config), state
+    if config.policy == "preheat":
+        return _preheat(ctx, config, cost, endpoints, config.scorers), state
+    if config.policy == "prefix-only":
+        return _prefix_only(ctx, config, cost, endpoints), state
+    pick = _BASELINES.get(config.policy)
+    if pick is None:
+        raise PreheatError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"unknown routing policy {config.policy!r}; known: {', '.join(POLICIES)}",
+        )
+    chosen, new_state, detail = pick(endpoints, ctx.request, config, state)
+    return _baseline_decision(ctx, config, cost, chosen, detail), new_state
+
+
+# --- filters ---------------------------------------------------------------------------
+
+
+def _filter(
+    ctx: RoutingContext, config: SchedulerConfig, cost: PrefillCost
+) -> tuple[Endpoint, ...]:
+    endpoints = ctx.endpoints
+    for name in config.filters:
+        f = FILTERS.get(name)
+        if f is None:
+            raise PreheatError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"unknown routing filter {name!r}; known: {', '.join(FILTERS)}",
+            )
+        endpoints = f.filter(ScoreInput(ctx, endpoints, cost, config))
+        if not endpoints:
+            break
+    return endpoints
+
+
+def _no_endpoints(ctx: RoutingContext, config: SchedulerConfig) -> Decision:
+    n = len(ctx.endpoints)
+    why = "none was given" if n == 0 else f"all {n} given were filtered out"
+    pool = f" of pool {config.pool!r}" if config.pool else ""
+    return Decision(
+        endpoint=None,
+        predicted_ttft_ms=0.0,
+        reason="no-endpoints",
+        explanation=f"no routable endpoint{pool}: {why}",
+        retry_after_s=config.no_endpoints_retry_after_s,
+    )
+
+
+# --- the preheat policy ----------------------------------------------------------------
+
+
+def _tie_key(ctx: RoutingContext, endpoint: Endpoint) -> tuple[int, str]:
+    key = ctx.request.session_id or ctx.request.request_id
+    return (-hash64(key, endpoint.id), endpoint.id)
+
+
+def _preheat(
+    ctx: RoutingContext,
+    config: SchedulerConfig,
+    cost: PrefillCost,
+    endpoints: tuple[Endpoint, ...],
+    scorers: Sequence[tuple[str, float]],
+) -> Decision:
+    inp = ScoreInput(ctx, endpoints, cost, config)
+    names = {n for n, _ in scorers} | set(_PHYSICAL)
+    raw: dict[str, Mapping[str, float]] = {}
+    for name in sorted(names):
+        scorer = SCORERS.get(name)
+        if scorer is None:
+            raise PreheatError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"unknown routing scorer {name!r}; known: {', '.join(SCORERS)}",
+            )
+        raw[name] = scorer.score(inp)
+    session_on = any(n == "session" for n, _ in scorers)
+    bound = session_endpoint(inp) if session_on else None
+
+    candidates: list[Candidate] = []
+    ttft: dict[str, float] = {}
+    for e in endpoints:
+        terms = {name: w * raw[name][e.id] for name, w in scorers}
+        t = sum(raw[name][e.id] for name in _PHYSICAL)
+        if is_stale(e, ctx.now, config.staleness_s):
+            terms["stale"] = config.stale_penalty_ms
+            t += config.stale_penalty_ms
+        candidates.append(Candidate(e, terms))
+        ttft[e.id] = t
+
+    def rank(c: Candidate) -> tuple[float, bool, int, str]:
+        not_bound = bound is None or c.endpoint.id != bound.id
+        return (c.total_ms, not_bound, *_tie_key(ctx, c.endpoint))
+
+    ranked = sorted(candidates, key=rank)
+    deadline = ctx.request.ttft_deadline_ms
+    eligible = (
+        ranked if deadline is None else [c for c in ranked if ttft[c.endpoint.id] <= deadline]
+    )
+    if not eligible:
+        assert deadline is not None
+        best = min(ranked, key=lambda c: (ttft[c.endpoint.id], c.endpoint.id))
+        best_t = ttft[best.endpoint.id]
+        retry = max(config.min_retry_after_s, (best_t - deadline) / 1000.0)
+        return Decision(
+            endpoint=None,
+            predicted_ttft_ms=best_t,
+            reason="rejected",
+            explanation=(
+                f"rejected: best predicted TTFT {best_t:.0f} ms on {best.endpoint.id} exceeds "
+                f"the deadline of {deadline:.0f} ms ({_breakdown(best, raw, ctx)}); "
+                f"retry after {retry:.2f} s"
+            ),
+            candidates=tuple(ranked),
+            retry_after_s=retry,
+        )
+    chosen = eligible[0]
+    e = chosen.endpoint
+    n_cached = cached_blocks(e, ctx)
+    req = ctx.request
+    if bound is not None and e.id == bound.id:
+        reason = "session"
+    elif req.client_region and e.region and e.region != req.client_region:
+        reason = "spill-over"
+    elif bound is not None:
+        reason = "session-yield"
+    elif n_cached > 0:
+        reason = "prefix"
+    else:
+        reason = "least-latency"
+
+    parts = [f"predicted TTFT {ttft[e.id]:.0f} ms on {e.id} ({_breakdown(chosen, raw, ctx)})"]
+    if reason == "session-yield" and bound is not None:
+        bc = next((c for c in candidates if c.endpoint.id == bound.id), None)
+        if bc is None:
+            parts.append(f"session's endpoint {bound.id} is not eligible")
+        else:
+            parts.append(
+                f"session's endpoint {bound.id} yields at {ttft[bound.id]:.0f} ms "
+                f"(total {bc.total_ms:.0f} ms, margin {config.hotspot_margin_ms:.0f} ms)"
+            )
+    elif reason == "spill-over":
+        parts.append(f"spill-over from region {req.client_region} to {e.region}")
+    alt = next((c for c in ranked if c is not chosen), None)
+    if alt is not None:
+        parts.append(f"best alternative {alt.endpoint.id} at {ttft[alt.endpoint.id]:.0f} ms")
+    return Decision(
+        endpoint=e,
+        predicted_ttft_ms=ttft[e.id],
+        reason=reason,
+        explanation=f"{reason}: " + "; ".join(parts),
+        cached_blocks=n_cached,
+        candidates=tuple(ranked),
+    )
+
+
+def _breakdown(c: Candidate, raw: Mapping[str, Mapping[str, float]], ctx: RoutingContext) -> str:
+    eid = c.endpoint.id
+    s = (
+        f"rtt {raw['rtt'][eid]:.0f}, queue {raw['queue'][eid]:.0f}, "
+        f"prefill {raw['prefix'][eid]:.0f}; "
+        f"{cached_blocks(c.endpoint, ctx)}/{len(ctx.request.block_hashes)} blocks cached"
+    )
+    kv = c.terms.get("kv-pressure", 0.0)
+    if kv > 0:
+        s += f"; kv-pressure {kv:.0f}"
+    if "stale" in c.terms:
+        s += "; stale metrics"
+    return s
+
+
+def _prefix_only(
+    ctx: RoutingContext, config: SchedulerConfig, cost: PrefillCost, endpoints: tuple[Endpoint, ...]
+) -> Decision:
+    """Baseline: the prefix scorer alone (ties: load, then hash of the request)."""
+
+    def key(e: Endpoint) -> tuple[float, int, int, str]:
+        return (prefill_ms(e, ctx, cost), load(e), *_tie_key(ctx, e))
+
+    e = min(endpoints, key=key)
+    n = cached_blocks(e, ctx)
+    return _baseline_decision(
+        ctx, config, cost, e, f"{n}/{len(ctx.request.block_hashes)} blocks cached", n
+    )
+
+
+def _baseline_decision(
+    ctx: RoutingContext,
+    config: SchedulerConfig,
+    cost: PrefillCost,
+    e: Endpoint,
+    detail: str,
+    n_cached: int | None = None,
+) -> Decision:
+    t = predict_ttft_ms(e, ctx, cost, config)
+    return Decision(
+        endpoint=e,
+        predicted_ttft_ms=t,
+        reason=config.policy,
+        explanation=f"{config.policy}: {e.id} ({detail}); predicted TTFT {t:.0f} ms",
+        cached_blocks=cached_blocks(e, ctx) if n_cached is None else n_cached,
+    )
