@@ -1,0 +1,192 @@
+"""The router scheduler's external config: camelCase YAML/JSON -> validated -> frozen
+:class:`~preheat.core.routing.config.SchedulerConfig`.
+
+Example (every key optional; the defaults are the ``preheat`` policy)::
+
+    policy: preheat
+    scorers:
+      - {name: queue, weight: 1}
+      - {name: prefix, weight: 1}
+      - {name: rtt, weight: 1}
+      - {name: kv-pressure, weight: 1}
+      - {name: session, weight: 1}
+    filters: [same-pool, fresh]
+    stalenessSeconds: 5
+    hotspotMarginMs: 150
+    sessionLoadBound: 1.25
+
+:func:`load_routing_config` reports every problem at once in one
+``PreheatError(INVALID_ARGUMENT)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.routing.config import DEFAULT_FILTERS, DEFAULT_SCORERS, SchedulerConfig
+from preheat.core.routing.plugins.registry import FILTERS, SCORERS
+from preheat.core.routing.scheduler import POLICIES
+
+_D = SchedulerConfig()
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+
+class ScorerSpec(_Spec):
+    """One scorer enabled with a weight (its ms are multiplied by it)."""
+
+    name: str
+    weight: float = Field(default=1.0, ge=0.0, allow_inf_nan=False)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in SCORERS:
+            raise ValueError(f"unknown scorer {v!r}; known scorers: {', '.join(SCORERS)}")
+        return v
+
+
+def _ms(default: float) -> Any:
+    return Field(default=default, ge=0.0, allow_inf_nan=False)
+
+
+class RoutingConfigSpec(_Spec):
+    """The external schema; field names are camelCase in YAML/JSON (see module doc)."""
+
+    policy: str = _D.policy
+    scorers: list[ScorerSpec] = Field(
+        default_factory=lambda: [ScorerSpec(name=n, weight=w) for n, w in DEFAULT_SCORERS]
+    )
+    filters: list[str] = Field(default_factory=lambda: list(DEFAULT_FILTERS))
+    staleness_seconds: float = Field(default=_D.staleness_s, gt=0.0, allow_inf_nan=False)
+    stale_penalty_ms: float = _ms(_D.stale_penalty_ms)
+    hotspot_margin_ms: float = _ms(_D.hotspot_margin_ms)
+    session_load_bound: float = Field(default=_D.session_load_bound, ge=1.0, allow_inf_nan=False)
+    default_rtt_ms: float = _ms(_D.default_rtt_ms)
+    cross_zone_rtt_ms: float = _ms(_D.cross_zone_rtt_ms)
+    remote_region_rtt_ms: float = _ms(_D.remote_region_rtt_ms)
+    typical_prompt_tokens: int = Field(default=_D.typical_prompt_tokens, ge=1)
+    running_seq_ms: float = _ms(_D.running_seq_ms)
+    slot_wait_ms: float = _ms(_D.slot_wait_ms)
+    kv_pressure_threshold: float = Field(
+        default=_D.kv_pressure_threshold, ge=0.0, lt=1.0, allow_inf_nan=False
+    )
+    kv_pressure_max_ms: float = _ms(_D.kv_pressure_max_ms)
+    pool: str = _D.pool
+    chwbl_prefix_blocks: int = Field(default=_D.chwbl_prefix_blocks, ge=1)
+    chwbl_virtual_nodes: int = Field(default=_D.chwbl_virtual_nodes, ge=1, le=4096)
+    min_retry_after_seconds: float = _ms(_D.min_retry_after_s)
+    no_endpoints_retry_after_seconds: float = _ms(_D.no_endpoints_retry_after_s)
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, v: str) -> str:
+        if v not in POLICIES:
+            raise ValueError(f"unknown policy {v!r}; known policies: {', '.join(POLICIES)}")
+        return v
+
+    @field_validator("filters")
+    @classmethod
+    def _known_filters(cls, v: list[str]) -> list[str]:
+        unknown = [f for f in v if f not in FILTERS]
+        if unknown:
+            raise ValueError(
+                f"unknown filter(s) {', '.join(map(repr, unknown))}; "
+                f"known filters: {', '.join(FILTERS)}"
+            )
+        if len(set(v)) != len(v):
+            raise ValueError("a filter is listed more than once")
+        return v
+
+    @field_validator("scorers")
+    @classmethod
+    def _unique_scorers(cls, v: list[ScorerSpec]) -> list[ScorerSpec]:
+        names = [s.name for s in v]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"scorer(s) listed more than once: {', '.join(dup)}")
+        return v
+
+    def to_internal(self) -> SchedulerConfig:
+        """The frozen internal config."""
+        return SchedulerConfig(
+            policy=self.policy,
+            scorers=tuple((s.name, s.weight) for s in self.scorers),
+            filters=tuple(self.filters),
+            staleness_s=self.staleness_seconds,
+            stale_penalty_ms=self.stale_penalty_ms,
+            hotspot_margin_ms=self.hotspot_margin_ms,
+            session_load_bound=self.session_load_bound,
+            default_rtt_ms=self.default_rtt_ms,
+            cross_zone_rtt_ms=self.cross_zone_rtt_ms,
+            remote_region_rtt_ms=self.remote_region_rtt_ms,
+            typical_prompt_tokens=self.typical_prompt_tokens,
+            running_seq_ms=self.running_seq_ms,
+            slot_wait_ms=self.slot_wait_ms,
+            kv_pressure_threshold=self.kv_pressure_threshold,
+            kv_pressure_max_ms=self.kv_pressure_max_ms,
+            pool=self.pool,
+            chwbl_prefix_blocks=self.chwbl_prefix_blocks,
+            chwbl_virtual_nodes=self.chwbl_virtual_nodes,
+            min_retry_after_s=self.min_retry_after_seconds,
+            no_endpoints_retry_after_s=self.no_endpoints_retry_after_seconds,
+        )
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _problems(err: ValidationError) -> list[str]:
+    problems = []
+    for e in err.errors(include_url=False):
+        msg = str(e["msg"]).removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            known = ", ".join(
+                known=", ".join(
+                    sorted(f.alias or n for n, f in RoutingConfigSpec.model_fields.items())
+                )
+            )
+            msg = f"unknown key (known keys: {known})" if len(e["loc"]) == 1 else "unknown key"
+        problems.append(f"{_where(tuple(e['loc']))}: {msg}")
+    return problems
+
+
+def load_routing_config(data: Mapping[str, Any] | str) -> SchedulerConfig:
+    """Validates ``data`` (a mapping, or YAML/JSON text; empty means defaults) and returns the
+    internal config. Raises one ``PreheatError(INVALID_ARGUMENT)`` listing every problem."""
+    if isinstance(data, str):
+        try:
+            loaded = yaml.safe_load(data)
+        except yaml.YAMLError as e:
+            raise PreheatError(
+                ErrorCode.INVALID_ARGUMENT, f"invalid routing config: not valid YAML: {e}"
+            ) from None
+        data = {} if loaded is None else loaded
+    if not isinstance(data, Mapping):
+        raise PreheatError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"invalid routing config: expected a mapping of keys, got {type(data).__name__}",
+        )
+    try:
+        spec = RoutingConfigSpec.model_validate(dict(data))
+    except ValidationError as e:
+        problems = _problems(e)
+        raise PreheatError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"invalid routing config ({len(problems)} problem(s)): " + "; ".join(problems),
+        ) from None
+    return spec.to_internal()
