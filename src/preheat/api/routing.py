@@ -155,11 +155,8 @@ def _problems(err: ValidationError) -> list[str]:
     for e in err.errors(include_url=False):
         msg = str(e["msg"]).removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            known = ", ".join(
-                known=", ".join(
-                    sorted(f.alias or n for n, f in RoutingConfigSpec.model_fields.items())
-                )
-            )
+            fields = RoutingConfigSpec.model_fields.items()
+            known = ", ".join(sorted(f.alias or n for n, f in fields))
             msg = f"unknown key (known keys: {known})" if len(e["loc"]) == 1 else "unknown key"
         problems.append(f"{_where(tuple(e['loc']))}: {msg}")
     return problems
