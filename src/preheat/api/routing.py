@@ -72,6 +72,7 @@ class RoutingConfigSpec(_Spec):
     stale_penalty_ms: float = _ms(_D.stale_penalty_ms)
     hotspot_margin_ms: float = _ms(_D.hotspot_margin_ms)
     session_load_bound: float = Field(default=_D.session_load_bound, ge=1.0, allow_inf_nan=False)
+    session_load_floor: int = Field(default=_D.session_load_floor, ge=1)
     default_rtt_ms: float = _ms(_D.default_rtt_ms)
     cross_zone_rtt_ms: float = _ms(_D.cross_zone_rtt_ms)
     remote_region_rtt_ms: float = _ms(_D.remote_region_rtt_ms)
@@ -127,6 +128,7 @@ class RoutingConfigSpec(_Spec):
             stale_penalty_ms=self.stale_penalty_ms,
             hotspot_margin_ms=self.hotspot_margin_ms,
             session_load_bound=self.session_load_bound,
+            session_load_floor=self.session_load_floor,
             default_rtt_ms=self.default_rtt_ms,
             cross_zone_rtt_ms=self.cross_zone_rtt_ms,
             remote_region_rtt_ms=self.remote_region_rtt_ms,

@@ -11,7 +11,8 @@ endpoints (non-empty) and returns the choice, the new state and a short detail.
   when the prompt has no full block; a ring of ``chwbl_virtual_nodes`` points per endpoint;
   walk clockwise from the key to the first endpoint with ``load + 1 <= capacity``
   (``hashing.load_capacity``).
-- ``session-only``: rendezvous hashing of the session id with bounded load; least-request
+- ``session-only``: rendezvous hashing of the session id with bounded load (as the
+  ``session`` scorer: ``session_load_bound``, ``session_load_floor``); least-request
   when the request has no session.
 """
 
@@ -127,6 +128,8 @@ def session_only(
     if not req.session_id:
         e, state, detail = least_request(endpoints, req, config, state)
         return e, state, f"no session; least-request, {detail}"
-    bound = rendezvous(req.session_id, endpoints, config.session_load_bound)
+    bound = rendezvous(
+        req.session_id, endpoints, config.session_load_bound, config.session_load_floor
+    )
     assert bound is not None  # endpoints is non-empty
     return bound, state, f"session {req.session_id!r} bound by rendezvous hashing"

@@ -46,6 +46,9 @@ class SchedulerConfig:
     #: bounded-load factor c for rendezvous hashing and chwbl: an endpoint is eligible while
     #: load + 1 <= ceil(c * (total load + 1) / number of endpoints).
     session_load_bound: float = 1.25
+    #: sessions only: the load bound never drops below this many requests per endpoint, so
+    #: a lightly loaded pool keeps every session in place (the margin rule guards latency).
+    session_load_floor: int = 4
     #: RTT assumed when it is neither measured nor in ``region_rtt_ms`` (same region).
     default_rtt_ms: float = 1.0
     #: RTT assumed between two different zones of one region when not measured.

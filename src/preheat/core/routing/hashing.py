@@ -31,27 +31,30 @@ def load(endpoint: Endpoint) -> int:
     return endpoint.num_running + endpoint.num_waiting + endpoint.in_flight
 
 
-def load_capacity(endpoints: Sequence[Endpoint], bound: float) -> int:
-    """Consistent hashing with bounded loads: ceil(c * (total load + 1) / n), at least 1.
+def load_capacity(endpoints: Sequence[Endpoint], bound: float, floor: int = 1) -> int:
+    """Consistent hashing with bounded loads: ``max(floor, ceil(c * (total load + 1) / n))``.
 
     An endpoint may take one more request while ``load + 1 <= capacity``.
     """
     if not endpoints:
         return 0
     total = sum(load(e) for e in endpoints)
-    return max(1, math.ceil(bound * (total + 1) / len(endpoints)))
+    return max(1, floor, math.ceil(bound * (total + 1) / len(endpoints)))
 
 
-def rendezvous(key: str, endpoints: Sequence[Endpoint], bound: float) -> Endpoint | None:
+def rendezvous(
+    key: str, endpoints: Sequence[Endpoint], bound: float, floor: int = 1
+) -> Endpoint | None:
     """Highest-random-weight endpoint for ``key`` among those under the load bound.
 
-    Weight = hash64(key, endpoint id); an endpoint with ``load + 1 > capacity`` is skipped.
+    Weight = hash64(key, endpoint id); an endpoint with ``load + 1 > capacity`` (see
+    :func:`load_capacity`) is skipped.
     Falls back to the least-loaded endpoint when every one is over (cannot happen with
     ``bound >= 1``, kept for safety). None only when ``endpoints`` is empty.
     """
     if not endpoints:
         return None
-    cap = load_capacity(endpoints, bound)
+    cap = load_capacity(endpoints, bound, floor)
     best: Endpoint | None = None
     best_w = -1
     for e in endpoints:

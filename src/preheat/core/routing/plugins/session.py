@@ -1,10 +1,11 @@
 """Scorer ``session``: stickiness of a session to one endpoint, as a bonus in ms.
 
 The session's endpoint is chosen by rendezvous (highest-random-weight) hashing with bounded
-load: weight(p) = BLAKE2b(session_id, p.id), over endpoints with
-``load + 1 <= ceil(session_load_bound * (total load + 1) / n)`` (load = running + waiting +
-in_flight). Every router replica with the same snapshot binds a session to the same
-endpoint; adding or removing an endpoint moves only the sessions bound to it.
+load: weight(p) = BLAKE2b(session_id, p.id), over endpoints with ``load + 1 <= capacity``,
+``capacity = max(session_load_floor, ceil(session_load_bound * (total load + 1) / n))``
+(load = running + waiting + in_flight; defaults 1.25 and 4). Every router replica with the
+same snapshot binds a session to the same endpoint; adding or removing an endpoint moves
+only the sessions bound to it.
 
 Formula::
 
@@ -30,7 +31,9 @@ def session_endpoint(inp: ScoreInput) -> Endpoint | None:
     sid = inp.ctx.request.session_id
     if not sid:
         return None
-    return rendezvous(sid, inp.endpoints, inp.config.session_load_bound)
+    return rendezvous(
+        sid, inp.endpoints, inp.config.session_load_bound, inp.config.session_load_floor
+    )
 
 
 class Session:
