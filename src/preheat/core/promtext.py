@@ -135,9 +135,15 @@ def _parse_line(line_no: int, line: str) -> Sample:
                 raise PromTextError(line_no, "expected a label name", line)
             while i < n and line[i] in " \t":
                 i += 1
-            if i + 1 >= n or line[i] != "=" or line[i + 1] != '"':
+            if i < n and line[i] == "=":
+                i += 1
+                while i < n and line[i] in " \t":
+                    i += 1
+            else:
+                i = n
+            if i >= n or line[i] != '"':
                 raise PromTextError(line_no, f"expected '=\"' after label {label!r}", line)
-            i += 2
+            i += 1
             chars: list[str] = []
             while True:
                 if i >= n:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -33,6 +32,7 @@ import aiohttp
 import grpc
 
 from preheat.core.promtext import ModelServerMetricNames
+from preheat.core.routing.history import PrefixHistory
 from preheat.core.routing.types import Endpoint
 from preheat.router.endpoints.cachewatch import watch_cache
 from preheat.router.endpoints.discovery import DiscoveredEndpoint, DiscoverySource
@@ -53,41 +53,6 @@ class PrefixHistoryLike(Protocol):
     def record(self, endpoint_id: str, block_hashes: Sequence[int], now: float) -> None: ...
 
     def forget(self, endpoint_id: str) -> None: ...
-
-
-class _InterimHistory:
-    """Stand-in until ``preheat.core.routing.history`` lands: leading blocks recorded per
-    endpoint, no expiry."""
-
-    def __init__(self) -> None:
-        self._blocks: dict[str, set[int]] = {}
-
-    def match(self, block_hashes: Sequence[int], now: float) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for eid, blocks in self._blocks.items():
-            n = 0
-            for h in block_hashes:
-                if h not in blocks:
-                    break
-                n += 1
-            if n:
-                out[eid] = n
-        return out
-
-    def record(self, endpoint_id: str, block_hashes: Sequence[int], now: float) -> None:
-        self._blocks.setdefault(endpoint_id, set()).update(block_hashes)
-
-    def forget(self, endpoint_id: str) -> None:
-        self._blocks.pop(endpoint_id, None)
-
-
-def _default_history() -> PrefixHistoryLike:
-    try:
-        module = importlib.import_module("preheat.core.routing.history")
-    except ModuleNotFoundError:
-        return _InterimHistory()
-    history: PrefixHistoryLike = module.PrefixHistory()
-    return history
 
 
 @dataclass(frozen=True)
@@ -146,7 +111,7 @@ class EndpointStore:
         self._region_rtt_ms: Mapping[str, Mapping[str, float]] = {
             a: dict(row) for a, row in (region_rtt_ms or {}).items()
         }
-        self.history: PrefixHistoryLike = history if history is not None else _default_history()
+        self.history: PrefixHistoryLike = history if history is not None else PrefixHistory()
         self._channel_options = list(channel_options)
         self._entries: dict[str, EndpointEntry] = {}
         self._order: tuple[str, ...] = ()

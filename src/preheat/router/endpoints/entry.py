@@ -107,12 +107,9 @@ class EndpointEntry:
         kv = st.kv_cache_usage if st is not None else 0.0
         metrics_at = self.status_at if st is not None else None
         sc = self.scrape
-        if (
-            sc is not None
-            and self.scrape_at is not None
-            and (metrics_at is None or self.scrape_at >= metrics_at)
-        ):
-            # the fresher source of load figures wins; a gauge it lacks comes from Status
+        if sc is not None and self.scrape_at is not None and not self.scrape_error:
+            # while scraping works its gauges win (the engine's own figures); a gauge it lacks
+            # comes from Status. When scraping fails, Status's figures (and time) are used.
             num_running = sc.num_running if sc.num_running is not None else num_running
             num_waiting = sc.num_waiting if sc.num_waiting is not None else num_waiting
             kv = sc.kv_cache_usage if sc.kv_cache_usage is not None else kv
