@@ -77,3 +77,26 @@ LATENCY_BUCKETS = (
 # --- labels of vLLM's metrics (vllm/v1/metrics/loggers.py, PrometheusStatLogger) ----------
 LABEL_ENGINE = "engine"  # the engine index, "0" for a single engine
 LABEL_FINISHED_REASON = "finished_reason"  # on vllm:request_success
+
+# --- Preheat router metrics (front ends: preheat.router.frontend) ---------------------------
+ROUTER_REQUESTS = "preheat_router_requests"  # counter, labels api, outcome
+ROUTER_DECISIONS = "preheat_router_decisions"  # counter, labels pool, reason
+ROUTER_TTFT_SECONDS = "preheat_router_ttft_seconds"  # histogram, labels pool, reason
+ROUTER_ITL_SECONDS = "preheat_router_itl_seconds"  # histogram, labels pool, reason
+ROUTER_E2E_SECONDS = "preheat_router_e2e_seconds"  # histogram, labels pool, reason
+ROUTER_OVERHEAD_SECONDS = "preheat_router_overhead_seconds"  # receipt to upstream call start
+ROUTER_PREDICTED_TTFT_SECONDS = "preheat_router_predicted_ttft_seconds"  # histogram, pool
+# observed TTFT (router-measured) / predicted TTFT: 1.0 is a perfect prediction
+ROUTER_TTFT_PREDICTION_RATIO = "preheat_router_ttft_prediction_ratio"  # histogram, pool
+ROUTER_TTFT_PREDICTION_ERROR_SECONDS = "preheat_router_ttft_prediction_error_seconds"  # |obs-pred|
+ROUTER_PREDICTED_CACHED_BLOCKS = "preheat_router_predicted_cached_blocks"  # counter, pool
+ROUTER_ACTUAL_CACHED_BLOCKS = "preheat_router_actual_cached_blocks"  # counter, pool (usage)
+ROUTER_RETRIES = "preheat_router_retries"  # counter, label pool: re-routed before 1st token
+ROUTER_QUEUE_DEPTH = "preheat_router_queue_depth"  # gauge: requests waiting for an endpoint
+ROUTER_IN_FLIGHT = "preheat_router_in_flight"  # gauge: proxied streams open
+
+LABEL_API = "api"  # grpc, pick, openai
+LABEL_POOL = "pool"
+LABEL_REASON = "reason"
+
+PREDICTION_RATIO_BUCKETS = (0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0, 10.0)

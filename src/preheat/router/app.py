@@ -1,0 +1,212 @@
+"""The router's object graph: endpoint store + scheduler + front ends, as one server.
+
+In-process use (tests, benchmarks)::
+
+    router = RouterServer(StaticDiscovery(["127.0.0.1:50051", ...]), RouterConfig())
+    ports = await router.start()           # binds 127.0.0.1, port 0 -> ephemeral
+    await router.wait_ready()              # >= 1 routable endpoint
+    ...                                    # gRPC (Inference, Router, Health) at ports.grpc,
+                                           # OpenAI HTTP, /metrics, /ready at ports.http
+    await router.stop()
+
+``router.store`` is the :class:`EndpointStore` (``inject_rtt``, ``snapshot``),
+``router.dispatcher`` the request path and ``router.metrics`` the ``preheat_router_*``
+metrics. Two RouterServers over the same discovery agree on where a session goes without
+talking to each other (the scheduler is a pure function of the same view).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+
+from preheat.core.routing.config import SchedulerConfig
+from preheat.core.routing.types import PrefillCost
+from preheat.engine.costmodel import CostModel
+from preheat.logs import fields
+from preheat.proto.preheat.v1 import inference_pb2_grpc, router_pb2_grpc
+from preheat.router.endpoints import DiscoverySource, EndpointStore
+from preheat.router.frontend.coalesce import CoalesceConfig
+from preheat.router.frontend.dispatch import DispatchConfig, Dispatcher
+from preheat.router.frontend.grpc_service import InferenceProxy, RouterService
+from preheat.router.frontend.http import HttpFrontend, start_http
+from preheat.router.frontend.metrics import RouterMetrics
+from preheat.router.frontend.tokenizer import build_tokenizer
+
+log = logging.getLogger("preheat.router")
+
+INFERENCE_SERVICE = "preheat.v1.Inference"
+ROUTER_SERVICE = "preheat.v1.Router"
+HEALTH_POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    host: str = "127.0.0.1"
+    grpc_port: int = 0  # 0: ephemeral (see RouterServer.start's return value)
+    http_port: int = 0
+    pool: str = ""
+    model: str = ""  # the served model's name for /v1/models and validation; "" = any
+    region: str = ""  # the router's own; a client's when it names none
+    zone: str = ""
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    tokenizer: str = "sim"  # sim, sim:VOCAB or hf:PATH
+    coalesce: CoalesceConfig = field(default_factory=CoalesceConfig)
+    max_retries: int = 2
+    max_queue: int = 256
+    queue_timeout_s: float = 10.0
+    slo_deadlines_ms: Mapping[str, float] = field(default_factory=dict)
+    refresh_interval_s: float = 1.0  # the store's Status poll / scrape interval
+    region_rtt_ms: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    stop_grace_s: float = 2.0
+
+    def dispatch_config(self) -> DispatchConfig:
+        return DispatchConfig(
+            region=self.region,
+            zone=self.zone,
+            max_retries=self.max_retries,
+            max_queue=self.max_queue,
+            queue_timeout_s=self.queue_timeout_s,
+            slo_deadlines_ms=dict(self.slo_deadlines_ms),
+            model=self.model,
+        )
+
+
+@dataclass(frozen=True)
+class RouterPorts:
+    grpc: int
+    http: int
+
+
+class RouterServer:
+    def __init__(
+        self,
+        discovery: DiscoverySource,
+        config: RouterConfig,
+        *,
+        cost: PrefillCost | None = None,
+        store: EndpointStore | None = None,
+        metrics: RouterMetrics | None = None,
+    ) -> None:
+        self.config = config
+        self.store = (
+            store
+            if store is not None
+            else EndpointStore(
+                discovery,
+                pool=config.pool,
+                refresh_interval_s=config.refresh_interval_s,
+                region_rtt_ms=config.region_rtt_ms,
+            )
+        )
+        self.metrics = metrics if metrics is not None else RouterMetrics()
+        self.dispatcher = Dispatcher(
+            self.store,
+            config.scheduler,
+            cost if cost is not None else CostModel.default(),
+            build_tokenizer(config.tokenizer),
+            config.dispatch_config(),
+            self.metrics,
+        )
+        self._health = health_aio.HealthServicer()
+        self._grpc: Any = None
+        self._http: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.ports: RouterPorts | None = None
+
+    def ready(self) -> bool:
+        return bool(self.store.snapshot())
+
+    def models(self) -> list[str]:
+        return [self.config.model] if self.config.model else []
+
+    async def start(self) -> RouterPorts:
+        """Starts the store, then binds gRPC and HTTP; returns the bound ports."""
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._run_store()))
+        for svc in ("", INFERENCE_SERVICE, ROUTER_SERVICE):
+            await self._health.set(svc, health_pb2.HealthCheckResponse.NOT_SERVING)
+        server = grpc.aio.server()
+        inference_pb2_grpc.add_InferenceServicer_to_server(
+            InferenceProxy(self.dispatcher, self.config.coalesce), server
+        )
+        router_pb2_grpc.add_RouterServicer_to_server(RouterService(self.dispatcher), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        grpc_port = server.add_insecure_port(f"{self.config.host}:{self.config.grpc_port}")
+        if grpc_port == 0:
+            raise OSError(f"could not bind gRPC on {self.config.host}:{self.config.grpc_port}")
+        await server.start()
+        self._grpc = server
+        frontend = HttpFrontend(
+            self.dispatcher,
+            self.config.coalesce,
+            ready=self.ready,
+            models=self.models,
+            registries=[self.metrics.registry],
+        )
+        self._http, http_port = await start_http(frontend, self.config.host, self.config.http_port)
+        self.ports = RouterPorts(grpc=grpc_port, http=http_port)
+        self._tasks.append(loop.create_task(self._health_loop()))
+        log.info(
+            "router_listening",
+            extra=fields(grpc_port=grpc_port, http_port=http_port, host=self.config.host),
+        )
+        return self.ports
+
+    async def _run_store(self) -> None:
+        try:
+            await self.store.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("endpoint_store_failed")
+            raise
+
+    async def _health_loop(self) -> None:
+        """gRPC health follows readiness: SERVING while >= 1 endpoint is routable."""
+        serving: bool | None = None
+        while True:
+            now = self.ready()
+            if now != serving:
+                serving = now
+                status = (
+                    health_pb2.HealthCheckResponse.SERVING
+                    if now
+                    else health_pb2.HealthCheckResponse.NOT_SERVING
+                )
+                for svc in ("", INFERENCE_SERVICE, ROUTER_SERVICE):
+                    await self._health.set(svc, status)
+            await asyncio.sleep(HEALTH_POLL_S)
+
+    async def wait_ready(self, min_endpoints: int = 1, timeout_s: float = 30.0) -> None:
+        await self.store.wait_ready(min_endpoints, timeout_s)
+
+    async def stop(self) -> None:
+        """Stops gRPC (``stop(grace)``), HTTP, then the store and background tasks."""
+        if self._grpc is not None:
+            await self._health.enter_graceful_shutdown()
+            await self._grpc.stop(self.config.stop_grace_s)
+            self._grpc = None
+        if self._http is not None:
+            await self._http.cleanup()
+            self._http = None
+        tasks, self._tasks = self._tasks, []
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        log.info("router_stopped")
+
+
+def describe(ports: RouterPorts) -> dict[str, Any]:
+    """The ``router_ready`` line printed at start-up (parsed by tests and tools)."""
+    return {"event": "router_ready", "grpc_port": ports.grpc, "http_port": ports.http}

@@ -1,0 +1,477 @@
+"""The router's request path, shared by every front end: prepare, decide, proxy.
+
+1. **Prepare** (:meth:`Dispatcher.prepare`): tokenize the prompt, validate it with
+   ``preheat.core.validation`` against the pool's limits, cut it into prefix block hashes
+   and work out its TTFT deadline (``ttft_deadline_ms`` or its SLO class's deadline).
+2. **Decide** (:meth:`Dispatcher.decide`): wait (bounded queue, bounded time) until an
+   endpoint is routable, build a :class:`RoutingContext` from the store's snapshot, call the
+   pure scheduler and keep its state. A rejection becomes RESOURCE_EXHAUSTED with a
+   retry-after. Every decision is recorded in the store's prefix history.
+3. **Proxy** (:meth:`Dispatcher.generate`): forward to the chosen worker with the remaining
+   deadline; a failure before the first token (UNAVAILABLE, RESOURCE_EXHAUSTED, a dead
+   connection) is retried on the next-best endpoint (bounded); after tokens were relayed the
+   stream ends with UNAVAILABLE saying so, never with duplicated text. Closing the returned
+   iterator (client cancel) cancels the upstream call.
+
+Everything here is transport-neutral: errors are ``PreheatError``; the gRPC and HTTP front
+ends map them to statuses in their one place each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import uuid
+from collections.abc import AsyncGenerator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.routing.config import SchedulerConfig
+from preheat.core.routing.scheduler import SchedulerState, schedule
+from preheat.core.routing.types import Decision, Endpoint, PrefillCost, RequestInfo, RoutingContext
+from preheat.core.validation import GenerateSpec, ModelLimits, check_generate
+from preheat.grpc_errors import error_code
+from preheat.logs import fields
+from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc
+from preheat.router.frontend.metrics import Outcome, RouterMetrics
+from preheat.router.frontend.tokenizer import PromptTokenizer, prompt_block_hashes
+
+log = logging.getLogger("preheat.router")
+
+RETRYABLE = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.RESOURCE_EXHAUSTED})
+"""Worker errors before the first token that send the request to the next-best endpoint."""
+
+UNLIMITED_MODEL_LEN = 1 << 30
+DEFAULT_BLOCK_SIZE = 16
+
+
+@dataclass(frozen=True)
+class DispatchConfig:
+    region: str = ""  # the router's own region/zone: a client's when it names none
+    zone: str = ""
+    max_retries: int = 2  # re-routes after failures before the first token
+    max_queue: int = 256  # requests that may wait for a routable endpoint; beyond: reject
+    queue_timeout_s: float = 10.0  # how long one may wait for a routable endpoint
+    slo_deadlines_ms: Mapping[str, float] = field(default_factory=dict)  # class -> TTFT budget
+    model: str = ""  # the served model when the endpoints do not say; "" = any
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.max_queue < 0:
+            raise ValueError(f"max_queue must be >= 0, got {self.max_queue}")
+        if self.queue_timeout_s < 0:
+            raise ValueError(f"queue_timeout_s must be >= 0, got {self.queue_timeout_s}")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated request, ready to route."""
+
+    request: inference_pb2.GenerateRequest  # with request_id filled in
+    info: RequestInfo
+    received: float  # loop time at receipt
+
+
+@dataclass
+class StreamStats:
+    """What the proxy observed of one stream (for logs, metrics and the HTTP front end)."""
+
+    endpoint: Endpoint | None = None
+    decision: Decision | None = None
+    attempts: int = 0
+    tokens: int = 0
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    routed_at: float | None = None
+    usage: inference_pb2.Usage | None = None
+
+
+class Dispatcher:
+    """One per router: holds the scheduler state; store, scheduler and cost come in."""
+
+    def __init__(
+        self,
+        store: Any,
+        scheduler_config: SchedulerConfig,
+        cost: PrefillCost,
+        tokenizer: PromptTokenizer,
+        config: DispatchConfig,
+        metrics: RouterMetrics,
+    ) -> None:
+        self.store = store
+        self.scheduler_config = scheduler_config
+        self.cost = cost
+        self.tokenizer = tokenizer
+        self.config = config
+        self.metrics = metrics
+        self._state = SchedulerState()
+        self._stubs: dict[int, Any] = {}
+        self._waiting = 0
+
+    @property
+    def pool(self) -> str:
+        return str(getattr(self.store, "pool", ""))
+
+    # --- prepare -------------------------------------------------------------------------
+    def pool_limits(self, model: str) -> ModelLimits:
+        """The pool's limits from the store when it knows them, else permissive ones (the
+        worker validates again with the exact limits)."""
+        getter = getattr(self.store, "model_limits", None)
+        limits = getter() if callable(getter) else None
+        if isinstance(limits, ModelLimits):
+            return limits
+        return ModelLimits(model=self.config.model or model, max_model_len=UNLIMITED_MODEL_LEN)
+
+    def block_size(self, endpoints: tuple[Endpoint, ...]) -> int:
+        return endpoints[0].block_size if endpoints else DEFAULT_BLOCK_SIZE
+
+    def prepare(
+        self,
+        req: inference_pb2.GenerateRequest,
+        *,
+        client_region: str = "",
+        client_zone: str = "",
+        received: float | None = None,
+    ) -> Prepared:
+        loop = asyncio.get_running_loop()
+        received = loop.time() if received is None else received
+        if not req.request_id:
+            r = inference_pb2.GenerateRequest()
+            r.CopyFrom(req)
+            r.request_id = uuid.uuid4().hex
+            req = r
+        which = req.WhichOneof("input")
+        prompt = req.prompt if which == "prompt" else None
+        ids = list(req.prompt_token_ids.ids) if which == "prompt_token_ids" else None
+        tokens: list[int] | None = ids
+        if prompt:
+            try:
+                tokens = self.tokenizer.encode(prompt)
+            except Exception as e:
+                raise PreheatError(
+                    ErrorCode.INVALID_ARGUMENT, f"the prompt could not be tokenized: {e}"
+                ) from e
+        s = req.sampling
+        spec = GenerateSpec(
+            model=req.model,
+            prompt=prompt,
+            prompt_token_ids=ids,
+            num_prompt_tokens=len(tokens) if tokens is not None else None,
+            max_tokens=s.max_tokens,
+            temperature=s.temperature if s.HasField("temperature") else None,
+            top_p=s.top_p if s.HasField("top_p") else None,
+            stop=tuple(s.stop),
+        )
+        check_generate(spec, self.pool_limits(req.model))
+        assert tokens is not None
+        bs = self.block_size(self._snapshot())
+        deadline_ms: float | None = float(req.ttft_deadline_ms) if req.ttft_deadline_ms else None
+        if deadline_ms is None and req.slo_class:
+            if req.slo_class not in self.config.slo_deadlines_ms:
+                known = ", ".join(sorted(self.config.slo_deadlines_ms)) or "none configured"
+                raise PreheatError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"unknown slo_class {req.slo_class!r} (known: {known})",
+                )
+            deadline_ms = self.config.slo_deadlines_ms[req.slo_class]
+        info = RequestInfo(
+            request_id=req.request_id,
+            prompt_tokens=len(tokens),
+            block_hashes=prompt_block_hashes(tokens, bs),
+            block_size=bs,
+            max_tokens=s.max_tokens,
+            session_id=req.session_id,
+            client_region=client_region or self.config.region,
+            client_zone=client_zone or (self.config.zone if not client_region else ""),
+            ttft_deadline_ms=deadline_ms,
+            priority=int(req.priority),
+        )
+        return Prepared(req, info, received)
+
+    # --- decide --------------------------------------------------------------------------
+    def _snapshot(self) -> tuple[Endpoint, ...]:
+        return tuple(self.store.snapshot())
+
+    async def _wait_routable(self, deadline: float | None) -> tuple[Endpoint, ...]:
+        """The snapshot once it has an endpoint: waits in the bounded queue if needed."""
+        endpoints = self._snapshot()
+        if endpoints:
+            return endpoints
+        if self._waiting >= self.config.max_queue:
+            raise PreheatError(
+                ErrorCode.RESOURCE_EXHAUSTED,
+                f"no routable endpoint and the router queue is full ({self._waiting} requests "
+                "waiting); retry later",
+                retry_after_s=1.0,
+            )
+        loop = asyncio.get_running_loop()
+        limit = loop.time() + self.config.queue_timeout_s
+        if deadline is not None:
+            limit = min(limit, deadline)
+        self._waiting += 1
+        self.metrics.queue_depth.set(self._waiting)
+        try:
+            try:
+                await self.store.wait_ready(timeout_s=max(0.0, limit - loop.time()))
+            except TimeoutError as e:
+                raise PreheatError(
+                    ErrorCode.UNAVAILABLE,
+                    f"no routable endpoint within {self.config.queue_timeout_s:g}s: {e}",
+                    retry_after_s=1.0,
+                ) from None
+            return self._snapshot()
+        finally:
+            self._waiting -= 1
+            self.metrics.queue_depth.set(self._waiting)
+
+    def _now(self) -> float:
+        """The store's clock (its ``metrics_at`` are on it), else the loop's."""
+        clock = getattr(self.store, "clock", None)
+        return float(clock()) if callable(clock) else asyncio.get_running_loop().time()
+
+    def _history_match(self, info: RequestInfo, now: float) -> Mapping[str, int]:
+        history = getattr(self.store, "history", None)
+        if history is None or not info.block_hashes:
+            return {}
+        result: Mapping[str, int] = history.match(info.block_hashes, now)
+        return result
+
+    def _history_record(self, endpoint_id: str, info: RequestInfo, now: float) -> None:
+        history = getattr(self.store, "history", None)
+        if history is not None and info.block_hashes:
+            history.record(endpoint_id, info.block_hashes, now)
+
+    async def decide(
+        self,
+        prep: Prepared,
+        *,
+        exclude: frozenset[str] = frozenset(),
+        deadline: float | None = None,
+        record: bool = True,
+    ) -> Decision:
+        """The scheduler's decision (never a rejection: that raises RESOURCE_EXHAUSTED)."""
+        endpoints = await self._wait_routable(deadline)
+        if exclude:
+            endpoints = tuple(e for e in endpoints if e.id not in exclude)
+            if not endpoints:
+                raise PreheatError(
+                    ErrorCode.UNAVAILABLE,
+                    f"no endpoint left to try: {', '.join(sorted(exclude))} failed before the "
+                    "first token",
+                    retry_after_s=1.0,
+                )
+        now = self._now()
+        ctx = RoutingContext(
+            now=now,
+            request=prep.info,
+            endpoints=endpoints,
+            history_matches=self._history_match(prep.info, now),
+            region_rtt_ms=self.store.region_rtt_ms(),
+        )
+        decision, self._state = schedule(ctx, self.scheduler_config, self.cost, self._state)
+        pool = decision.endpoint.pool if decision.endpoint is not None else self.pool
+        self.metrics.decisions.labels(pool, decision.reason).inc()
+        if decision.endpoint is None and decision.reason == "no-endpoints":
+            raise PreheatError(
+                ErrorCode.UNAVAILABLE,
+                decision.explanation,
+                retry_after_s=decision.retry_after_s if decision.retry_after_s else 1.0,
+            )
+        if decision.endpoint is None:
+            raise PreheatError(
+                ErrorCode.RESOURCE_EXHAUSTED,
+                f"rejected: {decision.explanation}",
+                retry_after_s=decision.retry_after_s if decision.retry_after_s else 1.0,
+            )
+        if record:
+            self._history_record(decision.endpoint.id, prep.info, now)
+        return decision
+
+    # --- proxy ---------------------------------------------------------------------------
+    def _stub(self, endpoint: Endpoint) -> Any:
+        channel = self.store.channel(endpoint.id)
+        stub = self._stubs.get(id(channel))
+        if stub is None or stub[0] is not channel:
+            stub = (channel, inference_pb2_grpc.InferenceStub(channel))
+            self._stubs[id(channel)] = stub
+        return stub[1]
+
+    async def generate(
+        self,
+        prep: Prepared,
+        *,
+        api: str,
+        timeout_s: float | None = None,
+        stats: StreamStats | None = None,
+    ) -> AsyncGenerator[inference_pb2.GenerateResponse, None]:
+        """Routes and proxies one prepared request; raises ``PreheatError`` on failure."""
+        loop = asyncio.get_running_loop()
+        st = stats if stats is not None else StreamStats()
+        deadline = prep.received + timeout_s if timeout_s is not None else None
+        tried: set[str] = set()
+        outcome = Outcome.ERROR
+        self.metrics.in_flight.inc()
+        try:
+            while True:
+                decision = await self.decide(prep, exclude=frozenset(tried), deadline=deadline)
+                ep = decision.endpoint
+                assert ep is not None
+                st.endpoint, st.decision = ep, decision
+                st.attempts += 1
+                st.routed_at = loop.time()
+                self.metrics.overhead.observe(st.routed_at - prep.received)
+                self._log_routed(prep, decision, st.attempts)
+                self.store.request_started(ep.id)
+                remaining = None if deadline is None else max(0.001, deadline - loop.time())
+                call = self._stub(ep).Generate(prep.request, timeout=remaining)
+                try:
+                    async for chunk in call:
+                        n = len(chunk.token_ids)
+                        if n or chunk.text:
+                            now = loop.time()
+                            if st.first_token_at is None:
+                                st.first_token_at = now
+                                self._on_first_token(prep, st, ep, decision, now)
+                            elif n and st.last_token_at is not None:
+                                itl = (now - st.last_token_at) / n
+                                h = self.metrics.itl.labels(ep.pool, decision.reason)
+                                for _ in range(n):
+                                    h.observe(itl)
+                            st.last_token_at = now
+                            st.tokens += n
+                        if chunk.HasField("usage"):
+                            st.usage = chunk.usage
+                        yield chunk
+                    outcome = Outcome.OK
+                    self._on_done(prep, st, ep, decision)
+                    return
+                except grpc.aio.AioRpcError as e:
+                    code = error_code(e.code())
+                    detail = e.details() or e.code().name
+                    if st.first_token_at is None:
+                        if code in RETRYABLE or code is ErrorCode.INTERNAL:
+                            self.store.request_failed(ep.id)
+                        else:
+                            self.store.request_finished(ep.id)
+                        retry = (
+                            code in RETRYABLE
+                            and st.attempts <= self.config.max_retries
+                            and (deadline is None or loop.time() < deadline)
+                        )
+                        log.info(
+                            "upstream_failed",
+                            extra=fields(
+                                worker=ep.id, code=code.value, detail=detail, retrying=retry
+                            ),
+                        )
+                        if retry:
+                            tried.add(ep.id)
+                            self.metrics.retries.labels(ep.pool).inc()
+                            continue
+                        raise PreheatError(code, _upstream_message(ep.id, code, detail)) from None
+                    raise PreheatError(
+                        ErrorCode.UNAVAILABLE,
+                        f"worker {ep.id} failed after {st.tokens} tokens ({code.value}: "
+                        f"{detail}); not retried to avoid duplicate text",
+                    ) from None
+                finally:
+                    if not call.done():
+                        call.cancel()
+        except PreheatError as e:
+            outcome = _OUTCOMES.get(e.code, Outcome.ERROR)
+            if e.code is ErrorCode.UNAVAILABLE and st.first_token_at is not None:
+                outcome = Outcome.FAILED
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            outcome = Outcome.CANCELLED
+            if st.endpoint is not None and st.first_token_at is None:
+                self.store.request_finished(st.endpoint.id)
+            raise
+        finally:
+            self.metrics.in_flight.dec()
+            self.metrics.observe_outcome(api, outcome)
+
+    def _on_first_token(
+        self, prep: Prepared, st: StreamStats, ep: Endpoint, decision: Decision, now: float
+    ) -> None:
+        ttft_s = now - prep.received
+        upstream_s = now - (st.routed_at if st.routed_at is not None else prep.received)
+        # the worker's own TTFT comes only with the last chunk: 0 = unknown here
+        self.store.first_token(ep.id, upstream_s, 0.0)
+        m = self.metrics
+        m.ttft.labels(ep.pool, decision.reason).observe(ttft_s)
+        pred_s = decision.predicted_ttft_ms / 1e3
+        m.predicted_ttft.labels(ep.pool).observe(pred_s)
+        m.ttft_error.labels(ep.pool).observe(abs(ttft_s - pred_s))
+        if pred_s > 0:
+            m.ttft_ratio.labels(ep.pool).observe(ttft_s / pred_s)
+
+    def _on_done(self, prep: Prepared, st: StreamStats, ep: Endpoint, decision: Decision) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        m = self.metrics
+        m.e2e.labels(ep.pool, decision.reason).observe(now - prep.received)
+        actual_blocks: int | None = None
+        if st.usage is not None and prep.info.block_size > 0:
+            actual_blocks = st.usage.cached_tokens // prep.info.block_size
+            m.predicted_cached.labels(ep.pool).inc(decision.cached_blocks)
+            m.actual_cached.labels(ep.pool).inc(actual_blocks)
+        ttft_ms = None if st.first_token_at is None else (st.first_token_at - prep.received) * 1e3
+        log.info(
+            "request_done",
+            extra=fields(
+                request_id=prep.info.request_id,
+                worker=ep.id,
+                reason=decision.reason,
+                attempts=st.attempts,
+                predicted_ttft_ms=_r(decision.predicted_ttft_ms),
+                observed_ttft_ms=_r(ttft_ms),
+                router_ms=_r(
+                    None if st.routed_at is None else (st.routed_at - prep.received) * 1e3
+                ),
+                e2e_ms=_r((now - prep.received) * 1e3),
+                tokens=st.tokens,
+                predicted_cached_blocks=decision.cached_blocks,
+                actual_cached_blocks=actual_blocks,
+            ),
+        )
+
+    def _log_routed(self, prep: Prepared, decision: Decision, attempt: int) -> None:
+        ep = decision.endpoint
+        log.info(
+            "request_routed",
+            extra=fields(
+                request_id=prep.info.request_id,
+                worker=ep.id if ep is not None else None,
+                reason=decision.reason,
+                predicted_ttft_ms=_r(decision.predicted_ttft_ms),
+                cached_blocks=decision.cached_blocks,
+                session_id=prep.info.session_id or None,
+                attempt=attempt,
+                explanation=decision.explanation,
+            ),
+        )
+
+
+_OUTCOMES = {
+    ErrorCode.INVALID_ARGUMENT: Outcome.INVALID,
+    ErrorCode.RESOURCE_EXHAUSTED: Outcome.REJECTED,
+    ErrorCode.UNAVAILABLE: Outcome.UNAVAILABLE,
+    ErrorCode.DEADLINE_EXCEEDED: Outcome.DEADLINE,
+    ErrorCode.CANCELLED: Outcome.CANCELLED,
+}
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None or math.isnan(v) else round(v, 3)
+
+
+def _upstream_message(worker: str, code: ErrorCode, detail: str) -> str:
+    if code in RETRYABLE:
+        return f"worker {worker} could not take the request ({detail}); no other endpoint to try"
+    return detail

@@ -1,0 +1,154 @@
+"""The router's gRPC services: ``preheat.v1.Inference`` (proxy) and ``preheat.v1.Router``
+(lookaside ``Pick``). Thin adapters over :class:`Dispatcher`; errors go through
+``preheat.grpc_errors.abort``, the one PreheatError -> status mapping.
+
+Client region/zone come from metadata ``x-client-region`` / ``x-client-zone`` (Inference) or
+the request fields (Pick), else the router's own. A session id in metadata ``x-session-id``
+is used when the request's ``session_id`` is empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.routing.types import Candidate, Endpoint
+from preheat.grpc_errors import abort
+from preheat.logs import fields, request_context
+from preheat.proto.preheat.v1 import (
+    inference_pb2,
+    inference_pb2_grpc,
+    router_pb2,
+    router_pb2_grpc,
+)
+from preheat.router.frontend.coalesce import CoalesceConfig, coalesce
+from preheat.router.frontend.dispatch import Dispatcher
+from preheat.router.frontend.metrics import Outcome
+
+log = logging.getLogger("preheat.router")
+
+CLIENT_REGION_KEY = "x-client-region"
+CLIENT_ZONE_KEY = "x-client-zone"
+SESSION_KEY = "x-session-id"
+MAX_ALTERNATES = 3
+
+
+def _metadata(context: Any) -> dict[str, str]:
+    md = context.invocation_metadata() or ()
+    out: dict[str, str] = {}
+    for item in md:
+        key, value = item[0], item[1]
+        if isinstance(value, str):
+            out[key.lower()] = value
+    return out
+
+
+def _with_session(req: inference_pb2.GenerateRequest, md: dict[str, str]) -> Any:
+    sid = md.get(SESSION_KEY, "")
+    if sid and not req.session_id:
+        r = inference_pb2.GenerateRequest()
+        r.CopyFrom(req)
+        r.session_id = sid
+        return r
+    return req
+
+
+class InferenceProxy(inference_pb2_grpc.InferenceServicer):
+    def __init__(self, dispatcher: Dispatcher, coalesce_config: CoalesceConfig) -> None:
+        self._d = dispatcher
+        self._coalesce = coalesce_config
+
+    async def Generate(
+        self, request: inference_pb2.GenerateRequest, context: Any
+    ) -> AsyncIterator[inference_pb2.GenerateResponse]:
+        loop = asyncio.get_running_loop()
+        received = loop.time()
+        md = _metadata(context)
+        try:
+            prep = self._d.prepare(
+                _with_session(request, md),
+                client_region=md.get(CLIENT_REGION_KEY, ""),
+                client_zone=md.get(CLIENT_ZONE_KEY, ""),
+                received=received,
+            )
+        except PreheatError as e:
+            self._d.metrics.observe_outcome("grpc", Outcome.INVALID)
+            log.info("request_refused", extra=fields(code=e.code.value, reason=e.message))
+            await abort(context, e)
+        with request_context(prep.info.request_id):
+            stream = self._d.generate(prep, api="grpc", timeout_s=context.time_remaining())
+            try:
+                async with (
+                    contextlib.aclosing(stream),
+                    contextlib.aclosing(coalesce(stream, self._coalesce)) as chunks,
+                ):
+                    async for chunk in chunks:
+                        yield chunk
+            except PreheatError as e:
+                log.info("request_failed", extra=fields(code=e.code.value, reason=e.message))
+                await abort(context, e)
+            except Exception as e:
+                if isinstance(e, grpc.aio.AbortError):
+                    raise
+                log.exception("request_error")
+                await abort(context, PreheatError(ErrorCode.INTERNAL, f"internal error: {e!r}"))
+
+
+def picked(endpoint: Endpoint, predicted_ms: float) -> router_pb2.PickedEndpoint:
+    return router_pb2.PickedEndpoint(
+        worker_id=endpoint.id,
+        address=endpoint.address,
+        zone=endpoint.zone,
+        region=endpoint.region,
+        predicted_ttft_ms=predicted_ms,
+    )
+
+
+def alternates(
+    chosen: Endpoint, candidates: tuple[Candidate, ...]
+) -> list[router_pb2.PickedEndpoint]:
+    rest = sorted((c for c in candidates if c.endpoint.id != chosen.id), key=lambda c: c.total_ms)
+    return [picked(c.endpoint, c.total_ms) for c in rest[:MAX_ALTERNATES]]
+
+
+class RouterService(router_pb2_grpc.RouterServicer):
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._d = dispatcher
+
+    async def Pick(self, request: router_pb2.PickRequest, context: Any) -> router_pb2.PickResponse:
+        md = _metadata(context)
+        outcome = Outcome.ERROR
+        try:
+            prep = self._d.prepare(
+                _with_session(request.request, md),
+                client_region=request.client_region or md.get(CLIENT_REGION_KEY, ""),
+                client_zone=request.client_zone or md.get(CLIENT_ZONE_KEY, ""),
+            )
+            remaining = context.time_remaining()
+            deadline = None if remaining is None else asyncio.get_running_loop().time() + remaining
+            decision = await self._d.decide(prep, deadline=deadline)
+            ep = decision.endpoint
+            assert ep is not None
+            outcome = Outcome.OK
+            return router_pb2.PickResponse(
+                endpoint=picked(ep, decision.predicted_ttft_ms),
+                reason=decision.reason,
+                explanation=decision.explanation,
+                cached_blocks=decision.cached_blocks,
+                alternates=alternates(ep, decision.candidates),
+            )
+        except PreheatError as e:
+            outcome = {
+                ErrorCode.INVALID_ARGUMENT: Outcome.INVALID,
+                ErrorCode.RESOURCE_EXHAUSTED: Outcome.REJECTED,
+                ErrorCode.UNAVAILABLE: Outcome.UNAVAILABLE,
+            }.get(e.code, Outcome.ERROR)
+            await abort(context, e)
+        finally:
+            self._d.metrics.observe_outcome("pick", outcome)

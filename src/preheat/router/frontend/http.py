@@ -1,0 +1,385 @@
+"""The router's HTTP side (aiohttp): the OpenAI-compatible API, ``/metrics`` and probes.
+
+- ``POST /v1/completions`` and ``POST /v1/chat/completions``: ``stream: true`` answers with
+  server-sent events (``data: {chunk}`` in OpenAI's schema, then ``data: [DONE]``), otherwise
+  one JSON body. The session id comes from header ``x-session-id``, else the body's
+  ``session_id`` or ``user``; client region from ``x-client-region``/``x-client-zone``.
+- Errors are OpenAI-shaped, ``{"error": {"message", "type", "param", "code"}}``, with the
+  status from :func:`preheat.core.errors.http_status` (400 malformed, 429 + ``Retry-After``
+  on admission, 503 when no endpoint can take the request). A failure after the stream
+  started is sent as a final ``data: {"error": ...}`` event before ``[DONE]``.
+- ``GET /v1/models``; ``GET /metrics``; ``GET /healthz`` (liveness: always 200);
+  ``GET /ready`` (200 once the store has a routable endpoint, else 503).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from preheat.core.errors import ErrorCode, PreheatError, http_status
+from preheat.logs import fields, request_context
+from preheat.proto.preheat.v1 import inference_pb2
+from preheat.router.frontend.coalesce import CoalesceConfig, coalesce
+from preheat.router.frontend.dispatch import Dispatcher, StreamStats
+from preheat.router.frontend.metrics import Outcome
+from preheat.router.frontend.openai_schema import (
+    DEFAULT_CHAT_MAX_TOKENS,
+    DEFAULT_MAX_TOKENS,
+    BodyError,
+    ChatBody,
+    CompletionBody,
+    flatten_chat,
+    parse_body,
+    to_generate_request,
+)
+
+log = logging.getLogger("preheat.router")
+
+_FINISH = {
+    inference_pb2.FINISH_REASON_STOP: "stop",
+    inference_pb2.FINISH_REASON_LENGTH: "length",
+    inference_pb2.FINISH_REASON_ABORT: "abort",
+}
+_ERROR_TYPE = {
+    ErrorCode.INVALID_ARGUMENT: "invalid_request_error",
+    ErrorCode.NOT_FOUND: "not_found_error",
+    ErrorCode.RESOURCE_EXHAUSTED: "rate_limit_error",
+    ErrorCode.UNAVAILABLE: "service_unavailable",
+    ErrorCode.DEADLINE_EXCEEDED: "timeout",
+}
+
+
+class HttpFrontend:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        coalesce_config: CoalesceConfig,
+        *,
+        ready: Callable[[], bool],
+        models: Callable[[], list[str]],
+        registries: list[CollectorRegistry],
+    ) -> None:
+        self.d = dispatcher
+        self.coalesce = coalesce_config
+        self.ready = ready
+        self.models = models
+        self.registries = registries
+
+
+FRONTEND_KEY: web.AppKey[HttpFrontend] = web.AppKey("frontend", HttpFrontend)
+
+
+def error_body(
+    message: str, code: ErrorCode, param: str | None = None
+) -> dict[str, dict[str, Any]]:
+    return {
+        "error": {
+            "message": message,
+            "type": _ERROR_TYPE.get(code, "server_error"),
+            "param": param,
+            "code": code.value,
+        }
+    }
+
+
+def error_response(err: PreheatError) -> web.Response:
+    headers = {}
+    if err.retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(err.retry_after_s)))
+    param = err.param if isinstance(err, BodyError) else None
+    return web.json_response(
+        error_body(err.message, err.code, param), status=http_status(err.code), headers=headers
+    )
+
+
+def _outcome(code: ErrorCode) -> Outcome:
+    return {
+        ErrorCode.INVALID_ARGUMENT: Outcome.INVALID,
+        ErrorCode.RESOURCE_EXHAUSTED: Outcome.REJECTED,
+        ErrorCode.UNAVAILABLE: Outcome.UNAVAILABLE,
+    }.get(code, Outcome.ERROR)
+
+
+def _session(request: web.Request, body: Any) -> str:
+    return str(request.headers.get("x-session-id") or body.session_id or body.user or "")
+
+
+def _usage(u: inference_pb2.Usage | None) -> dict[str, Any] | None:
+    if u is None:
+        return None
+    return {
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.prompt_tokens + u.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+    }
+
+
+async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
+    fe = request.app[FRONTEND_KEY]
+    received = asyncio.get_running_loop().time()
+    api = "openai"
+    try:
+        raw = await request.read()
+        if chat:
+            cbody: ChatBody = parse_body(ChatBody, raw)
+            body: Any = cbody
+            prompt = flatten_chat(cbody.messages)
+            max_tokens = cbody.max_completion_tokens or cbody.max_tokens or DEFAULT_CHAT_MAX_TOKENS
+        else:
+            pbody: CompletionBody = parse_body(CompletionBody, raw)
+            body = pbody
+            prompt = pbody.prompt_text()
+            max_tokens = pbody.max_tokens or DEFAULT_MAX_TOKENS
+        hdr_deadline = request.headers.get("x-ttft-deadline-ms")
+        if hdr_deadline is not None and body.ttft_deadline_ms is None:
+            try:
+                body.ttft_deadline_ms = int(hdr_deadline)
+            except ValueError:
+                raise BodyError(
+                    f"header x-ttft-deadline-ms must be an integer, got {hdr_deadline!r}", None
+                ) from None
+        if body.slo_class is None and request.headers.get("x-slo-class"):
+            body.slo_class = request.headers["x-slo-class"]
+        greq = to_generate_request(
+            body, prompt, max_tokens, session_id=_session(request, body), request_id=""
+        )
+        prep = fe.d.prepare(
+            greq,
+            client_region=request.headers.get("x-client-region", ""),
+            client_zone=request.headers.get("x-client-zone", ""),
+            received=received,
+        )
+    except PreheatError as e:
+        fe.d.metrics.observe_outcome(api, _outcome(e.code))
+        log.info("request_refused", extra=fields(code=e.code.value, reason=e.message))
+        return error_response(e)
+
+    rid = prep.info.request_id
+    model = body.model or (fe.models() or [""])[0]
+    created = int(time.time())
+    obj_id = ("chatcmpl-" if chat else "cmpl-") + rid
+    stats = StreamStats()
+    with request_context(rid):
+        stream = fe.d.generate(prep, api=api, stats=stats)
+        async with (
+            contextlib.aclosing(stream),
+            contextlib.aclosing(coalesce(stream, fe.coalesce)) as chunks,
+        ):
+            try:
+                first = await anext(chunks)
+            except StopAsyncIteration:
+                first = inference_pb2.GenerateResponse(
+                    request_id=rid, finish_reason=inference_pb2.FINISH_REASON_ABORT
+                )
+            except PreheatError as e:
+                log.info("request_failed", extra=fields(code=e.code.value, reason=e.message))
+                return error_response(e)
+            if body.stream:
+                return await _sse(request, chat, body, obj_id, model, created, first, chunks)
+            return await _whole(chat, obj_id, model, created, first, chunks)
+
+
+def _choice(chat: bool, text: str, finish: str | None, first: bool) -> dict[str, Any]:
+    if chat:
+        delta: dict[str, Any] = {"content": text}
+        if first:
+            delta["role"] = "assistant"
+        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+
+
+async def _sse(
+    request: web.Request,
+    chat: bool,
+    body: Any,
+    obj_id: str,
+    model: str,
+    created: int,
+    first: inference_pb2.GenerateResponse,
+    chunks: AsyncIterator[inference_pb2.GenerateResponse],
+) -> web.StreamResponse:
+    resp = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Request-Id": first.request_id,
+        }
+    )
+    await resp.prepare(request)
+    kind = "chat.completion.chunk" if chat else "text_completion"
+
+    async def send(obj: dict[str, Any]) -> None:
+        await resp.write(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
+
+    usage: dict[str, Any] | None = None
+    is_first = True
+    chunk: inference_pb2.GenerateResponse | None = first
+    try:
+        while chunk is not None:
+            finish = _FINISH.get(chunk.finish_reason)
+            if chunk.HasField("usage"):
+                usage = _usage(chunk.usage)
+            await send(
+                {
+                    "id": obj_id,
+                    "object": kind,
+                    "created": created,
+                    "model": model,
+                    "choices": [_choice(chat, chunk.text, finish, is_first)],
+                }
+            )
+            is_first = False
+            chunk = await anext(chunks, None)
+        if body.include_usage:
+            await send(
+                {
+                    "id": obj_id,
+                    "object": kind,
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": usage,
+                }
+            )
+    except PreheatError as e:
+        log.info("request_failed", extra=fields(code=e.code.value, reason=e.message))
+        await send(error_body(e.message, e.code))
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
+async def _whole(
+    chat: bool,
+    obj_id: str,
+    model: str,
+    created: int,
+    first: inference_pb2.GenerateResponse,
+    chunks: AsyncIterator[inference_pb2.GenerateResponse],
+) -> web.Response:
+    parts = [first.text]
+    last = first
+    try:
+        async for c in chunks:
+            parts.append(c.text)
+            last = c
+    except PreheatError as e:
+        log.info("request_failed", extra=fields(code=e.code.value, reason=e.message))
+        return error_response(e)
+    text = "".join(parts)
+    finish = _FINISH.get(last.finish_reason, "stop")
+    choice: dict[str, Any]
+    if chat:
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": finish,
+        }
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+    return web.json_response(
+        {
+            "id": obj_id,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [choice],
+            "usage": _usage(last.usage if last.HasField("usage") else None),
+        },
+        headers={"X-Request-Id": first.request_id},
+    )
+
+
+async def _completions(request: web.Request) -> web.StreamResponse:
+    return await _handle(request, chat=False)
+
+
+async def _chat(request: web.Request) -> web.StreamResponse:
+    return await _handle(request, chat=True)
+
+
+async def _models(request: web.Request) -> web.Response:
+    fe = request.app[FRONTEND_KEY]
+    data = [{"id": m, "object": "model", "created": 0, "owned_by": "preheat"} for m in fe.models()]
+    return web.json_response({"object": "list", "data": data})
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    fe = request.app[FRONTEND_KEY]
+    body = b"".join(generate_latest(r) for r in fe.registries)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def _ready(request: web.Request) -> web.Response:
+    ok = request.app[FRONTEND_KEY].ready()
+    body = json.dumps({"ready": ok}) + "\n"
+    return web.Response(status=200 if ok else 503, text=body, content_type="application/json")
+
+
+@web.middleware
+async def _json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Unknown paths and wrong methods answer OpenAI-shaped JSON too; never a traceback."""
+    try:
+        resp: web.StreamResponse = await handler(request)
+        return resp
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        code = ErrorCode.NOT_FOUND if e.status in (404, 405) else ErrorCode.INVALID_ARGUMENT
+        return web.json_response(
+            error_body(f"{request.method} {request.path}: {e.reason}", code), status=e.status
+        )
+    except (asyncio.CancelledError, ConnectionError):
+        raise
+    except Exception as e:
+        log.exception("http_handler_error")
+        return web.json_response(
+            error_body(f"internal error: {e!r}", ErrorCode.INTERNAL), status=500
+        )
+
+
+def build_app(frontend: HttpFrontend) -> web.Application:
+    app = web.Application(middlewares=[_json_errors], client_max_size=16 * 1024 * 1024)
+    app[FRONTEND_KEY] = frontend
+    app.router.add_post("/v1/completions", _completions)
+    app.router.add_post("/v1/chat/completions", _chat)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/ready", _ready)
+    return app
+
+
+async def start_http(frontend: HttpFrontend, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Starts the app on ``host:port`` (0: ephemeral); returns the runner and the bound port.
+
+    ``handler_cancellation``: a client that disconnects cancels its handler, which closes
+    the upstream stream, so the worker stops generating for nobody."""
+    runner = web.AppRunner(
+        build_app(frontend), access_log=None, handle_signals=False, handler_cancellation=True
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = port
+    for addr in runner.addresses:
+        if isinstance(addr, tuple) and len(addr) >= 2:
+            bound = int(addr[1])
+            break
+    return runner, bound
