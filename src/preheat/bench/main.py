@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 
+from preheat.bench import router_bench
 from preheat.bench.client import StreamRecord, stream_generate
 from preheat.bench.prompts import words
 from preheat.bench.report_md import write_section
@@ -48,6 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     w.add_argument(
         "--worker-arg", action="append", default=[], help="extra `preheat worker` argument"
     )
+    r = sub.add_parser(
+        "router",
+        help="the router's added TTFT, proxy tokens/s, Pick decisions/s, routing policies",
+        description=router_bench.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    router_bench.add_arguments(r)
 
 
 @dataclass
@@ -218,4 +226,6 @@ async def _bench_worker(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.bench == "worker":
         return asyncio.run(_bench_worker(args))
+    if args.bench == "router":
+        return asyncio.run(router_bench.run_router_bench(args))
     raise SystemExit(f"unknown benchmark {args.bench!r}")

@@ -1,4 +1,5 @@
-"""Start a ``preheat worker`` as a child process and find its ports (bench, demo, tests)."""
+"""Start a ``preheat worker`` or ``preheat router`` as a child process and find its ports
+(bench, demo, tests): both print one ready line with ``grpc_port`` and ``http_port``."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-_READY = re.compile(r"worker_ready")
 _PORT = re.compile(r"\"?(grpc_port|http_port)\"?\s*[=:]\s*(\d+)")
 
 
 @dataclass
-class WorkerProcess:
+class ServiceProcess:
+    """A running ``preheat`` child process and the ports its ready line announced."""
+
     proc: asyncio.subprocess.Process
     grpc_port: int
     http_port: int
@@ -32,8 +34,11 @@ class WorkerProcess:
         return f"http://127.0.0.1:{self.http_port}"
 
 
-def _parse_ready(line: str) -> tuple[int, int] | None:
-    if not _READY.search(line):
+WorkerProcess = ServiceProcess
+
+
+def _parse_ready(line: str, event: str = "worker_ready") -> tuple[int, int] | None:
+    if event not in line:
         return None
     ports: dict[str, int] = {}
     with contextlib.suppress(ValueError):
@@ -55,14 +60,38 @@ async def _pump(stream: asyncio.StreamReader, log: list[str], echo: bool) -> Non
             print(text, file=sys.stderr)
 
 
-@contextlib.asynccontextmanager
-async def spawn_worker(
+def spawn_worker(
     worker_args: Sequence[str], *, ready_timeout_s: float = 120.0, echo: bool = False
-) -> AsyncIterator[WorkerProcess]:
+) -> contextlib.AbstractAsyncContextManager[ServiceProcess]:
     """Runs ``preheat worker <worker_args> --grpc-port 0 --http-port 0`` until the block ends,
     then sends SIGTERM (the worker drains) and waits for it to exit."""
-    cmd = [sys.executable, "-m", "preheat.cli", "worker", "--host", "127.0.0.1"]
-    cmd += ["--grpc-port", "0", "--http-port", "0", *worker_args]
+    args = ["--host", "127.0.0.1", "--grpc-port", "0", "--http-port", "0", *worker_args]
+    return spawn_service("worker", args, ready_timeout_s=ready_timeout_s, echo=echo)
+
+
+def spawn_router(
+    router_args: Sequence[str], *, ready_timeout_s: float = 60.0, echo: bool = False
+) -> contextlib.AbstractAsyncContextManager[ServiceProcess]:
+    """Runs ``preheat router <router_args> --grpc-port 0 --http-port 0`` until the block
+    ends (ready line ``router_ready``), then sends SIGTERM and waits for it to exit."""
+    args = ["--grpc-port", "0", "--http-port", "0", *router_args]
+    return spawn_service(
+        "router", args, ready_event="router_ready", ready_timeout_s=ready_timeout_s, echo=echo
+    )
+
+
+@contextlib.asynccontextmanager
+async def spawn_service(
+    command: str,
+    args: Sequence[str],
+    *,
+    ready_event: str = "worker_ready",
+    ready_timeout_s: float = 120.0,
+    echo: bool = False,
+) -> AsyncIterator[ServiceProcess]:
+    """Runs ``preheat <command> <args>`` until the block ends (ready once it prints a line
+    with ``ready_event`` and both ports), then sends SIGTERM and waits for it to exit."""
+    cmd = [sys.executable, "-m", "preheat.cli", command, *args]
     proc = await asyncio.create_subprocess_exec(
         *cmd,
         stdout=asyncio.subprocess.PIPE,
@@ -73,9 +102,11 @@ async def spawn_worker(
     log: list[str] = []
     pump: asyncio.Task[None] | None = None
     try:
-        ports = await asyncio.wait_for(_wait_ready(proc.stdout, log), ready_timeout_s)
+        ports = await asyncio.wait_for(
+            _wait_ready(proc.stdout, log, command, ready_event), ready_timeout_s
+        )
         pump = asyncio.create_task(_pump(proc.stdout, log, echo))
-        yield WorkerProcess(proc, ports[0], ports[1], log)
+        yield ServiceProcess(proc, ports[0], ports[1], log)
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)
@@ -88,12 +119,14 @@ async def spawn_worker(
             await pump
 
 
-async def _wait_ready(stream: asyncio.StreamReader, log: list[str]) -> tuple[int, int]:
+async def _wait_ready(
+    stream: asyncio.StreamReader, log: list[str], command: str, event: str
+) -> tuple[int, int]:
     while line := await stream.readline():
         text = line.decode(errors="replace").rstrip()
         log.append(text)
-        ports = _parse_ready(text)
+        ports = _parse_ready(text, event)
         if ports is not None:
             return ports
     tail = "\n".join(log[-20:])
-    raise RuntimeError(f"worker exited before it was ready; its last output:\n{tail}")
+    raise RuntimeError(f"{command} exited before it was ready; its last output:\n{tail}")

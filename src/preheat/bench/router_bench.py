@@ -1,0 +1,802 @@
+"""``preheat bench router``: what the router costs and what its routing buys.
+
+Four parts, each rerunnable alone (``--part``) and each written to its own section of
+docs/benchmarks.md:
+
+``overhead``
+    Added TTFT of the proxy over going direct: one fast sim worker, one router in front of
+    it; the same number of equally long, distinct prompts go direct and via the router in
+    interleaved rounds (the order alternates per round), at each concurrency level.
+``throughput``
+    Tokens/s the proxy path sustains, per router CPU-second (``/proc/<pid>/stat`` utime +
+    stime of the router process), with and without token coalescing: many concurrent long
+    streams from a fast sim worker through the router, closed loop.
+``pick``
+    Lookaside ``Router/Pick`` decisions per router CPU-second (closed loop over gRPC), and
+    the pure :func:`preheat.core.routing.scheduler.schedule` in-process over 16/64 synthetic
+    endpoints per policy, with the cost of the steps around it (tokenize, block hashes,
+    prefix history), to show where the time goes.
+``policies``
+    A time-compressed slice of the Mooncake conversation trace replayed open loop against
+    K sim workers (calibrated H100 speed, a small KV cache) behind one router per policy;
+    fresh workers and router per policy, so every policy starts cold.
+
+Everything runs on this machine: client, router and workers share its cores; the per-core
+figures divide by the router's own CPU time, not by wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import random
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import grpc
+
+from preheat.bench.client import StreamRecord, stream_generate
+from preheat.bench.prompts import words
+from preheat.bench.report_md import write_section
+from preheat.bench.traces import TraceOptions, TraceRequest, load_trace, prompt_text
+from preheat.bench.workerproc import ServiceProcess, spawn_router, spawn_worker
+from preheat.core.percentiles import sample_quantile
+from preheat.proto.preheat.v1 import inference_pb2 as pb
+from preheat.proto.preheat.v1 import inference_pb2_grpc as pb_grpc
+from preheat.proto.preheat.v1 import router_pb2, router_pb2_grpc
+
+PARTS: tuple[str, ...] = ("overhead", "throughput", "pick", "policies")
+DEFAULT_POLICIES: tuple[str, ...] = (
+    "preheat",
+    "round-robin",
+    "random",
+    "least-request",
+    "p2c",
+    "chwbl",
+    "prefix-only",
+    "session-only",
+)
+REPO = Path(__file__).resolve().parents[3]
+DEFAULT_TRACE = (REPO / ".." / "shared" / "data" / "mooncake_conversation_trace.jsonl").resolve()
+SIM_FAST = ["--engine", "sim", "--sim-load-s", "0.1", "--sim-warmup-s", "0.1"]
+
+# targets stated in the router issue
+TARGET_ADDED_P50_MS = 1.0
+TARGET_TOKENS_PER_CORE = 20_000.0
+TARGET_PICKS_PER_CORE = 5_000.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--part",
+        default=",".join(PARTS),
+        help=f"comma-separated parts to run (default all: {','.join(PARTS)})",
+    )
+    parser.add_argument("--write", type=Path, default=None, help="update this benchmarks.md")
+    parser.add_argument(
+        "--router-arg", action="append", default=[], help="extra `preheat router` argument"
+    )
+    o = parser.add_argument_group("overhead")
+    o.add_argument("--concurrency", default="1,32", help="comma-separated levels")
+    o.add_argument("--requests", type=int, default=200, help="requests per side and level")
+    o.add_argument("--rounds", type=int, default=4, help="interleaved rounds per level")
+    o.add_argument("--prompt-tokens", type=int, default=256)
+    o.add_argument("--max-tokens", type=int, default=8)
+    o.add_argument(
+        "--overhead-time-scale",
+        default="0.01",
+        help="sim engine speed for overhead (0.01: 100x a calibrated H100, so the engine is "
+        "not the bottleneck)",
+    )
+    t = parser.add_argument_group("throughput")
+    t.add_argument(
+        "--coalesce",
+        default="1:0,8:5",
+        help="coalescing settings to compare, TOKENS:MS comma-separated (1 = off)",
+    )
+    t.add_argument("--streams", type=int, default=64, help="concurrent streams")
+    t.add_argument("--stream-tokens", type=int, default=512, help="max_tokens per stream")
+    t.add_argument("--throughput-s", type=float, default=8.0, help="seconds per setting")
+    t.add_argument("--throughput-time-scale", default="0.001", help="sim engine speed")
+    p = parser.add_argument_group("pick")
+    p.add_argument("--pick-s", type=float, default=5.0, help="seconds of closed-loop Pick")
+    p.add_argument("--pick-concurrency", type=int, default=16)
+    p.add_argument("--pick-prompt-tokens", type=int, default=512)
+    p.add_argument(
+        "--endpoints", default="16,64", help="synthetic endpoint counts for in-process schedule"
+    )
+    p.add_argument(
+        "--inprocess-s", type=float, default=0.3, help="CPU seconds per in-process measurement"
+    )
+    w = parser.add_argument_group("policies")
+    w.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
+    w.add_argument("--workers", type=int, default=4, help="sim workers behind the router")
+    w.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    w.add_argument("--trace-start-s", type=float, default=0.0, help="slice start (trace time)")
+    w.add_argument("--trace-duration-s", type=float, default=90.0, help="slice length")
+    w.add_argument("--rate-scale", type=float, default=3.0, help="replay this many times faster")
+    w.add_argument("--gpu-blocks", type=int, default=6000, help="KV blocks (16 tokens) per worker")
+    w.add_argument(
+        "--max-output-tokens", type=int, default=64, help="clip output lengths (CPU budget)"
+    )
+    w.add_argument("--max-input-tokens", type=int, default=32_000, help="clip prompt lengths")
+    w.add_argument("--policy-time-scale", default="1", help="sim engine speed (1 = H100)")
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads) from /proc."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    rest = stat.rsplit(")", 1)[1].split()  # fields after the command name, from field 3
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _q(values: Sequence[float], q: float) -> float:
+    return sample_quantile(q, list(values)) if values else float("nan")
+
+
+def _ttfts_ms(records: Sequence[StreamRecord]) -> list[float]:
+    return [r.ttft_s * 1e3 for r in records if r.ok]
+
+
+@dataclass
+class Cluster:
+    workers: list[ServiceProcess]
+    router: ServiceProcess
+
+    @property
+    def router_pid(self) -> int:
+        return self.router.proc.pid
+
+
+@contextlib.asynccontextmanager
+async def cluster(
+    worker_args: Sequence[str], k: int, router_args: Sequence[str]
+) -> AsyncIterator[Cluster]:
+    """``k`` sim workers (started in parallel) and one router over a static endpoints file;
+    yields once a Pick through the router succeeds and every worker has had time to be seen."""
+    async with contextlib.AsyncExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="preheat-bench-")))
+        workers = list(
+            await asyncio.gather(
+                *(
+                    stack.enter_async_context(
+                        spawn_worker(
+                            [*worker_args, "--worker-id", f"w{i}", "--log-level", "WARNING"]
+                        )
+                    )
+                    for i in range(k)
+                )
+            )
+        )
+        endpoints = [
+            {"address": w.grpc_target, "id": f"w{i}", "metrics_url": f"{w.http_url}/metrics"}
+            for i, w in enumerate(workers)
+        ]
+        path = tmp / "endpoints.json"
+        path.write_text(json.dumps(endpoints))
+        router = await stack.enter_async_context(
+            spawn_router(["--discovery", f"static:{path}", *router_args])
+        )
+        await _wait_routable(router, k)
+        yield Cluster(workers, router)
+
+
+async def _wait_routable(router: ServiceProcess, k: int, timeout_s: float = 30.0) -> None:
+    """Until Pick has returned every one of the ``k`` endpoints' ids at least once, or (for
+    policies that keep picking one) a Pick has succeeded and two more seconds passed."""
+    deadline = time.monotonic() + timeout_s
+    seen: set[str] = set()
+    first_ok: float | None = None
+    async with grpc.aio.insecure_channel(router.grpc_target) as ch:
+        stub = router_pb2_grpc.RouterStub(ch)
+        i = 0
+        while time.monotonic() < deadline:
+            i += 1
+            req = pb.GenerateRequest(
+                request_id=f"ready-{i}",
+                prompt=words(4, 999_000 + i),
+                sampling=pb.SamplingParams(max_tokens=1),
+            )
+            try:
+                resp = await stub.Pick(router_pb2.PickRequest(request=req), timeout=2)
+            except grpc.aio.AioRpcError:
+                await asyncio.sleep(0.1)
+                continue
+            seen.add(resp.endpoint.worker_id)
+            seen.update(a.worker_id for a in resp.alternates)
+            first_ok = first_ok or time.monotonic()
+            if len(seen) >= k or time.monotonic() - first_ok > 2.0:
+                return
+            await asyncio.sleep(0.05)
+    tail = "\n".join(router.log[-20:])
+    raise RuntimeError(f"router had no routable endpoint within {timeout_s} s:\n{tail}")
+
+
+async def _scrape_prefix(session: aiohttp.ClientSession, url: str) -> tuple[float, float]:
+    """(hits, queries) of a worker's ``vllm:prefix_cache_*`` counters, in tokens."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with session.get(url) as resp:
+        text = await resp.text()
+    got = {"vllm:prefix_cache_hits": 0.0, "vllm:prefix_cache_queries": 0.0}
+    for fam in text_string_to_metric_families(text):
+        if fam.name in got:
+            got[fam.name] += sum(s.value for s in fam.samples if not s.name.endswith("_created"))
+    return got["vllm:prefix_cache_hits"], got["vllm:prefix_cache_queries"]
+
+
+async def _prefix_totals(workers: Sequence[ServiceProcess]) -> tuple[float, float]:
+    async with aiohttp.ClientSession() as s:
+        pairs = await asyncio.gather(*(_scrape_prefix(s, f"{w.http_url}/metrics") for w in workers))
+    return sum(h for h, _ in pairs), sum(q for _, q in pairs)
+
+
+async def _closed_loop(
+    one: Callable[[int], Awaitable[None]], lanes: int, *, count: int | None, seconds: float | None
+) -> float:
+    """Runs ``one(i)`` on ``lanes`` concurrent lanes until ``count`` calls or ``seconds``
+    passed; returns the wall time."""
+    next_i = 0
+    start = time.monotonic()
+    stop_at = None if seconds is None else start + seconds
+
+    async def lane() -> None:
+        nonlocal next_i
+        while (count is None or next_i < count) and (stop_at is None or time.monotonic() < stop_at):
+            i = next_i
+            next_i += 1
+            await one(i)
+
+    async with asyncio.TaskGroup() as tg:
+        for _ in range(lanes):
+            tg.create_task(lane())
+    return time.monotonic() - start
+
+
+async def _side(
+    stub: pb_grpc.InferenceStub, prompts: Sequence[str], lanes: int, tag: str, max_tokens: int
+) -> list[StreamRecord]:
+    """Every prompt once, on ``lanes`` concurrent lanes (closed loop)."""
+    out: list[StreamRecord] = []
+
+    async def one(i: int) -> None:
+        req = _gen(f"{tag}-{i}", prompts[i], max_tokens)
+        out.append(await stream_generate(stub, req, timeout_s=30))
+
+    await _closed_loop(one, lanes, count=len(prompts), seconds=None)
+    return out
+
+
+async def _streams(
+    stub: pb_grpc.InferenceStub, lanes: int, seconds: float | None, count: int | None, tokens: int
+) -> tuple[list[StreamRecord], float]:
+    """Long streams of ``tokens`` on ``lanes`` lanes until ``seconds`` or ``count``."""
+    out: list[StreamRecord] = []
+
+    async def one(i: int) -> None:
+        req = _gen(f"t{i}", words(16, 20_000 + i), tokens)
+        out.append(await stream_generate(stub, req, timeout_s=120))
+
+    wall = await _closed_loop(one, lanes, count=count, seconds=seconds)
+    return out, wall
+
+
+def _gen(rid: str, prompt: str, max_tokens: int, session: str = "") -> pb.GenerateRequest:
+    return pb.GenerateRequest(
+        request_id=rid,
+        prompt=prompt,
+        sampling=pb.SamplingParams(max_tokens=max_tokens),
+        session_id=session,
+    )
+
+
+def _header(command: str) -> list[str]:
+    return [
+        f"Command: `{command}`. Machine: {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, measured {time.strftime('%Y-%m-%d')}.",
+        "",
+    ]
+
+
+def _met(ok: bool) -> str:
+    return "**met**" if ok else "**missed**"
+
+
+@dataclass
+class PartResult:
+    name: str
+    body: str
+    failed: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+# --- part 1: overhead --------------------------------------------------------------------
+
+
+async def part_overhead(args: argparse.Namespace) -> PartResult:
+    levels = [int(c) for c in args.concurrency.split(",")]
+    worker_args = [*SIM_FAST, "--sim-time-scale", args.overhead_time_scale]
+    router_args = ["--policy", "preheat", "--coalesce-tokens", "1", *args.router_arg]
+    rows: list[str] = []
+    failed = 0
+    added_p50_c1: float | None = None
+    async with (
+        cluster(worker_args, 1, router_args) as c,
+        grpc.aio.insecure_channel(c.workers[0].grpc_target) as direct_ch,
+        grpc.aio.insecure_channel(c.router.grpc_target) as router_ch,
+    ):
+        stubs = {
+            "direct": pb_grpc.InferenceStub(direct_ch),
+            "router": pb_grpc.InferenceStub(router_ch),
+        }
+        # warm both paths (connections, the router's endpoint state)
+        for side, stub in stubs.items():
+            for i in range(20):
+                await stream_generate(stub, _gen(f"warm-{side}-{i}", words(16, 7_000 + i), 2))
+        for level in levels:
+            per_round = max(1, args.requests // args.rounds)
+            recs: dict[str, list[StreamRecord]] = {"direct": [], "router": []}
+            cpu = 0.0
+            for rnd in range(args.rounds):
+                order = ["direct", "router"] if rnd % 2 == 0 else ["router", "direct"]
+                for side in order:
+                    # distinct prompts per side, round and level: no prefix-cache hits anywhere
+                    seed0 = 10_000_000 * level + 100_000 * rnd + (50_000 if side == "router" else 0)
+                    prompts = [words(args.prompt_tokens, seed0 + i) for i in range(per_round)]
+                    cpu0 = cpu_seconds(c.router_pid)
+                    tag = f"{side}-{level}-{rnd}"
+                    recs[side] += await _side(stubs[side], prompts, level, tag, args.max_tokens)
+                    if side == "router":
+                        cpu += cpu_seconds(c.router_pid) - cpu0
+            d, r = _ttfts_ms(recs["direct"]), _ttfts_ms(recs["router"])
+            failed += sum(1 for s in recs.values() for x in s if not x.ok)
+            a50, a99 = _q(r, 0.5) - _q(d, 0.5), _q(r, 0.99) - _q(d, 0.99)
+            if level == 1:
+                added_p50_c1 = a50
+            n = len(recs["router"])
+            rows.append(
+                f"| {level} | {n} | {_q(d, 0.5):.2f} | {_q(r, 0.5):.2f} | **{a50:+.2f}**"
+                f" | {_q(d, 0.99):.2f} | {_q(r, 0.99):.2f} | **{a99:+.2f}**"
+                f" | {1e3 * cpu / max(n, 1):.2f} |"
+            )
+            print(rows[-1], flush=True)
+    cmd = (
+        f"preheat bench router --part overhead --concurrency {args.concurrency}"
+        f" --requests {args.requests} --rounds {args.rounds} --prompt-tokens {args.prompt_tokens}"
+        f" --max-tokens {args.max_tokens} --overhead-time-scale {args.overhead_time_scale}"
+    )
+    met = added_p50_c1 is not None and added_p50_c1 < TARGET_ADDED_P50_MS
+    body = "\n".join(
+        [
+            "## Router: added TTFT of the proxy over going direct",
+            "",
+            *_header(cmd),
+            f"One sim worker at time scale {args.overhead_time_scale} (the engine is "
+            f"{1 / float(args.overhead_time_scale):.0f}x a calibrated H100, so it is not the",
+            "bottleneck) and one `preheat router` (policy preheat, coalescing off) in front of it.",
+            f"Each level sends {args.requests} requests direct and {args.requests} via the "
+            f"router ({args.prompt_tokens}-token",
+            f"distinct prompts, {args.max_tokens} output tokens), interleaved in "
+            f"{args.rounds} rounds whose order alternates. TTFT is measured by the",
+            "client; the difference is what the router adds (a gRPC hop, tokenizing and "
+            "hashing the prompt,",
+            "the routing decision). Router CPU is its process's utime+stime over the routed "
+            "requests.",
+            "",
+            "| concurrency | requests/side | TTFT p50 direct ms | TTFT p50 router ms"
+            " | added p50 ms | TTFT p99 direct ms | TTFT p99 router ms | added p99 ms"
+            " | router CPU ms/request |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            *rows,
+            "",
+            f"Target: under {TARGET_ADDED_P50_MS:g} ms added p50 TTFT at concurrency 1: "
+            f"{_met(met)}. Failed requests: {failed}.",
+        ]
+    )
+    return PartResult("router-overhead", body, failed)
+
+
+# --- part 2: throughput ------------------------------------------------------------------
+
+
+async def part_throughput(args: argparse.Namespace) -> PartResult:
+    worker_args = [*SIM_FAST, "--sim-time-scale", args.throughput_time_scale]
+    worker_args += ["--sim-max-num-seqs", str(max(256, args.streams))]
+    rows: list[str] = []
+    failed = 0
+    best_coalesced = 0.0
+    for setting in args.coalesce.split(","):
+        n_tok, _, ms = setting.partition(":")
+        router_args = ["--policy", "round-robin", "--coalesce-tokens", n_tok]
+        router_args += ["--coalesce-ms", ms or "5", *args.router_arg]
+        async with (
+            cluster(worker_args, 1, router_args) as c,
+            grpc.aio.insecure_channel(c.router.grpc_target) as ch,
+        ):
+            stub = pb_grpc.InferenceStub(ch)
+            await _streams(stub, 8, None, 16, args.stream_tokens)  # warm
+            r_cpu0, w_cpu0 = cpu_seconds(c.router_pid), cpu_seconds(c.workers[0].proc.pid)
+            recs, wall = await _streams(
+                stub, args.streams, args.throughput_s, None, args.stream_tokens
+            )
+            r_cpu = cpu_seconds(c.router_pid) - r_cpu0
+            w_cpu = cpu_seconds(c.workers[0].proc.pid) - w_cpu0
+        tokens = sum(r.completion_tokens for r in recs)
+        frames = sum(len(r.itl_s) + (1 if r.completion_tokens else 0) for r in recs)
+        failed += sum(1 for r in recs if not r.ok)
+        per_core = tokens / r_cpu if r_cpu > 0 else float("nan")
+        if int(n_tok) > 1:
+            best_coalesced = max(best_coalesced, per_core)
+        label = "off" if int(n_tok) <= 1 else f"{n_tok} tokens / {ms} ms"
+        rows.append(
+            f"| {label} | {len(recs)} | {wall:.1f} | {tokens:,} | {tokens / wall:,.0f}"
+            f" | {frames / wall:,.0f} | {r_cpu:.2f} | **{per_core:,.0f}** | {w_cpu:.2f} |"
+        )
+        print(rows[-1], flush=True)
+    cmd = (
+        f"preheat bench router --part throughput --coalesce {args.coalesce}"
+        f" --streams {args.streams} --stream-tokens {args.stream_tokens}"
+        f" --throughput-s {args.throughput_s:g}"
+        f" --throughput-time-scale {args.throughput_time_scale}"
+    )
+    met = best_coalesced >= TARGET_TOKENS_PER_CORE
+    body = "\n".join(
+        [
+            "## Router: proxy tokens/s per core, with and without coalescing",
+            "",
+            *_header(cmd),
+            f"{args.streams} concurrent streams (closed loop, {args.stream_tokens} tokens "
+            f"each) from one sim worker at time scale {args.throughput_time_scale}",
+            "through one `preheat router` (policy round-robin); client, router and worker "
+            "share the machine,",
+            "so tokens/s (wall) is bounded by all three; tokens per router CPU-second "
+            "(utime+stime of the",
+            "router process) is what one router core sustains. Frames/s is what the client "
+            "receives.",
+            "",
+            "| coalescing | streams done | wall s | tokens | tokens/s (wall) | client frames/s"
+            " | router CPU s | tokens per router CPU-s | worker CPU s |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            *rows,
+            "",
+            f"Target: >= {TARGET_TOKENS_PER_CORE:,.0f} tokens/s per core with coalescing: "
+            f"{_met(met)}. Failed streams: {failed}.",
+        ]
+    )
+    return PartResult("router-throughput", body, failed)
+
+
+# --- part 3: pick ---------------------------------------------------------------------------
+
+
+def _bench_inprocess(counts: Sequence[int], prompt_tokens: int, seconds: float) -> list[str]:
+    """Rows: per endpoint count and policy, schedule() calls per CPU-second; plus the steps
+    around it for one prompt."""
+    from preheat.core.blocks import block_hashes
+    from preheat.core.routing.baselines import SchedulerState
+    from preheat.core.routing.config import SchedulerConfig
+    from preheat.core.routing.history import PrefixHistory
+    from preheat.core.routing.scheduler import POLICIES, schedule
+    from preheat.core.routing.types import Endpoint, RequestInfo, RoutingContext
+    from preheat.engine.costmodel import CostModel
+    from preheat.engine.simtokenizer import SimTokenizer
+
+    def per_cpu_s(fn: Callable[[int], object]) -> float:
+        n, t0 = 0, time.process_time()
+        while (elapsed := time.process_time() - t0) < seconds:
+            for _ in range(50):
+                fn(n)
+                n += 1
+        return n / elapsed
+
+    rng = random.Random(1)
+    tok = SimTokenizer()
+    prompt = words(prompt_tokens, 4242)
+    tokens = tok.encode(prompt)
+    hashes = tuple(block_hashes(tokens, 16))
+    cost = CostModel.default()
+    rows: list[str] = []
+    history = PrefixHistory()
+    for e in range(64):
+        history.record(f"w{e}", hashes[: rng.randint(0, len(hashes))], 0.0)
+    steps = {
+        f"tokenize {prompt_tokens} words (sim tokenizer)": lambda i: tok.encode(prompt),
+        f"block hashes of {prompt_tokens} tokens": lambda i: block_hashes(tokens, 16),
+        "prefix history match (64 endpoints)": lambda i: history.match(hashes, 1.0),
+    }
+    for name, fn in steps.items():
+        rate = per_cpu_s(fn)
+        rows.append(f"| {name} | - | - | {rate:,.0f} | {1e6 / rate:,.1f} |")
+    for n in counts:
+        eps = tuple(
+            Endpoint(
+                id=f"w{e}",
+                address=f"10.0.0.{e}:50051",
+                num_running=rng.randint(0, 64),
+                num_waiting=rng.randint(0, 4),
+                kv_cache_usage=rng.random(),
+                metrics_at=0.5,
+                cached_blocks=frozenset(hashes[: rng.randint(0, len(hashes))]),
+                observed_ttft_ms=rng.uniform(20, 200),
+            )
+            for e in range(n)
+        )
+        matches = {ep.id: rng.randint(0, len(hashes)) for ep in eps[: n // 2]}
+        for policy in POLICIES:
+            config = SchedulerConfig(policy=policy)
+            state = [SchedulerState()]
+
+            def call(
+                i: int,
+                config: SchedulerConfig = config,
+                eps: tuple[Endpoint, ...] = eps,
+                matches: dict[str, int] = matches,
+                state: list[SchedulerState] = state,
+            ) -> object:
+                req = RequestInfo(f"r{i}", prompt_tokens, hashes, session_id=f"s{i % 97}")
+                ctx = RoutingContext(now=1.0, request=req, endpoints=eps, history_matches=matches)
+                decision, state[0] = schedule(ctx, config, cost, state[0])
+                return decision
+
+            rate = per_cpu_s(call)
+            rows.append(f"| schedule() | {n} | {policy} | {rate:,.0f} | {1e6 / rate:,.1f} |")
+    return rows
+
+
+async def part_pick(args: argparse.Namespace) -> PartResult:
+    worker_args = [*SIM_FAST, "--sim-time-scale", "0.01"]
+    router_args = ["--policy", "preheat", *args.router_arg]
+    prompts = [words(args.pick_prompt_tokens, 30_000 + i) for i in range(64)]
+    lat_ms: list[float] = []
+    errors: list[str] = []
+    async with (
+        cluster(worker_args, args.workers, router_args) as c,
+        grpc.aio.insecure_channel(c.router.grpc_target) as ch,
+    ):
+        stub = router_pb2_grpc.RouterStub(ch)
+
+        async def one(i: int) -> None:
+            req = _gen(f"p{i}", prompts[i % len(prompts)], 16, session=f"s{i % 97}")
+            t0 = time.monotonic()
+            try:
+                await stub.Pick(router_pb2.PickRequest(request=req), timeout=10)
+            except grpc.aio.AioRpcError as e:
+                errors.append(f"{e.code().name}: {e.details()}")
+                return
+            lat_ms.append((time.monotonic() - t0) * 1e3)
+
+        await _closed_loop(one, 4, count=200, seconds=None)  # warm
+        lat_ms.clear()
+        cpu0 = cpu_seconds(c.router_pid)
+        wall = await _closed_loop(one, args.pick_concurrency, count=None, seconds=args.pick_s)
+        cpu = cpu_seconds(c.router_pid) - cpu0
+    picks = len(lat_ms)
+    per_core = picks / cpu if cpu > 0 else float("nan")
+    counts = [int(x) for x in args.endpoints.split(",")]
+    inproc = _bench_inprocess(counts, args.pick_prompt_tokens, args.inprocess_s)
+    cmd = (
+        f"preheat bench router --part pick --workers {args.workers} --pick-s {args.pick_s:g}"
+        f" --pick-concurrency {args.pick_concurrency}"
+        f" --pick-prompt-tokens {args.pick_prompt_tokens} --endpoints {args.endpoints}"
+    )
+    met = per_core >= TARGET_PICKS_PER_CORE
+    body = "\n".join(
+        [
+            "## Router: Pick decisions per core",
+            "",
+            *_header(cmd),
+            f"Closed loop over gRPC: {args.pick_concurrency} concurrent callers of "
+            f"`Router/Pick` ({args.pick_prompt_tokens}-token prompts, 97 sessions) against",
+            f"one `preheat router` (policy preheat) over {args.workers} idle sim workers "
+            "for "
+            f"{args.pick_s:g} s; per core = decisions per router CPU-second.",
+            "",
+            "| decisions | wall s | decisions/s (wall) | router CPU s | decisions per router "
+            "CPU-s | Pick p50 ms | Pick p99 ms | errors |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|",
+            f"| {picks:,} | {wall:.1f} | {picks / wall:,.0f} | {cpu:.2f} | **{per_core:,.0f}**"
+            f" | {_q(lat_ms, 0.5):.2f} | {_q(lat_ms, 0.99):.2f} | {len(errors)} |",
+            "",
+            f"Target: >= {TARGET_PICKS_PER_CORE:,.0f} decisions/s per core: {_met(met)}.",
+            "",
+            "Where the time goes, in process (one core, `time.process_time`): the pure "
+            "`schedule()` per policy",
+            "over synthetic endpoints (random load, cached blocks and history matches), and "
+            "the steps the",
+            f"router runs around it for one {args.pick_prompt_tokens}-token prompt.",
+            "",
+            "| step | endpoints | policy | calls per CPU-s | µs per call |",
+            "|---|---:|---|---:|---:|",
+            *inproc,
+        ]
+    )
+    if errors:
+        body += f"\n\nFirst Pick error: `{errors[0]}`."
+    return PartResult("router-pick", body, len(errors))
+
+
+# --- part 4: policies ----------------------------------------------------------------------
+
+
+@dataclass
+class PolicyRun:
+    policy: str
+    records: list[StreamRecord]
+    wall_s: float
+    worker_hits: float
+    worker_queries: float
+    router_cpu_s: float
+
+
+async def _replay(
+    stub: pb_grpc.InferenceStub,
+    reqs: Sequence[TraceRequest],
+    prompts: Sequence[str],
+    max_out: int,
+) -> tuple[list[StreamRecord], float]:
+    """Sends every request at its arrival time (open loop); returns records and wall time."""
+    records: list[StreamRecord] = []
+    start = time.monotonic()
+
+    async def one(r: TraceRequest, prompt: str) -> None:
+        delay = start + r.arrival_s - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        req = _gen(f"m{r.index}", prompt, min(r.output_tokens, max_out), r.session_id)
+        records.append(await stream_generate(stub, req, timeout_s=300))
+
+    async with asyncio.TaskGroup() as tg:
+        for r, p in zip(reqs, prompts, strict=True):
+            tg.create_task(one(r, p))
+    return records, time.monotonic() - start
+
+
+async def part_policies(args: argparse.Namespace) -> PartResult:
+    opts = TraceOptions(
+        start_s=args.trace_start_s,
+        duration_s=args.trace_duration_s,
+        rate_scale=args.rate_scale,
+        sessions="root",
+        max_input_tokens=args.max_input_tokens,
+    )
+    reqs = load_trace(args.trace, opts)
+    prompts = [prompt_text(r) for r in reqs]
+    policies = [p for p in args.policies.split(",") if p]
+    worker_args = [
+        "--engine", "sim", "--sim-load-s", "0.1", "--sim-warmup-s", "0.1",
+        "--sim-time-scale", args.policy_time_scale,
+        "--sim-num-gpu-blocks", str(args.gpu_blocks),
+    ]  # fmt: skip
+    runs: list[PolicyRun] = []
+    for policy in policies:
+        router_args = ["--policy", policy, "--coalesce-tokens", "8", "--coalesce-ms", "5"]
+        async with (
+            cluster(worker_args, args.workers, [*router_args, *args.router_arg]) as c,
+            grpc.aio.insecure_channel(c.router.grpc_target) as ch,
+        ):
+            h0, q0 = await _prefix_totals(c.workers)
+            cpu0 = cpu_seconds(c.router_pid)
+            records, wall = await _replay(
+                pb_grpc.InferenceStub(ch), reqs, prompts, args.max_output_tokens
+            )
+            cpu = cpu_seconds(c.router_pid) - cpu0
+            h1, q1 = await _prefix_totals(c.workers)
+        run = PolicyRun(policy, records, wall, h1 - h0, q1 - q0, cpu)
+        runs.append(run)
+        print(_policy_row(run), flush=True)
+    n_sessions = len({r.session_id for r in reqs})
+    n_in = sum(r.input_tokens for r in reqs)
+    span = reqs[-1].arrival_s if reqs else 0.0
+    cmd = (
+        f"preheat bench router --part policies --policies {args.policies}"
+        f" --workers {args.workers} --trace-start-s {args.trace_start_s:g}"
+        f" --trace-duration-s {args.trace_duration_s:g} --rate-scale {args.rate_scale:g}"
+        f" --gpu-blocks {args.gpu_blocks} --max-output-tokens {args.max_output_tokens}"
+        f" --max-input-tokens {args.max_input_tokens} --policy-time-scale {args.policy_time_scale}"
+    )
+    by = {r.policy: r for r in runs}
+    verdict = ""
+    if "preheat" in by:
+        ours = _q(_ttfts_ms(by["preheat"].records), 0.95)
+        behind = [
+            p for p, r in by.items() if p != "preheat" and _q(_ttfts_ms(r.records), 0.95) <= ours
+        ]
+        verdict = f"Target: preheat ahead of every baseline on TTFT p95: {_met(not behind)}" + (
+            f" (not ahead of: {', '.join(behind)})." if behind else "."
+        )
+    failed = sum(1 for r in runs for x in r.records if not x.ok)
+    body = "\n".join(
+        [
+            "## Router: routing policies on a shared-prefix session workload",
+            "",
+            *_header(cmd),
+            f"Trace: `{args.trace.name}` (Mooncake FAST'25 conversation trace), the slice "
+            f"[{args.trace_start_s:g} s, {args.trace_start_s + args.trace_duration_s:g} s) "
+            f"of trace time replayed {args.rate_scale:g}x faster, open loop:",
+            f"{len(reqs)} requests over {span:.1f} s ({len(reqs) / max(span, 1e-9):.1f} req/s), "
+            f"{n_in / max(len(reqs), 1):,.0f} prompt tokens on average, {n_sessions} sessions.",
+            "The trace has no session ids: a request's session is its conversation root, the "
+            "first hash id after",
+            "block 0 (every request of this trace starts with block 0, a shared system prompt, "
+            "so the very first",
+            "id would put everything in one session). Each 512-token hash block becomes 512 "
+            "fixed words (one",
+            "word = one sim token), so equal hash ids are equal text and the workers' 16-token "
+            "prefix cache",
+            f"sees the trace's sharing. Prompts are clipped to {args.max_input_tokens:,} tokens "
+            "(trailing blocks dropped;",
+            f"the sim's context is 32k) and outputs to {args.max_output_tokens} tokens (to keep "
+            "the token stream within",
+            f"2 cores' CPU). {args.workers} sim workers at time scale {args.policy_time_scale} "
+            f"(calibrated H100 Llama-3-8B) with {args.gpu_blocks:,} KV",
+            f"blocks of 16 tokens each ({args.gpu_blocks * 16:,} tokens), fresh workers and a "
+            "fresh router per",
+            "policy (cold caches). Router coalescing 8 tokens / 5 ms. Hit rate (client) = "
+            "sum of usage.cached_tokens",
+            "/ sum of prompt tokens; hit rate (workers) = delta of vllm:prefix_cache_hits / "
+            "vllm:prefix_cache_queries",
+            "summed over the workers (queries count again after a preemption).",
+            "",
+            "| policy | requests | failed | hit rate (client) | hit rate (workers) | TTFT p50 ms"
+            " | TTFT p95 ms | TTFT p99 ms | e2e p50 ms | router CPU s | wall s |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            *(_policy_row(r) for r in runs),
+            "",
+            verdict,
+        ]
+    )
+    return PartResult("router-policies", body, failed)
+
+
+def _policy_row(r: PolicyRun) -> str:
+    ok = [x for x in r.records if x.ok]
+    prompt = sum(x.prompt_tokens for x in ok)
+    cached = sum(x.cached_tokens for x in ok)
+    t = _ttfts_ms(r.records)
+    e2e = [x.e2e_s * 1e3 for x in ok]
+    whr = r.worker_hits / r.worker_queries if r.worker_queries else float("nan")
+    return (
+        f"| {r.policy} | {len(r.records)} | {len(r.records) - len(ok)}"
+        f" | {cached / max(prompt, 1):.1%} | {whr:.1%} | {_q(t, 0.5):,.0f}"
+        f" | **{_q(t, 0.95):,.0f}** | {_q(t, 0.99):,.0f} | {_q(e2e, 0.5):,.0f}"
+        f" | {r.router_cpu_s:.1f} | {r.wall_s:.1f} |"
+    )
+
+
+# --- entry -----------------------------------------------------------------------------------
+
+_PARTS: dict[str, Callable[[argparse.Namespace], Awaitable[PartResult]]] = {
+    "overhead": part_overhead,
+    "throughput": part_throughput,
+    "pick": part_pick,
+    "policies": part_policies,
+}
+
+
+async def run_router_bench(args: argparse.Namespace) -> int:
+    parts = [p for p in args.part.split(",") if p]
+    unknown = [p for p in parts if p not in _PARTS]
+    if unknown:
+        raise SystemExit(f"unknown --part {','.join(unknown)}; choose from {','.join(PARTS)}")
+    failed = 0
+    for name in parts:
+        print(f"\n== router bench: {name}", flush=True)
+        t0 = time.monotonic()
+        result = await _PARTS[name](args)
+        print(f"\n{result.body}\n\n({name} took {time.monotonic() - t0:.0f} s)", flush=True)
+        failed += result.failed
+        if args.write is not None:
+            write_section(args.write, result.name, result.body)
+            print(f"wrote {args.write}", flush=True)
+    return 1 if failed else 0

@@ -1,0 +1,66 @@
+"""`preheat bench router` runs every part end to end at tiny sizes (behaviour, not speed)."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("preheat.router.main") is None,
+    reason="the router process (preheat.router.main) is not there yet",
+)
+
+
+def _tiny_mooncake(path: Path) -> None:
+    """Ten requests, 1 req/s: three conversations whose turns share leading blocks."""
+    rows = []
+    for i in range(10):
+        conv = i % 3
+        n_blocks = 1 + i // 3
+        ids = [0, 100 + conv] + [1000 * conv + k for k in range(n_blocks)]
+        n_in = 512 * (len(ids) - 1) + 100
+        rows.append({"timestamp": 1000 * i, "input_length": n_in, "output_length": 20,
+                     "hash_ids": ids})  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_bench_router_all_parts_tiny(tmp_path: Path):
+    trace = tmp_path / "trace.jsonl"
+    _tiny_mooncake(trace)
+    out = tmp_path / "benchmarks.md"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "preheat.cli", "bench", "router",
+            "--requests", "4", "--rounds", "2", "--concurrency", "1,2", "--max-tokens", "4",
+            "--streams", "2", "--stream-tokens", "16", "--throughput-s", "0.5",
+            "--pick-s", "0.5", "--pick-concurrency", "2", "--endpoints", "4",
+            "--inprocess-s", "0.02",
+            "--policies", "preheat,round-robin", "--workers", "2", "--trace", str(trace),
+            "--trace-duration-s", "10", "--rate-scale", "5", "--gpu-blocks", "1024",
+            "--max-output-tokens", "4", "--policy-time-scale", "0.1",
+            "--write", str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    text = out.read_text()
+    for section in ("router-overhead", "router-throughput", "router-pick", "router-policies"):
+        assert f"<!-- bench:{section} -->" in text
+    assert "Failed requests: 0." in text
+    assert "Failed streams: 0." in text
+    overhead = [line for line in text.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
+    assert len(overhead) == 2
+    policy_rows = {line.split("|")[1].strip(): line for line in text.splitlines()
+                   if line.startswith(("| preheat |", "| round-robin |"))}  # fmt: skip
+    assert set(policy_rows) == {"preheat", "round-robin"}
+    for row in policy_rows.values():
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        assert cells[1] == "10"  # every trace request was sent
+        assert cells[2] == "0"  # none failed
+    assert "| schedule() | 4 | preheat |" in text
