@@ -120,6 +120,7 @@ class RouterServer:
         self._grpc: Any = None
         self._http: Any = None
         self._tasks: list[asyncio.Task[None]] = []
+        self.store_task: asyncio.Task[None] | None = None  # ends only if discovery fails
         self.ports: RouterPorts | None = None
 
     def ready(self) -> bool:
@@ -131,7 +132,8 @@ class RouterServer:
     async def start(self) -> RouterPorts:
         """Starts the store, then binds gRPC and HTTP; returns the bound ports."""
         loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._run_store()))
+        self.store_task = loop.create_task(self._run_store())
+        self._tasks.append(self.store_task)
         for svc in ("", INFERENCE_SERVICE, ROUTER_SERVICE):
             await self._health.set(svc, health_pb2.HealthCheckResponse.NOT_SERVING)
         server = grpc.aio.server()

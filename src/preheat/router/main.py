@@ -1,0 +1,283 @@
+"""``preheat router``: flags and the process entry point.
+
+Once both ports are bound it prints one JSON line to stdout that tests and tools parse::
+
+    {"event": "router_ready", "grpc_port": 50050, "http_port": 8000}
+
+(ready to accept connections; ``/ready`` turns 200 once an endpoint is routable). SIGTERM or
+SIGINT stops it: gRPC ``stop(grace)``, HTTP, discovery. Exit status 2: bad flags or config.
+
+The routing config file (``--routing-config``) is the scheduler's YAML
+(``preheat.api.routing``) plus one router key, ``sloClasses`` (SLO class -> TTFT budget in
+ms, used by admission)::
+
+    policy: preheat
+    hotspotMarginMs: 150
+    sloClasses: {interactive: 1000, standard: 5000}
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from preheat.api.routing import load_routing_config
+from preheat.core.errors import PreheatError
+from preheat.core.routing.config import SchedulerConfig
+from preheat.core.routing.scheduler import POLICIES
+from preheat.logs import LOG_FORMATS, fields, setup_logging
+from preheat.router.app import RouterConfig, RouterServer, describe
+from preheat.router.endpoints import DiscoverySource, StaticDiscovery
+from preheat.router.frontend.coalesce import CoalesceConfig
+from preheat.router.frontend.tokenizer import build_tokenizer
+
+log = logging.getLogger("preheat.router")
+
+SLO_CLASSES_KEY = "sloClasses"
+
+
+def _env(name: str, default: str = "") -> str:
+    return os.environ.get(name) or default
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("router")
+    g.add_argument(
+        "--discovery",
+        default=_env("PREHEAT_DISCOVERY"),
+        required=not _env("PREHEAT_DISCOVERY"),
+        help="static:FILE (YAML/JSON list of endpoints, re-read on change) or "
+        "kubernetes:NAMESPACE/SELECTOR (env PREHEAT_DISCOVERY)",
+    )
+    g.add_argument("--pool", default=_env("PREHEAT_POOL"), help="pool name (env PREHEAT_POOL)")
+    g.add_argument(
+        "--model",
+        default=_env("PREHEAT_MODEL"),
+        help="served model name for /v1/models and request checks (env PREHEAT_MODEL)",
+    )
+    g.add_argument(
+        "--routing-config",
+        default=_env("PREHEAT_ROUTING_CONFIG") or None,
+        help="scheduler config YAML (see router/example-routing.yaml)",
+    )
+    g.add_argument(
+        "--policy",
+        choices=POLICIES,
+        default=None,
+        help="routing policy; overrides the config file's (default preheat)",
+    )
+    g.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
+    g.add_argument("--grpc-port", type=int, default=50050, help="gRPC port; 0 = ephemeral")
+    g.add_argument("--http-port", type=int, default=8000, help="HTTP port; 0 = ephemeral")
+    g.add_argument("--region", default=_env("PREHEAT_REGION"), help="router's region")
+    g.add_argument("--zone", default=_env("PREHEAT_ZONE"), help="router's zone")
+    g.add_argument(
+        "--tokenizer",
+        default=_env("PREHEAT_TOKENIZER", "sim"),
+        help="sim, sim:VOCAB or hf:PATH (must match the workers' for prefix matching)",
+    )
+    g.add_argument(
+        "--coalesce-tokens",
+        type=int,
+        default=1,
+        help="proxy: flush every N tokens (1 = no coalescing, the default)",
+    )
+    g.add_argument(
+        "--coalesce-ms",
+        type=float,
+        default=5.0,
+        help="proxy: flush buffered tokens after T ms at the latest (default 5)",
+    )
+    g.add_argument(
+        "--max-queue",
+        type=int,
+        default=256,
+        help="requests that may wait for a routable endpoint; beyond: rejected at once",
+    )
+    g.add_argument(
+        "--queue-timeout-s",
+        type=float,
+        default=10.0,
+        help="how long a request may wait for a routable endpoint (default 10)",
+    )
+    g.add_argument(
+        "--max-retries",
+        type=int,
+        default=2,
+        help="re-routes of a request whose worker failed before the first token",
+    )
+    g.add_argument(
+        "--refresh-interval-s",
+        type=float,
+        default=1.0,
+        help="endpoint Status poll and /metrics scrape interval (default 1)",
+    )
+    g.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=_env("PREHEAT_LOG_FORMAT", "kv"),
+        help="kv (key=value) or json (env PREHEAT_LOG_FORMAT)",
+    )
+    g.add_argument("--log-level", default="INFO")
+
+
+def load_config_file(text: str) -> tuple[SchedulerConfig, dict[str, float]]:
+    """The scheduler config and the SLO-class deadlines from one YAML text; every problem
+    at once (``PreheatError(INVALID_ARGUMENT)``)."""
+    data: Any = yaml.safe_load(text) if text.strip() else {}
+    problems: list[str] = []
+    slo: dict[str, float] = {}
+    if isinstance(data, Mapping) and SLO_CLASSES_KEY in data:
+        data = dict(data)
+        raw = data.pop(SLO_CLASSES_KEY)
+        if not isinstance(raw, Mapping):
+            problems.append(f"{SLO_CLASSES_KEY}: expected a mapping of class name -> ms")
+        else:
+            for k, v in raw.items():
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                    problems.append(f"{SLO_CLASSES_KEY}.{k}: expected a positive number of ms")
+                else:
+                    slo[str(k)] = float(v)
+    try:
+        sched = load_routing_config(data if data is not None else {})
+    except PreheatError as e:
+        problems.insert(0, e.message)
+        sched = SchedulerConfig()
+    if problems:
+        raise ValueError("; ".join(problems))
+    return sched, slo
+
+
+def build_discovery(spec: str) -> DiscoverySource:
+    kind, _, arg = spec.partition(":")
+    if kind == "static" and arg:
+        return StaticDiscovery(Path(arg))
+    if kind == "kubernetes" and arg:
+        namespace, _, selector = arg.partition("/")
+        if not namespace or not selector:
+            raise ValueError(
+                f"--discovery kubernetes:NAMESPACE/SELECTOR needs both parts, got {arg!r}"
+            )
+        from preheat.router import endpoints
+
+        k8s: Any = getattr(endpoints, "KubernetesDiscovery", None)
+        if k8s is None:
+            raise ValueError("kubernetes discovery is not available in this build")
+        source: DiscoverySource = k8s(namespace=namespace, selector=selector)
+        return source
+    raise ValueError(f"--discovery must be static:FILE or kubernetes:NAMESPACE/SELECTOR: {spec!r}")
+
+
+def build_config(args: argparse.Namespace) -> RouterConfig:
+    """RouterConfig from flags; ValueError naming every problem."""
+    problems: list[str] = []
+    sched = SchedulerConfig()
+    slo: dict[str, float] = {}
+    if args.routing_config:
+        try:
+            sched, slo = load_config_file(Path(args.routing_config).read_text())
+        except OSError as e:
+            problems.append(f"--routing-config {args.routing_config}: cannot read: {e}")
+        except (ValueError, yaml.YAMLError) as e:
+            problems.append(f"--routing-config {args.routing_config}: {e}")
+    if args.policy:
+        sched = dataclasses.replace(sched, policy=args.policy)
+    if args.pool and not sched.pool:
+        sched = dataclasses.replace(sched, pool=args.pool)
+    try:
+        build_tokenizer(args.tokenizer)
+    except ValueError as e:
+        problems.append(str(e))
+    coalesce = CoalesceConfig()
+    try:
+        coalesce = CoalesceConfig(args.coalesce_tokens, args.coalesce_ms / 1e3)
+    except ValueError as e:
+        problems.append(str(e))
+    for flag, v in (("--max-queue", args.max_queue), ("--max-retries", args.max_retries)):
+        if v < 0:
+            problems.append(f"{flag} must be >= 0, got {v}")
+    if args.queue_timeout_s < 0:
+        problems.append(f"--queue-timeout-s must be >= 0, got {args.queue_timeout_s}")
+    if args.refresh_interval_s <= 0:
+        problems.append(f"--refresh-interval-s must be > 0, got {args.refresh_interval_s}")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return RouterConfig(
+        host=args.host,
+        grpc_port=args.grpc_port,
+        http_port=args.http_port,
+        pool=args.pool,
+        model=args.model,
+        region=args.region,
+        zone=args.zone,
+        scheduler=sched,
+        tokenizer=args.tokenizer,
+        coalesce=coalesce,
+        max_retries=args.max_retries,
+        max_queue=args.max_queue,
+        queue_timeout_s=args.queue_timeout_s,
+        slo_deadlines_ms=slo,
+        refresh_interval_s=args.refresh_interval_s,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    setup_logging(args.log_format, level=args.log_level.upper(), component="router")
+    try:
+        config = build_config(args)
+        discovery = build_discovery(args.discovery)
+    except ValueError as e:
+        log.error("bad_configuration", extra=fields(error=str(e)))
+        print(f"preheat router: {e}", file=sys.stderr)
+        return 2
+    return asyncio.run(serve(discovery, config))
+
+
+async def serve(discovery: DiscoverySource, config: RouterConfig) -> int:
+    """Runs the router until SIGTERM/SIGINT; returns the exit status."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def on_signal(signum: int) -> None:
+        log.info("signal_received", extra=fields(signal=signal.Signals(signum).name))
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    server = RouterServer(discovery, config)
+    status = 0
+    try:
+        ports = await server.start()
+        print(json.dumps(describe(ports)), flush=True)
+        stopper = asyncio.ensure_future(stop.wait())
+        assert server.store_task is not None
+        try:
+            await asyncio.wait({stopper, server.store_task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if server.store_task.done() and not server.store_task.cancelled():
+            err = server.store_task.exception()
+            log.error("discovery_failed", extra=fields(error=str(err)))
+            status = 2
+    finally:
+        await server.stop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    return status
+
+
+if __name__ == "__main__":
+    from preheat.cli import main
+
+    sys.exit(main(["router", *sys.argv[1:]]))
