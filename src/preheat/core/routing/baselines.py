@@ -6,8 +6,8 @@ endpoints (non-empty) and returns the choice, the new state and a short detail.
 - ``least-request``: lowest load (running + waiting + in_flight); ties by hash of request id.
 - ``p2c``: power of two choices: two distinct endpoints drawn by hashes of the request id,
   the less loaded one wins (the first drawn on a tie).
-- ``chwbl``: consistent hashing with bounded loads on the prompt prefix: key = the chained
-  hash of block ``min(K, len) - 1`` (K = ``chwbl_prefix_blocks``), or of the request id
+- ``chwbl``: consistent hashing with bounded loads on the prompt prefix: key = hash64 of
+  the chained hash of block ``min(K, len) - 1`` (K = ``chwbl_prefix_blocks``), or of the request id
   when the prompt has no full block; a ring of ``chwbl_virtual_nodes`` points per endpoint;
   walk clockwise from the key to the first endpoint with ``load + 1 <= capacity``
   (``hashing.load_capacity``).
@@ -93,7 +93,7 @@ def _ring(ids: tuple[str, ...], vnodes: int) -> tuple[tuple[int, ...], tuple[str
 def chwbl_key(req: RequestInfo, prefix_blocks: int) -> int:
     """The ring key of a request: its prompt prefix's chained block hash (see module doc)."""
     if req.block_hashes and prefix_blocks > 0:
-        return req.block_hashes[min(prefix_blocks, len(req.block_hashes)) - 1]
+        return hash64("chwbl", req.block_hashes[min(prefix_blocks, len(req.block_hashes)) - 1])
     return hash64("request", req.request_id)
 
 
@@ -103,7 +103,7 @@ def chwbl(
     by_id = {e.id: e for e in endpoints}
     points, owners = _ring(tuple(sorted(by_id)), max(1, config.chwbl_virtual_nodes))
     cap = load_capacity(endpoints, config.session_load_bound)
-    key = chwbl_key(req, config.chwbl_prefix_blocks) & 0xFFFFFFFFFFFFFFFF
+    key = chwbl_key(req, config.chwbl_prefix_blocks)
     start = bisect.bisect_left(points, key)
     seen: set[str] = set()
     skipped = 0
