@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from preheat.engine.sim import SimConfig, SimEngine
-from preheat.router.endpoints import DiscoveredEndpoint, EndpointStore, StaticDiscovery
+from preheat.router.endpoints import DiscoveredEndpoint, DiscoverySource, EndpointStore
 from preheat.worker.server import WorkerConfig, WorkerServer
 
 VOCAB = 1000
@@ -79,7 +79,7 @@ async def sim_workers(n: int, **config: Any) -> AsyncIterator[list[Worker]]:
 
 
 @contextlib.asynccontextmanager
-async def running_store(source: StaticDiscovery, **kw: Any) -> AsyncIterator[EndpointStore]:
+async def running_store(source: DiscoverySource, **kw: Any) -> AsyncIterator[EndpointStore]:
     kw.setdefault("refresh_interval_s", 0.05)
     store = EndpointStore(source, **kw)
     task = asyncio.create_task(store.run())

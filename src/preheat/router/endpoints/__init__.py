@@ -5,6 +5,7 @@ immutable :class:`~preheat.core.routing.types.Endpoint` snapshots."""
 from preheat.core.promtext import ModelServerMetricNames
 from preheat.router.endpoints.datastore import EndpointInfoView, EndpointStore
 from preheat.router.endpoints.discovery import DiscoveredEndpoint, DiscoverySource
+from preheat.router.endpoints.kubernetes import KubernetesDiscovery
 from preheat.router.endpoints.static import StaticDiscovery, StaticDiscoveryError
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "DiscoverySource",
     "EndpointInfoView",
     "EndpointStore",
+    "KubernetesDiscovery",
     "ModelServerMetricNames",
     "StaticDiscovery",
     "StaticDiscoveryError",
