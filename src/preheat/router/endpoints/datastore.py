@@ -55,6 +55,15 @@ class PrefixHistoryLike(Protocol):
     def forget(self, endpoint_id: str) -> None: ...
 
 
+# gRPC's reconnect backoff grows to 120 s by default: a worker that restarts would stay
+# unreachable (and unroutable) that long. Endpoints are few and close, so retry often.
+_CHANNEL_DEFAULTS: tuple[tuple[str, Any], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+)
+
+
 @dataclass(frozen=True)
 class EndpointInfoView:
     """Everything the store knows of one endpoint, routable or not (``/debug``, logs)."""
@@ -112,7 +121,7 @@ class EndpointStore:
             a: dict(row) for a, row in (region_rtt_ms or {}).items()
         }
         self.history: PrefixHistoryLike = history if history is not None else PrefixHistory()
-        self._channel_options = list(channel_options)
+        self._channel_options = [*_CHANNEL_DEFAULTS, *channel_options]
         self._entries: dict[str, EndpointEntry] = {}
         self._order: tuple[str, ...] = ()
         self._snapshot: tuple[Endpoint, ...] | None = None
