@@ -1,0 +1,745 @@
+"""The ``InferencePool`` custom resource (``preheat.dev/v1alpha1``, short name ``ipool``).
+
+Three stages, as for every external schema in Preheat:
+
+1. **External schema**: :class:`InferencePoolSpec` / :class:`InferencePoolStatus`, pydantic
+   models with camelCase aliases and ``extra="forbid"``. The CRD in ``crds/`` is generated
+   from them (``scripts/gen_crd.py``, :func:`crd`), so the OpenAPI schema, its defaults and
+   its ``x-kubernetes-validations`` (CEL) rules come from here and nowhere else.
+2. **Defaults and validation** that report *every* problem at once: :func:`validate_spec`
+   returns a list of sentences that say what is wrong ("replicas.min (5) must be <=
+   replicas.max (3)"); the cross-field checks are the same rules the CEL expressions state,
+   with the same messages, so a pool the API server accepted passes here too.
+3. **Internal config**: :func:`to_config` makes a frozen
+   :class:`preheat.core.reconcile.PoolConfig` (durations in seconds, no ``Optional``) or
+   raises :class:`PoolSpecError` listing every problem.
+
+Durations are strings like ``"500ms"``, ``"60s"``, ``"10m"`` or ``"1h30m"``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic.alias_generators import to_camel
+
+from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.reconcile import (
+    GROUP,
+    KIND,
+    PLURAL,
+    VERSION,
+    AutoscalingConfig,
+    EngineConfig,
+    ModelConfig,
+    ModelSource,
+    Objective,
+    PanicConfig,
+    PoolConfig,
+    ReplicasConfig,
+    ResourcesConfig,
+    RoutingConfig,
+    ScaleRule,
+    Signal,
+    TopologyConfig,
+)
+
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+# pvc://CLAIM[/SUB/PATH] or hostpath:///ABSOLUTE/PATH
+SOURCE_PATTERN = r"^(pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/[^/]+)*/?|hostpath:///.*)$"
+LATENCY_SIGNALS = ("ttft", "itl", "e2e")
+SIM_ONLY_ARGS = ("numGpuBlocks", "timeScale", "loadTime", "warmupTime", "seed")
+VLLM_ONLY_ARGS = ("gpuMemoryUtilization", "dtype", "enforceEager", "tensorParallelSize")
+DURATION_ARGS = ("loadTime", "warmupTime")
+
+Duration = str  # validated by DURATION_PATTERN; parse with parse_duration
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration string such as ``"1h30m"`` or ``"250ms"``; ValueError if bad."""
+    if not re.fullmatch(DURATION_PATTERN, text):
+        raise ValueError(f"{text!r} is not a duration like 500ms, 60s, 10m or 1h30m")
+    return sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(text))
+
+
+def _duration(default: str, description: str) -> Any:
+    return Field(default=default, pattern=DURATION_PATTERN, max_length=32, description=description)
+
+
+def _cel(
+    rule: str, message_expression: str, *, reason: str = "FieldValueInvalid"
+) -> dict[str, str]:
+    return {"rule": rule, "messageExpression": message_expression, "reason": reason}
+
+
+def _validations(*rules: dict[str, str]) -> dict[str, Any]:
+    return {"x-kubernetes-validations": list(rules)}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        strict=True,
+    )
+
+
+# --- spec -----------------------------------------------------------------------------
+
+
+class ModelSpec(_Model):
+    """The model a pool serves."""
+
+    name: str = Field(
+        min_length=1, max_length=256, description="Model name, e.g. meta-llama/Llama-3.1-8B."
+    )
+    source: str | None = Field(
+        default=None,
+        max_length=1024,
+        pattern=SOURCE_PATTERN,
+        description=(
+            "Where the weights are: pvc://CLAIM[/SUB/PATH] or hostpath:///PATH, mounted at "
+            "/models. Unset: the engine fetches the model by name."
+        ),
+    )
+
+
+class EngineArgs(_Model):
+    """Engine settings, mapped to the worker's flags. Unset means the engine's default."""
+
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, le=65536, description="Max running sequences."
+    )
+    max_model_len: int | None = Field(
+        default=None, ge=1, le=10_000_000, description="Context window."
+    )
+    block_size: int | None = Field(default=None, ge=1, le=1024, description="Tokens per KV block.")
+    gpu_memory_utilization: float | None = Field(
+        default=None, gt=0, le=1, description="vllm only: fraction of GPU memory to use."
+    )
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] | None = Field(
+        default=None, description="vllm only: weight and activation dtype."
+    )
+    enforce_eager: bool | None = Field(
+        default=None, description="vllm only: skip CUDA graph capture."
+    )
+    tensor_parallel_size: int | None = Field(
+        default=None, ge=1, le=64, description="vllm only: GPUs per replica for one model."
+    )
+    num_gpu_blocks: int | None = Field(default=None, ge=1, description="sim only: KV blocks.")
+    time_scale: float | None = Field(
+        default=None, gt=0, description="sim only: multiplies every simulated duration."
+    )
+    load_time: Duration | None = Field(
+        default=None, pattern=DURATION_PATTERN, max_length=32, description="sim only: load time."
+    )
+    warmup_time: Duration | None = Field(
+        default=None, pattern=DURATION_PATTERN, max_length=32, description="sim only: warm-up."
+    )
+    seed: int | None = Field(default=None, ge=0, description="sim only: seed for the sim's text.")
+
+
+ENGINE_SIM_ONLY_RULE = _cel(
+    "self.kind == 'sim' || !has(self.args) || !("
+    + " || ".join(f"has(self.args.{a})" for a in SIM_ONLY_ARGS)
+    + ")",
+    "'engine.args " + ", ".join(SIM_ONLY_ARGS) + " apply to engine kind sim only'",
+)
+ENGINE_VLLM_ONLY_RULE = _cel(
+    "self.kind == 'vllm' || !has(self.args) || !("
+    + " || ".join(f"has(self.args.{a})" for a in VLLM_ONLY_ARGS)
+    + ")",
+    "'engine.args " + ", ".join(VLLM_ONLY_ARGS) + " apply to engine kind vllm only'",
+)
+
+
+class EngineSpec(_Model):
+    model_config = ConfigDict(
+        json_schema_extra=_validations(ENGINE_SIM_ONLY_RULE, ENGINE_VLLM_ONLY_RULE)
+    )
+
+    kind: Literal["vllm", "sim"] = Field(
+        default="vllm", description="vllm (GPUs) or sim (a simulated engine for CPU nodes)."
+    )
+    image: str = Field(
+        default="",
+        max_length=512,
+        description="Worker image. Empty: the operator's default worker image.",
+    )
+    args: EngineArgs | None = Field(default=None, description="Engine settings.")
+
+
+RESOURCES_GPU_TYPE_RULE = _cel(
+    "!has(self.gpuType) || self.gpuType == '' || !has(self.gpus) || self.gpus >= 1",
+    "'resources.gpuType (' + self.gpuType + ') needs resources.gpus >= 1'",
+)
+
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$"
+
+
+class ResourcesSpec(_Model):
+    model_config = ConfigDict(json_schema_extra=_validations(RESOURCES_GPU_TYPE_RULE))
+
+    gpus: int | None = Field(
+        default=None,
+        ge=0,
+        le=16,
+        description=(
+            "GPUs per replica. Unset: 1 for engine vllm (or tensorParallelSize), 0 for sim."
+        ),
+    )
+    gpu_type: str = Field(
+        default="",
+        max_length=63,
+        description="GPU type (e.g. nvidia-h100): selects nodes. Empty: any GPU node.",
+    )
+    cpu: str = Field(
+        default="", pattern=r"^$|" + QUANTITY_PATTERN, max_length=32, description="CPU request."
+    )
+    memory: str = Field(
+        default="", pattern=r"^$|" + QUANTITY_PATTERN, max_length=32, description="Memory request."
+    )
+
+
+class TopologySpec(_Model):
+    zones: list[Annotated[str, StringConstraints(min_length=1, max_length=63)]] = Field(
+        default_factory=list,
+        max_length=16,
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+        description="Zones the replicas may run in (topology.kubernetes.io/zone). Empty: any.",
+    )
+    spread: Literal["balanced", "bestEffort", "none"] = Field(
+        default="balanced",
+        description=(
+            "balanced: zones differ by at most one replica (pods wait otherwise); "
+            "bestEffort: prefer balance; none: no spreading."
+        ),
+    )
+
+
+REPLICAS_MIN_MAX_RULE = _cel(
+    "self.min <= self.max",
+    "'replicas.min (' + string(self.min) + ') must be <= replicas.max (' + string(self.max) + ')'",
+)
+
+
+class ReplicasSpec(_Model):
+    model_config = ConfigDict(json_schema_extra=_validations(REPLICAS_MIN_MAX_RULE))
+
+    min: int = Field(default=1, ge=0, le=1000, description="Fewest active replicas.")
+    max: int = Field(ge=1, le=1000, description="Most active replicas.")
+    warm_standby: int = Field(
+        default=0, ge=0, le=100, description="Loaded, warmed replicas kept out of traffic."
+    )
+    desired: int | None = Field(
+        default=None,
+        ge=0,
+        le=1000,
+        description=(
+            "Active replicas wanted now (the scale subresource: kubectl scale, the "
+            "autoscaler). Clamped to [min, max]. Unset: min."
+        ),
+    )
+
+
+def _objective_rule(signals: tuple[str, ...], needs: tuple[str, ...], label: str) -> dict[str, str]:
+    others = [f for f in ("percentile", "targetMs", "perReplica", "targetRatio") if f not in needs]
+    cond = " && ".join([f"has(self.{f})" for f in needs] + [f"!has(self.{f})" for f in others])
+    member = "[" + ", ".join(f"'{s}'" for s in signals) + "]"
+    return _cel(
+        f"!(self.signal in {member}) || ({cond})",
+        f"'objective ' + self.signal + ': {label}'",
+    )
+
+
+OBJECTIVE_LATENCY_RULE = _objective_rule(
+    LATENCY_SIGNALS,
+    ("percentile", "targetMs"),
+    "a latency signal needs percentile and targetMs (and no perReplica or targetRatio)",
+)
+OBJECTIVE_QUEUE_RULE = _objective_rule(
+    ("queueDepth",),
+    ("perReplica",),
+    "queueDepth needs perReplica (and no percentile, targetMs or targetRatio)",
+)
+OBJECTIVE_KV_RULE = _objective_rule(
+    ("kvCacheUsage",),
+    ("targetRatio",),
+    "kvCacheUsage needs targetRatio (and no percentile, targetMs or perReplica)",
+)
+
+
+class ObjectiveSpec(_Model):
+    """One target: {signal: ttft, percentile: 95, targetMs: 400}, {signal: queueDepth,
+    perReplica: 4} or {signal: kvCacheUsage, targetRatio: 0.8}."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_validations(
+            OBJECTIVE_LATENCY_RULE, OBJECTIVE_QUEUE_RULE, OBJECTIVE_KV_RULE
+        )
+    )
+
+    signal: Literal["ttft", "itl", "e2e", "queueDepth", "kvCacheUsage"]
+    percentile: float | None = Field(default=None, ge=50, le=99.99)
+    target_ms: float | None = Field(default=None, gt=0, le=3_600_000)
+    per_replica: float | None = Field(default=None, gt=0, le=100_000)
+    target_ratio: float | None = Field(default=None, gt=0, le=1)
+
+
+class ScaleUpSpec(_Model):
+    stabilization: Duration = _duration("0s", "Use the lowest recommendation over this window.")
+    cooldown: Duration = _duration("15s", "Wait at least this long after a scale-up.")
+    max_step: int = Field(default=4, ge=1, le=1000, description="Add at most this many at once.")
+
+
+class ScaleDownSpec(_Model):
+    stabilization: Duration = _duration("300s", "Use the highest recommendation over this window.")
+    cooldown: Duration = _duration("120s", "Wait at least this long after any scaling.")
+    max_step: int = Field(default=1, ge=1, le=1000, description="Remove at most this many at once.")
+
+
+class PanicSpec(_Model):
+    threshold: float = Field(
+        default=2.0, gt=1, le=100, description="Observed/target ratio that enters panic mode."
+    )
+    window: Duration = _duration("10s", "Short window that panic mode looks at.")
+
+
+class AutoscalingSpec(_Model):
+    objectives: list[ObjectiveSpec] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Targets to hold. Empty: no autoscaling (replicas.desired, else min).",
+    )
+    window: Duration = _duration("60s", "Window over which percentiles are computed.")
+    scale_up: ScaleUpSpec = Field(default_factory=ScaleUpSpec, json_schema_extra={"default": {}})
+    scale_down: ScaleDownSpec = Field(
+        default_factory=ScaleDownSpec, json_schema_extra={"default": {}}
+    )
+    tolerance: float = Field(
+        default=0.1, ge=0, lt=1, description="No change while within this ratio of target."
+    )
+    panic: PanicSpec | None = Field(
+        default=None, description="Scale up fast on a short window when far over target."
+    )
+
+
+class RoutingSpec(_Model):
+    session_ttl: Duration = Field(
+        default="10m",
+        alias="sessionTTL",
+        pattern=DURATION_PATTERN,
+        max_length=32,
+        description="How long a session stays bound to its pod after its last request.",
+    )
+    hotspot_margin_ms: float = Field(
+        default=150.0,
+        ge=0,
+        le=600_000,
+        description="A session leaves its pod when another is predicted this much faster.",
+    )
+
+
+SPEC_TENSOR_PARALLEL_RULE = _cel(
+    "!has(self.engine) || !has(self.engine.args) || !has(self.engine.args.tensorParallelSize)"
+    " || !has(self.resources) || !has(self.resources.gpus)"
+    " || self.engine.args.tensorParallelSize <= self.resources.gpus",
+    "'engine.args.tensorParallelSize (' + string(self.engine.args.tensorParallelSize)"
+    " + ') must be <= resources.gpus (' + string(self.resources.gpus) + ')'",
+)
+
+
+class InferencePoolSpec(_Model):
+    """What a platform team writes."""
+
+    model_config = ConfigDict(json_schema_extra=_validations(SPEC_TENSOR_PARALLEL_RULE))
+
+    model: ModelSpec
+    engine: EngineSpec = Field(default_factory=EngineSpec, json_schema_extra={"default": {}})
+    resources: ResourcesSpec = Field(
+        default_factory=ResourcesSpec, json_schema_extra={"default": {}}
+    )
+    topology: TopologySpec = Field(default_factory=TopologySpec, json_schema_extra={"default": {}})
+    replicas: ReplicasSpec
+    autoscaling: AutoscalingSpec = Field(
+        default_factory=AutoscalingSpec, json_schema_extra={"default": {}}
+    )
+    routing: RoutingSpec = Field(default_factory=RoutingSpec, json_schema_extra={"default": {}})
+
+
+# --- status ---------------------------------------------------------------------------
+
+
+class ReplicaCounts(_Model):
+    active: int = Field(default=0, ge=0)
+    standby: int = Field(default=0, ge=0)
+    warming: int = Field(default=0, ge=0, description="Loading or warming up.")
+    draining: int = Field(default=0, ge=0)
+
+
+class Condition(_Model):
+    type: str = Field(max_length=64, description="Ready, Scaling or Degraded.")
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(default="", max_length=128)
+    message: str = Field(default="", max_length=4096)
+    last_transition_time: str = Field(default="", description="RFC 3339.")
+    observed_generation: int = Field(default=0, ge=0)
+
+
+class LastScale(_Model):
+    time: str = Field(description="RFC 3339.")
+    from_replicas: int = Field(alias="from", ge=0)
+    to_replicas: int = Field(alias="to", ge=0)
+    reason: str = Field(default="", max_length=1024)
+
+
+class InferencePoolStatus(_Model):
+    """What the operator observed; never desired state."""
+
+    replicas: ReplicaCounts = Field(default_factory=ReplicaCounts)
+    desired_replicas: int = Field(default=0, ge=0, description="Active replicas being aimed at.")
+    selector: str = Field(default="", description="Label selector of the pool's worker pods.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        max_length=16,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    last_scale: LastScale | None = None
+    observed_generation: int = Field(default=0, ge=0)
+
+
+# --- validation and the internal config -------------------------------------------------
+
+
+class PoolSpecError(PreheatError):
+    """An invalid pool spec; ``problems`` has one sentence per problem."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__(
+            ErrorCode.INVALID_ARGUMENT, "invalid InferencePool: " + "; ".join(problems)
+        )
+        self.problems = problems
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "spec"
+
+
+def _pydantic_problems(err: ValidationError) -> list[str]:
+    problems = []
+    for e in err.errors(include_url=False):
+        path = _path(tuple(e["loc"]))
+        if e["type"] == "extra_forbidden":
+            problems.append(f"{path}: unknown field")
+        elif e["type"] == "missing":
+            problems.append(f"{path}: required field is missing")
+        else:
+            msg = e["msg"][0].lower() + e["msg"][1:]
+            problems.append(f"{path}: {msg} (got {e['input']!r})")
+    return problems
+
+
+def _cross_field_problems(spec: InferencePoolSpec) -> list[str]:
+    """The checks the CEL rules state, with the same messages (plus what CEL cannot say)."""
+    problems: list[str] = []
+    r = spec.replicas
+    if r.min > r.max:
+        problems.append(f"replicas.min ({r.min}) must be <= replicas.max ({r.max})")
+    args = spec.engine.args
+    if args is not None:
+        set_args = args.model_dump(by_alias=True, exclude_none=True)
+        if spec.engine.kind != "sim" and any(a in set_args for a in SIM_ONLY_ARGS):
+            problems.append(f"engine.args {', '.join(SIM_ONLY_ARGS)} apply to engine kind sim only")
+        if spec.engine.kind != "vllm" and any(a in set_args for a in VLLM_ONLY_ARGS):
+            problems.append(
+                f"engine.args {', '.join(VLLM_ONLY_ARGS)} apply to engine kind vllm only"
+            )
+        tp, gpus = args.tensor_parallel_size, spec.resources.gpus
+        if tp is not None and gpus is not None and tp > gpus:
+            problems.append(
+                f"engine.args.tensorParallelSize ({tp}) must be <= resources.gpus ({gpus})"
+            )
+    res = spec.resources
+    if res.gpu_type and res.gpus is not None and res.gpus < 1:
+        problems.append(f"resources.gpuType ({res.gpu_type}) needs resources.gpus >= 1")
+    seen: set[tuple[str, float | None]] = set()
+    for i, o in enumerate(spec.autoscaling.objectives):
+        have = {k for k, v in o.model_dump(by_alias=True).items() if v is not None} - {"signal"}
+        rule = _objective_needs(o.signal)
+        if have != set(rule[0]):
+            problems.append(f"autoscaling.objectives[{i}]: objective {o.signal}: {rule[1]}")
+        key = (o.signal, o.percentile)
+        if key in seen:
+            problems.append(
+                f"autoscaling.objectives[{i}]: a second {o.signal} objective"
+                + (f" at percentile {o.percentile:g}" if o.percentile is not None else "")
+                + "; keep one"
+            )
+        seen.add(key)
+    zones = spec.topology.zones
+    dupes = sorted({z for z in zones if zones.count(z) > 1})
+    if dupes:
+        problems.append(f"topology.zones lists {', '.join(dupes)} more than once")
+    return problems
+
+
+def _objective_needs(signal: str) -> tuple[tuple[str, ...], str]:
+    if signal in LATENCY_SIGNALS:
+        return (
+            ("percentile", "targetMs"),
+            "a latency signal needs percentile and targetMs (and no perReplica or targetRatio)",
+        )
+    if signal == "queueDepth":
+        return (
+            ("perReplica",),
+            "queueDepth needs perReplica (and no percentile, targetMs or targetRatio)",
+        )
+    return (
+        ("targetRatio",),
+        "kvCacheUsage needs targetRatio (and no percentile, targetMs or perReplica)",
+    )
+
+
+def validate_spec(raw: Mapping[str, Any]) -> tuple[InferencePoolSpec | None, list[str]]:
+    """The parsed spec (None when its shape is wrong) and every problem with it."""
+    try:
+        spec = InferencePoolSpec.model_validate(raw)
+    except ValidationError as e:
+        return None, _pydantic_problems(e)
+    return spec, _cross_field_problems(spec)
+
+
+def _source(text: str | None) -> ModelSource:
+    if not text:
+        return ModelSource(kind="none")
+    if text.startswith("pvc://"):
+        claim, _, path = text.removeprefix("pvc://").partition("/")
+        return ModelSource(kind="pvc", claim=claim, path=path.strip("/"))
+    return ModelSource(kind="hostPath", path="/" + text.removeprefix("hostpath://").lstrip("/"))
+
+
+def config_from_spec(spec: InferencePoolSpec, *, name: str, namespace: str) -> PoolConfig:
+    """The internal config of a spec that :func:`validate_spec` found no problem with."""
+    args: dict[str, str | int | float | bool] = {}
+    if spec.engine.args is not None:
+        for key, value in spec.engine.args.model_dump(by_alias=True, exclude_none=True).items():
+            args[key] = parse_duration(value) if key in DURATION_ARGS else value
+    tp = spec.engine.args.tensor_parallel_size if spec.engine.args else None
+    gpus = spec.resources.gpus
+    if gpus is None:
+        gpus = (tp or 1) if spec.engine.kind == "vllm" else 0
+    r = spec.replicas
+    desired = r.min if r.desired is None else min(max(r.desired, r.min), r.max)
+    a = spec.autoscaling
+    panic = a.panic or PanicSpec()
+    return PoolConfig(
+        name=name,
+        namespace=namespace,
+        model=ModelConfig(name=spec.model.name, source=_source(spec.model.source)),
+        engine=EngineConfig(
+            kind=spec.engine.kind, image=spec.engine.image, args=tuple(sorted(args.items()))
+        ),
+        resources=ResourcesConfig(
+            gpus=gpus,
+            gpu_type=spec.resources.gpu_type,
+            cpu=spec.resources.cpu,
+            memory=spec.resources.memory,
+        ),
+        topology=TopologyConfig(zones=tuple(spec.topology.zones), spread=spec.topology.spread),
+        replicas=ReplicasConfig(min=r.min, max=r.max, warm_standby=r.warm_standby, desired=desired),
+        autoscaling=AutoscalingConfig(
+            objectives=tuple(
+                Objective(
+                    signal=Signal(o.signal),
+                    percentile=o.percentile or 0.0,
+                    target=o.target_ms or o.per_replica or o.target_ratio or 0.0,
+                )
+                for o in a.objectives
+            ),
+            window_s=parse_duration(a.window),
+            scale_up=ScaleRule(
+                stabilization_s=parse_duration(a.scale_up.stabilization),
+                cooldown_s=parse_duration(a.scale_up.cooldown),
+                max_step=a.scale_up.max_step,
+            ),
+            scale_down=ScaleRule(
+                stabilization_s=parse_duration(a.scale_down.stabilization),
+                cooldown_s=parse_duration(a.scale_down.cooldown),
+                max_step=a.scale_down.max_step,
+            ),
+            tolerance=a.tolerance,
+            panic=PanicConfig(
+                enabled=a.panic is not None,
+                threshold=panic.threshold,
+                window_s=parse_duration(panic.window),
+            ),
+        ),
+        routing=RoutingConfig(
+            session_ttl_s=parse_duration(spec.routing.session_ttl),
+            hotspot_margin_ms=spec.routing.hotspot_margin_ms,
+        ),
+    )
+
+
+def to_config(raw: Mapping[str, Any], *, name: str, namespace: str) -> PoolConfig:
+    """External spec -> defaults -> every problem at once -> frozen ``PoolConfig``.
+
+    Raises :class:`PoolSpecError` (``INVALID_ARGUMENT``) listing every problem.
+    """
+    spec, problems = validate_spec(raw)
+    if spec is None or problems:
+        raise PoolSpecError(problems)
+    return config_from_spec(spec, name=name, namespace=namespace)
+
+
+# --- the CRD --------------------------------------------------------------------------
+
+SHORT_NAMES = ("ipool",)
+CATEGORIES = ("preheat",)
+
+
+@dataclass(frozen=True)
+class ScaleSubresource:
+    spec_replicas_path: str = ".spec.replicas.desired"
+    status_replicas_path: str = ".status.replicas.active"
+    label_selector_path: str = ".status.selector"
+
+
+PRINTER_COLUMNS: tuple[dict[str, Any], ...] = (
+    {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
+    {"name": "Engine", "type": "string", "jsonPath": ".spec.engine.kind", "priority": 1},
+    {"name": "Active", "type": "integer", "jsonPath": ".status.replicas.active"},
+    {"name": "Standby", "type": "integer", "jsonPath": ".status.replicas.standby"},
+    {"name": "Warming", "type": "integer", "jsonPath": ".status.replicas.warming", "priority": 1},
+    {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas", "priority": 1},
+    {
+        "name": "Ready",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+)
+
+
+def _structural(node: Any, defs: Mapping[str, Any]) -> Any:
+    """A pydantic JSON schema made into a Kubernetes structural OpenAPI v3 schema."""
+    if isinstance(node, list):
+        return [_structural(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = dict(defs[node["$ref"].rsplit("/", 1)[-1]])
+        extra = {k: v for k, v in node.items() if k != "$ref"}
+        return _structural({**target, **extra}, defs)
+    if "anyOf" in node:  # X | None: optional, so just X
+        branches = [b for b in node["anyOf"] if b.get("type") != "null"]
+        if len(branches) != 1:
+            raise ValueError(f"cannot express anyOf {node['anyOf']} in a structural schema")
+        rest = {k: v for k, v in node.items() if k != "anyOf"}
+        if rest.get("default", 0) is None:
+            del rest["default"]
+        return _structural({**branches[0], **rest}, defs)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("title", "$defs"):
+            continue
+        if key == "additionalProperties" and value is False:
+            continue  # the API server prunes unknown fields; kubectl refuses them (strict)
+        if key == "exclusiveMinimum" and not isinstance(value, bool):
+            out["minimum"], out["exclusiveMinimum"] = value, True
+            continue
+        if key == "exclusiveMaximum" and not isinstance(value, bool):
+            out["maximum"], out["exclusiveMaximum"] = value, True
+            continue
+        if key == "maxLength" and node.get("type") == "array":
+            out["maxItems"] = value
+            continue
+        if key == "properties":
+            out[key] = {k: _structural(v, defs) for k, v in value.items()}
+            continue
+        if key == "items" and isinstance(value, dict):
+            out[key] = {**_structural(value, defs), **out.get(key, {})}
+            continue
+        out[key] = _structural(value, defs)
+    if "description" in out and "\n" in out["description"]:
+        out["description"] = " ".join(out["description"].split())
+    return dict(sorted(out.items()))
+
+
+def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The structural schema of ``model`` (aliases, defaults, bounds, CEL rules)."""
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    schema: dict[str, Any] = _structural(raw, raw.get("$defs", {}))
+    return schema
+
+
+def crd() -> dict[str, Any]:
+    """The ``CustomResourceDefinition`` of ``InferencePool``, as a plain dict."""
+    scale = ScaleSubresource()
+    spec_schema = openapi_schema(InferencePoolSpec)
+    spec_schema["description"] = "What a platform team writes: see docs and examples/."
+    status_schema = openapi_schema(InferencePoolStatus)
+    status_schema["description"] = "What the operator observed; never desired state."
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{PLURAL}.{GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "preheat"},
+        },
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": KIND.lower(),
+                "shortNames": list(SHORT_NAMES),
+                "categories": list(CATEGORIES),
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": scale.spec_replicas_path,
+                            "statusReplicasPath": scale.status_replicas_path,
+                            "labelSelectorPath": scale.label_selector_path,
+                        },
+                    },
+                    "additionalPrinterColumns": [dict(c) for c in PRINTER_COLUMNS],
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": (
+                                "A pool of warm inference workers serving one model (preheat.dev)."
+                            ),
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": status_schema,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
