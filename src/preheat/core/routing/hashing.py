@@ -12,18 +12,17 @@ from preheat.core.routing.types import Endpoint
 
 
 def hash64(*parts: str | int) -> int:
-    """An unsigned 64-bit hash of ``parts`` (strings and integers, order-sensitive)."""
-    h = hashlib.blake2b(digest_size=8)
-    for p in parts:
-        if isinstance(p, int):
-            h.update(b"i")
-            h.update((p & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little"))
-        else:
-            b = p.encode()
-            h.update(b"s")
-            h.update(len(b).to_bytes(4, "little"))
-            h.update(b)
-    return int.from_bytes(h.digest(), "little")
+    """An unsigned 64-bit hash of ``parts`` (strings and integers, order-sensitive).
+
+    Each part is written as a type tag, its length and its text, so ``("ab", "c")`` and
+    ``("a", "bc")`` differ; one BLAKE2b call over the whole.
+    """
+    text = "".join(
+        f"i{len(t)}:{t}" if isinstance(p, int) else f"s{len(p)}:{p}"
+        for p in parts
+        for t in (str(p),)
+    )
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
 
 def load(endpoint: Endpoint) -> int:

@@ -203,15 +203,15 @@ def _preheat(
         candidates.append(Candidate(e, terms))
         ttft[e.id] = t
 
-    def rank(c: Candidate) -> tuple[float, bool, int, str]:
+    def rank(c: Candidate) -> tuple[float, bool, str]:
         not_bound = bound is None or c.endpoint.id != bound.id
-        return (c.total_ms, not_bound, *_tie_key(ctx, c.endpoint))
+        return (c.total_ms, not_bound, c.endpoint.id)
 
-    ranked = sorted(candidates, key=rank)
+    ranked = _break_ties(ctx, sorted(candidates, key=rank), rank)
     deadline = ctx.request.ttft_deadline_ms
-    eligible = (
-        ranked if deadline is None else [c for c in ranked if ttft[c.endpoint.id] <= deadline]
-    )
+    eligible = ranked
+    if deadline is not None:
+        eligible = _break_ties(ctx, [c for c in ranked if ttft[c.endpoint.id] <= deadline], rank)
     if not eligible:
         assert deadline is not None
         best = min(ranked, key=lambda c: (ttft[c.endpoint.id], c.endpoint.id))
@@ -267,6 +267,24 @@ def _preheat(
         cached_blocks=n_cached,
         candidates=tuple(ranked),
     )
+
+
+def _break_ties(
+    ctx: RoutingContext,
+    ranked: list[Candidate],
+    rank: Callable[[Candidate], tuple[float, bool, str]],
+) -> list[Candidate]:
+    """``ranked`` with the candidates tied for first ordered by :func:`_tie_key` (hashing
+    only the tied ones: equal totals are rare except between idle, identical endpoints)."""
+    if len(ranked) < 2:
+        return ranked
+    top = rank(ranked[0])[:2]
+    n = 1
+    while n < len(ranked) and rank(ranked[n])[:2] == top:
+        n += 1
+    if n == 1:
+        return ranked
+    return sorted(ranked[:n], key=lambda c: _tie_key(ctx, c.endpoint)) + ranked[n:]
 
 
 def _breakdown(c: Candidate, raw: Mapping[str, Mapping[str, float]], ctx: RoutingContext) -> str:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol
 
 from preheat.core.routing.config import SchedulerConfig
+from preheat.core.routing.hashing import rendezvous
 from preheat.core.routing.types import Endpoint, PrefillCost, RoutingContext
 
 
@@ -22,6 +24,17 @@ class ScoreInput:
     endpoints: tuple[Endpoint, ...]
     cost: PrefillCost
     config: SchedulerConfig
+
+    @cached_property
+    def session_bound(self) -> Endpoint | None:
+        """The endpoint the request's session is bound to (rendezvous hashing with bounded
+        load over ``endpoints``, see ``plugins/session.py``); None without a session id.
+        Computed once per input, shared by the session scorer and the scheduler."""
+        sid = self.ctx.request.session_id
+        if not sid or not self.endpoints:
+            return None
+        c = self.config
+        return rendezvous(sid, self.endpoints, c.session_load_bound, c.session_load_floor)
 
 
 class Filter(Protocol):

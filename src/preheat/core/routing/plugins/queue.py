@@ -22,14 +22,21 @@ from preheat.core.routing.plugins.base import ScoreInput
 from preheat.core.routing.types import Endpoint, PrefillCost
 
 
-def queue_wait_ms(endpoint: Endpoint, cost: PrefillCost, config: SchedulerConfig) -> float:
-    """The formula above for one endpoint."""
+def queue_wait_ms(
+    endpoint: Endpoint,
+    cost: PrefillCost,
+    config: SchedulerConfig,
+    typical_ms: float | None = None,
+) -> float:
+    """The formula above for one endpoint (``typical_ms``: the typical prefill, if known)."""
     ahead = max(0, endpoint.num_waiting) + max(0, endpoint.in_flight)
     running = max(0, endpoint.num_running)
     if ahead == 0 and running < endpoint.max_num_seqs:
         return running * config.running_seq_ms
     if endpoint.observed_ttft_ms is not None:
         per_req = max(0.0, endpoint.observed_ttft_ms)
+    elif typical_ms is not None:
+        per_req = typical_ms
     else:
         per_req = cost.prefill_ms(config.typical_prompt_tokens, 0)
     overflow = max(0, running + ahead + 1 - endpoint.max_num_seqs)
@@ -40,4 +47,5 @@ class Queue:
     name = "queue"
 
     def score(self, inp: ScoreInput) -> Mapping[str, float]:
-        return {e.id: queue_wait_ms(e, inp.cost, inp.config) for e in inp.endpoints}
+        typical = inp.cost.prefill_ms(inp.config.typical_prompt_tokens, 0)
+        return {e.id: queue_wait_ms(e, inp.cost, inp.config, typical) for e in inp.endpoints}

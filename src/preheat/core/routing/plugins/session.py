@@ -21,19 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from preheat.core.routing.hashing import rendezvous
 from preheat.core.routing.plugins.base import ScoreInput
 from preheat.core.routing.types import Endpoint
 
 
 def session_endpoint(inp: ScoreInput) -> Endpoint | None:
     """The endpoint the request's session is bound to (None without a session id)."""
-    sid = inp.ctx.request.session_id
-    if not sid:
-        return None
-    return rendezvous(
-        sid, inp.endpoints, inp.config.session_load_bound, inp.config.session_load_floor
-    )
+    return inp.session_bound
 
 
 class Session:
