@@ -152,15 +152,25 @@ def _where(loc: tuple[int | str, ...]) -> str:
     return out or "(top level)"
 
 
-def _problems(err: ValidationError) -> list[str]:
+def _keys(model: type[BaseModel]) -> str:
+    return ", ".join(sorted(f.alias or n for n, f in model.model_fields.items()))
+
+
+def _problems(err: ValidationError, data: Mapping[str, Any]) -> list[str]:
     problems = []
     for e in err.errors(include_url=False):
         msg = str(e["msg"]).removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            fields = RoutingConfigSpec.model_fields.items()
-            known = ", ".join(sorted(f.alias or n for n, f in fields))
-            msg = f"unknown key (known keys: {known})" if len(e["loc"]) == 1 else "unknown key"
+            model = RoutingConfigSpec if len(e["loc"]) == 1 else ScorerSpec
+            msg = f"unknown key (known keys: {_keys(model)})"
         problems.append(f"{_where(tuple(e['loc']))}: {msg}")
+    # checks of the whole list that pydantic skips once an item failed
+    scorers = data.get("scorers")
+    if isinstance(scorers, list) and not any(p.startswith("scorers: ") for p in problems):
+        names = [s.get("name") for s in scorers if isinstance(s, Mapping)]
+        dup = sorted({n for n in names if isinstance(n, str) and names.count(n) > 1})
+        if dup:
+            problems.append(f"scorers: scorer(s) listed more than once: {', '.join(dup)}")
     return problems
 
 
@@ -183,7 +193,7 @@ def load_routing_config(data: Mapping[str, Any] | str) -> SchedulerConfig:
     try:
         spec = RoutingConfigSpec.model_validate(dict(data))
     except ValidationError as e:
-        problems = _problems(e)
+        problems = _problems(e, data)
         raise PreheatError(
             ErrorCode.INVALID_ARGUMENT,
             f"invalid routing config ({len(problems)} problem(s)): " + "; ".join(problems),

@@ -83,9 +83,11 @@ def test_every_problem_is_reported_at_once() -> None:
         "sessionLoadBound: Input should be greater than or equal to 1",
         "kvPressureThreshold: Input should be less than 1",
         "hotspot_margin: unknown key (known keys: ",
+        "scorers[2].wieght: unknown key (known keys: name, weight)",
+        "scorers: scorer(s) listed more than once: queue",
     ]:
         assert part in msg, msg
-    assert "(9 problem(s))" in msg  # the duplicate is reported once the other errors are fixed
+    assert "(10 problem(s))" in msg
 
 
 def test_duplicate_scorers_and_filters() -> None:
