@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -194,10 +195,14 @@ class CostModel:
         return dataclasses.replace(self, **changes)
 
     # --- prefill ------------------------------------------------------------------------
+    @functools.cached_property
+    def _knot_xs(self) -> tuple[float, ...]:
+        # derived once per model (the router calls prefill_ms per endpoint per request)
+        return tuple(x for x, _ in self.compute_knots)
+
     def _compute_ms(self, new: float) -> float:
         ks = self.compute_knots
-        xs = [x for x, _ in ks]
-        i = bisect.bisect_right(xs, new) - 1
+        i = bisect.bisect_right(self._knot_xs, new) - 1
         i = min(max(i, 0), len(ks) - 2)  # first/last segment extrapolates linearly
         (x0, y0), (x1, y1) = ks[i], ks[i + 1]
         return y0 + (new - x0) * (y1 - y0) / (x1 - x0)
