@@ -25,7 +25,12 @@ the endpoint controller and the routers drop the pod *before* SIGTERM arrives;
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from preheat.core.errors import ErrorCode, PreheatError
 
 GROUP = "preheat.dev"
 VERSION = "v1alpha1"
@@ -162,3 +167,561 @@ class PoolConfig:
     replicas: ReplicasConfig
     autoscaling: AutoscalingConfig
     routing: RoutingConfig
+
+
+# --- what the operator knows about its cluster --------------------------------------------
+
+GPU_TOLERATION: Mapping[str, str] = {
+    "key": GPU_RESOURCE,
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
+
+DEFAULT_GPU_TYPES: Mapping[str, Mapping[str, str]] = {
+    # gpuType -> node selector (NVIDIA GPU feature discovery's product label)
+    "nvidia-a10g": {"nvidia.com/gpu.product": "NVIDIA-A10G"},
+    "nvidia-a100": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
+    "nvidia-h100": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+    "nvidia-h200": {"nvidia.com/gpu.product": "NVIDIA-H200"},
+    "nvidia-l4": {"nvidia.com/gpu.product": "NVIDIA-L4"},
+    "nvidia-l40s": {"nvidia.com/gpu.product": "NVIDIA-L40S"},
+}
+
+# Engine spec args -> worker flags (src/preheat/worker/main.py). Durations are seconds.
+WORKER_FLAGS: Mapping[str, Mapping[str, str]] = {
+    "sim": {
+        "maxNumSeqs": "--sim-max-num-seqs",
+        "maxModelLen": "--sim-max-model-len",
+        "blockSize": "--sim-block-size",
+        "numGpuBlocks": "--sim-num-gpu-blocks",
+        "timeScale": "--sim-time-scale",
+        "loadTime": "--sim-load-s",
+        "warmupTime": "--sim-warmup-s",
+        "seed": "--sim-seed",
+    },
+    "vllm": {
+        "maxNumSeqs": "--vllm-max-num-seqs",
+        "maxModelLen": "--vllm-max-model-len",
+        "blockSize": "--vllm-block-size",
+        "gpuMemoryUtilization": "--vllm-gpu-memory-utilization",
+        "dtype": "--vllm-dtype",
+        "enforceEager": "--vllm-enforce-eager",  # a BooleanOptionalAction: --no-... for false
+        "tensorParallelSize": "--vllm-tensor-parallel-size",
+    },
+}
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """Cluster-wide settings of the operator (Helm values), not of one pool."""
+
+    worker_image: str = "preheat-worker:latest"
+    gpu_types: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: DEFAULT_GPU_TYPES)
+    service_monitor: bool = False  # the monitoring.coreos.com/v1 API exists and is wanted
+    drain_grace_s: int = 30  # the worker's --drain-grace-s
+    pre_stop_sleep_s: int = 5  # endpoints deregister before SIGTERM
+    termination_margin_s: int = 15  # engine shutdown after the drain
+    startup_budget_s: Mapping[str, int] = field(
+        default_factory=lambda: {"sim": 300, "vllm": 1800}  # load + warm-up, by engine kind
+    )
+    log_format: str = "json"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The pool object that owns the children (for ownerReferences)."""
+
+    name: str
+    uid: str
+
+
+class BuildError(PreheatError):
+    """The spec is valid but cannot be realized here (e.g. an unknown GPU type).
+
+    The message says how to fix it; the operator shows it in a Degraded condition and an
+    Event and keeps serving other pools.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(ErrorCode.FAILED_PRECONDITION, message)
+
+
+# --- desired children --------------------------------------------------------------------
+
+
+def worker_name(config: PoolConfig) -> str:
+    """Name of the pool's Deployment, Service, PodDisruptionBudget and ServiceMonitor."""
+    return f"{config.name}-workers"
+
+
+def selector_labels(config: PoolConfig) -> dict[str, str]:
+    """The labels that select the pool's worker pods (never change them: selectors are fixed)."""
+    return {LABEL_NAME: WORKER_NAME, LABEL_POOL: config.name}
+
+
+def selector_string(config: PoolConfig) -> str:
+    """``status.selector`` (the scale subresource's labelSelectorPath)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(config).items()))
+
+
+def common_labels(config: PoolConfig) -> dict[str, str]:
+    return {
+        **selector_labels(config),
+        LABEL_INSTANCE: config.name,
+        LABEL_COMPONENT: "worker",
+        LABEL_MANAGED_BY: MANAGED_BY,
+    }
+
+
+def owner_references(owner: Owner) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": owner.name,
+            "uid": owner.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def _metadata(config: PoolConfig, owner: Owner) -> dict[str, Any]:
+    return {
+        "name": worker_name(config),
+        "namespace": config.namespace,
+        "labels": common_labels(config),
+        "ownerReferences": owner_references(owner),
+    }
+
+
+def worker_args(config: PoolConfig, options: BuildOptions) -> list[str]:
+    """The worker's command-line flags (after the image's ``preheat worker`` entry point)."""
+    model = MODEL_MOUNT if config.model.source.kind != "none" else config.model.name
+    args = [
+        "--engine",
+        config.engine.kind,
+        "--model",
+        model,
+        "--start-as",
+        "standby",  # the operator promotes: see assign_roles
+        "--drain-grace-s",
+        str(options.drain_grace_s),
+        "--log-format",
+        options.log_format,
+    ]
+    flags = WORKER_FLAGS[config.engine.kind]
+    for key, value in config.engine.args:
+        flag = flags[key]
+        if isinstance(value, bool):
+            args.append(flag if value else flag.replace("--", "--no-", 1))
+        elif isinstance(value, float):
+            args += [flag, f"{value:g}"]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+def _node_selector(config: PoolConfig, options: BuildOptions) -> dict[str, str]:
+    gpu_type = config.resources.gpu_type
+    if not gpu_type:
+        return {}
+    if gpu_type not in options.gpu_types:
+        known = ", ".join(sorted(options.gpu_types)) or "none"
+        raise BuildError(
+            f"unknown resources.gpuType {gpu_type!r}: this operator knows {known}; use one of "
+            "them, leave gpuType empty for any GPU node, or add it to the operator's gpuTypes "
+            "(Helm value operator.gpuTypes)"
+        )
+    return dict(options.gpu_types[gpu_type])
+
+
+def _resources(config: PoolConfig) -> dict[str, Any]:
+    requests: dict[str, Any] = {}
+    limits: dict[str, Any] = {}
+    r = config.resources
+    if r.cpu:
+        requests["cpu"] = r.cpu
+    if r.memory:
+        requests["memory"] = limits["memory"] = r.memory
+    if r.gpus > 0:
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(r.gpus)
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def _volumes(config: PoolConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, volumeMounts) for the model and, for vLLM, shared memory."""
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    src = config.model.source
+    if src.kind == "pvc":
+        volumes.append(
+            {"name": "model", "persistentVolumeClaim": {"claimName": src.claim, "readOnly": True}}
+        )
+        mount = {"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True}
+        if src.path:
+            mount["subPath"] = src.path
+        mounts.append(mount)
+    elif src.kind == "hostPath":
+        volumes.append({"name": "model", "hostPath": {"path": src.path, "type": "Directory"}})
+        mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True})
+    if config.engine.kind == "vllm":
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    return volumes, mounts
+
+
+def _scheduling(config: PoolConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    zones = config.topology.zones
+    if zones:
+        out["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": ZONE_LABEL, "operator": "In", "values": list(zones)}
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+    if config.topology.spread != "none":
+        hard = config.topology.spread == "balanced" and len(zones) != 1
+        out["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": ZONE_LABEL,
+                "whenUnsatisfiable": "DoNotSchedule" if hard else "ScheduleAnyway",
+                "labelSelector": {"matchLabels": selector_labels(config)},
+            },
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": selector_labels(config)},
+            },
+        ]
+    return out
+
+
+def startup_failure_threshold(config: PoolConfig, options: BuildOptions, period_s: int) -> int:
+    """Startup probe attempts that cover model load and warm-up (sim: its own load times)."""
+    budget = float(options.startup_budget_s.get(config.engine.kind, 1800))
+    args = dict(config.engine.args)
+    sim_time = float(args.get("loadTime", 0)) + float(args.get("warmupTime", 0))
+    budget = max(budget, 3 * sim_time)
+    return max(1, math.ceil(budget / period_s))
+
+
+def termination_grace_s(options: BuildOptions) -> int:
+    """> preStop sleep + drain grace: the kubelet's SIGKILL never cuts a drain short."""
+    return options.pre_stop_sleep_s + options.drain_grace_s + options.termination_margin_s
+
+
+def build_deployment(
+    config: PoolConfig, owner: Owner, options: BuildOptions, *, active: int | None = None
+) -> dict[str, Any]:
+    """The worker Deployment: replicas = active + warm standby (warming pods fill either).
+
+    ``active`` is the autoscaler's current target (``status.desiredReplicas``); by default
+    ``replicas.desired`` from the spec. New pods start as standby and are promoted by the
+    operator (:func:`assign_roles`); rolling updates never take a pod down before its
+    replacement is warm (``maxUnavailable: 0``).
+    """
+    want_active = config.replicas.desired if active is None else active
+    want_active = min(max(want_active, config.replicas.min), config.replicas.max)
+    volumes, mounts = _volumes(config)
+    image = config.engine.image or options.worker_image
+
+    def ready_probe() -> dict[str, Any]:
+        return {"httpGet": {"path": "/ready", "port": "http"}}
+
+    container: dict[str, Any] = {
+        "name": "worker",
+        "image": image,
+        "args": worker_args(config, options),
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "PREHEAT_POOL", "value": config.name},
+        ],
+        "ports": [
+            {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
+            {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+        ],
+        "startupProbe": {
+            **ready_probe(),
+            "periodSeconds": 5,
+            "failureThreshold": startup_failure_threshold(config, options, 5),
+        },
+        "readinessProbe": {**ready_probe(), "periodSeconds": 2, "failureThreshold": 1},
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "http"},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+        "lifecycle": {"preStop": {"sleep": {"seconds": options.pre_stop_sleep_s}}},
+    }
+    resources = _resources(config)
+    if resources:
+        container["resources"] = resources
+    if mounts:
+        container["volumeMounts"] = mounts
+    pod_spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": termination_grace_s(options),
+        "containers": [container],
+    }
+    node_selector = _node_selector(config, options)
+    if node_selector:
+        pod_spec["nodeSelector"] = node_selector
+    if config.resources.gpus > 0:
+        pod_spec["tolerations"] = [dict(GPU_TOLERATION)]
+    pod_spec.update(_scheduling(config))
+    if volumes:
+        pod_spec["volumes"] = volumes
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(config, owner),
+        "spec": {
+            "replicas": want_active + config.replicas.warm_standby,
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": selector_labels(config)},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
+            "template": {
+                "metadata": {
+                    "labels": {**common_labels(config), LABEL_ROLE: "standby"},
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def build_service(config: PoolConfig, owner: Owner) -> dict[str, Any]:
+    """A headless Service: DNS lists every ready worker; routers watch pods for roles."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(config, owner),
+        "spec": {
+            "clusterIP": "None",
+            "selector": selector_labels(config),
+            "ports": [
+                {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP"},
+                {"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
+            ],
+        },
+    }
+
+
+def build_pdb(config: PoolConfig, owner: Owner) -> dict[str, Any]:
+    """Voluntary disruptions (node drains) take one worker at a time; pods that never got
+    warm do not block a drain."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(config, owner),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": selector_labels(config)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
+def build_service_monitor(config: PoolConfig, owner: Owner) -> dict[str, Any]:
+    """Prometheus Operator scrape config for the workers' /metrics."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": _metadata(config, owner),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(config)},
+            "namespaceSelector": {"matchNames": [config.namespace]},
+            "endpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
+        },
+    }
+
+
+def desired_children(
+    config: PoolConfig, owner: Owner, options: BuildOptions, *, active: int | None = None
+) -> list[dict[str, Any]]:
+    """Every object the pool should own, in apply order. Raises :class:`BuildError`."""
+    children = [
+        build_deployment(config, owner, options, active=active),
+        build_service(config, owner),
+        build_pdb(config, owner),
+    ]
+    if options.service_monitor:
+        children.append(build_service_monitor(config, owner))
+    return children
+
+
+# --- needs update ------------------------------------------------------------------------
+
+EXACT_MAPS = frozenset({"nodeSelector", "requests", "limits", "matchLabels"})
+"""Maps we own entirely: a key we no longer set must go, so they compare exactly."""
+
+
+def diff(desired: Any, observed: Any, path: str = "") -> list[str]:
+    """Paths where ``observed`` differs from ``desired`` in a field that we set.
+
+    Fields only the observed object has (``status``, ``uid``, ``resourceVersion``, fields
+    the API server defaulted) are ignored, except inside :data:`EXACT_MAPS`. Lists compare
+    item by item. Scalars compare as text, so a quantity sent as ``1`` equals ``"1"``.
+    """
+    if isinstance(desired, Mapping):
+        if not isinstance(observed, Mapping):
+            return [path or "<root>"]
+        out = []
+        key = path.rsplit(".", 1)[-1]
+        if key in EXACT_MAPS:
+            out += [f"{path}.{k}" for k in observed if k not in desired]
+        for k, v in desired.items():
+            sub = f"{path}.{k}" if path else str(k)
+            if k not in observed:
+                out.append(sub)
+            else:
+                out += diff(v, observed[k], sub)
+        return out
+    if isinstance(desired, list):
+        if not isinstance(observed, list) or len(desired) != len(observed):
+            return [path]
+        out = []
+        for i, (d, o) in enumerate(zip(desired, observed, strict=True)):
+            out += diff(d, o, f"{path}[{i}]")
+        return out
+    if desired == observed or (
+        not isinstance(desired, bool)
+        and not isinstance(observed, bool)
+        and str(desired) == str(observed)
+    ):
+        return []
+    return [path]
+
+
+def needs_update(desired: Mapping[str, Any], observed: Mapping[str, Any] | None) -> bool:
+    """True when ``observed`` is missing or differs from ``desired`` where we set a field."""
+    return observed is None or bool(diff(desired, observed))
+
+
+# --- pods: deletion cost, victims, roles -------------------------------------------------
+
+ROLE_ACTIVE = "active"
+ROLE_STANDBY = "standby"
+ROLE_DRAINING = "draining"
+MAX_DELETION_COST = 2**31 - 1
+MIN_DELETION_COST = -(2**31)
+SESSION_COST = 1000  # one bound session is worth this many cached blocks
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the operator knows of one worker pod (from the pod and the worker's status)."""
+
+    name: str
+    role: str  # "active" | "standby" | "draining" | "" (not labelled yet)
+    warm: bool  # ready: loaded and warmed (standby or active)
+    cached_blocks: int = 0  # prefix-cache blocks held (the cache's value)
+    sessions: int = 0  # sessions bound to it
+    in_flight: int = 0  # requests being served now
+    created: float = 0.0  # creation time (seconds), the tie-break: newer goes first
+
+
+def deletion_cost(pod: PodView) -> int:
+    """``controller.kubernetes.io/pod-deletion-cost`` for a pod: what losing it would cost.
+
+    Pods not yet warm cost nothing; a standby costs its cache; an active pod costs its cache
+    plus :data:`SESSION_COST` per session; a pod with work in flight costs the most.
+    """
+    if pod.in_flight > 0:
+        return MAX_DELETION_COST
+    if not pod.warm:
+        return 0
+    cost = pod.cached_blocks + (SESSION_COST * pod.sessions if pod.role == ROLE_ACTIVE else 0)
+    return min(cost + 1, MAX_DELETION_COST - 1)
+
+
+def _victim_order(pod: PodView) -> tuple[int, int, int, float, str]:
+    """Cheapest first; at equal cost a standby before an active, fewer sessions, newer."""
+    return (deletion_cost(pod), pod.role == ROLE_ACTIVE, pod.sessions, -pod.created, pod.name)
+
+
+def choose_victims(pods: Sequence[PodView], count: int) -> tuple[str, ...]:
+    """The ``count`` pods scale-down removes, cheapest first; never one with work in flight.
+
+    Draining pods are already leaving and are not counted. Fewer than ``count`` come back
+    when only pods with work in flight remain; the operator retries once they finish.
+    """
+    candidates = [p for p in pods if p.in_flight == 0 and p.role != ROLE_DRAINING]
+    return tuple(p.name for p in sorted(candidates, key=_victim_order)[: max(count, 0)])
+
+
+def deletion_costs(pods: Sequence[PodView], victims: Sequence[str] = ()) -> dict[str, int]:
+    """Annotation values for every pod; victims get the lowest so the ReplicaSet takes them."""
+    chosen = set(victims)
+    return {p.name: MIN_DELETION_COST if p.name in chosen else deletion_cost(p) for p in pods}
+
+
+@dataclass(frozen=True)
+class RolePlan:
+    """What to do with the pods for a new desired active/standby count."""
+
+    roles: tuple[tuple[str, str], ...]  # (pod, role) for every pod that keeps running
+    changes: tuple[tuple[str, str], ...]  # the subset whose role label changes
+    victims: tuple[str, ...]  # pods to remove (mark draining, lowest deletion cost)
+    new_pods: int  # pods to start (they come up as standby)
+    reason: str
+
+
+def assign_roles(pods: Sequence[PodView], active: int, standby: int) -> RolePlan:
+    """Promote warm standbys first when growing, refill standby behind them; shrink by
+    removing the cheapest pods and demoting the least loaded actives.
+
+    Pods not yet warm keep their role (they get one when warm) and count toward the total,
+    so no extra pod is started for a slot a warming pod will fill.
+    """
+    live = [p for p in pods if p.role != ROLE_DRAINING]
+    victims = choose_victims(live, len(live) - (active + standby))
+    keep = [p for p in live if p.name not in victims]
+    warm = [p for p in keep if p.warm]
+    by_value = sorted(warm, key=_victim_order, reverse=True)  # most valuable first
+    actives = [p for p in by_value if p.role == ROLE_ACTIVE][:active]
+    promoted = [p for p in by_value if p not in actives][: active - len(actives)]
+    chosen = {p.name for p in actives + promoted}
+    roles: list[tuple[str, str]] = []
+    for p in keep:
+        if p.name in chosen:
+            roles.append((p.name, ROLE_ACTIVE))
+        elif p.warm:
+            roles.append((p.name, ROLE_STANDBY))
+        else:
+            roles.append((p.name, p.role or ROLE_STANDBY))
+    current = {p.name: p.role for p in keep}
+    changes = tuple((n, r) for n, r in roles if current[n] != r)
+    new_pods = max(0, active + standby - len(keep))
+    n_active = len(chosen)
+    reason = (
+        f"want {active} active + {standby} standby; {len(warm)} warm of {len(keep)} kept: "
+        f"{n_active} active ({len(promoted)} promoted), {len(victims)} removed, "
+        f"{new_pods} to start"
+    )
+    return RolePlan(
+        roles=tuple(roles),
+        changes=changes,
+        victims=victims,
+        new_pods=new_pods,
+        reason=reason,
+    )

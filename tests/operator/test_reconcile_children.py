@@ -1,0 +1,262 @@
+"""Desired children of a pool, compared with golden YAML files under golden/.
+
+Regenerate after an intended change with ``PREHEAT_UPDATE_GOLDEN=1 pytest tests/operator``
+and review the diff.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from poolkit import EXAMPLES, load_example
+
+from preheat.api.pool import to_config
+from preheat.core.errors import ErrorCode
+from preheat.core.reconcile import (
+    ANNOTATION_DELETION_COST,
+    LABEL_POOL,
+    LABEL_ROLE,
+    BuildError,
+    BuildOptions,
+    Owner,
+    PoolConfig,
+    build_deployment,
+    desired_children,
+    diff,
+    needs_update,
+    selector_string,
+    termination_grace_s,
+    worker_args,
+)
+
+GOLDEN = Path(__file__).parent / "golden"
+KUBERNETES_VERSION = "1.33.0"  # oldest version the chart supports (preStop sleep: 1.30+)
+OWNER = Owner(name="pool", uid="00000000-0000-0000-0000-000000000001")
+
+
+def config_of(path: Path) -> PoolConfig:
+    doc = load_example(path)
+    return to_config(doc["spec"], name=doc["metadata"]["name"], namespace="serving")
+
+
+def config(**spec: Any) -> PoolConfig:
+    raw: dict[str, Any] = {"model": {"name": "m"}, "replicas": {"min": 1, "max": 4}, **spec}
+    return to_config(raw, name="p", namespace="ns")
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_children_match_golden(path: Path) -> None:
+    options = BuildOptions(service_monitor="multi-zone" in path.stem)
+    c = config_of(path)
+    children = desired_children(c, Owner(c.name, OWNER.uid), options)
+    text = yaml.safe_dump_all(children, sort_keys=False, width=100)
+    golden = GOLDEN / f"{path.stem.removeprefix('pool-')}.yaml"
+    if os.environ.get("PREHEAT_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert golden.exists(), f"no {golden.name}: run with PREHEAT_UPDATE_GOLDEN=1"
+    assert text == golden.read_text()
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_children_pass_kubernetes_validate_strict(path: Path) -> None:
+    kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed")
+    for child in desired_children(config_of(path), OWNER, BuildOptions()):
+        kv.validate(child, KUBERNETES_VERSION, strict=True)
+
+
+def test_every_child_is_owned_and_labelled() -> None:
+    for path in EXAMPLES:
+        for child in desired_children(config_of(path), OWNER, BuildOptions(service_monitor=True)):
+            meta = child["metadata"]
+            assert meta["ownerReferences"][0]["uid"] == OWNER.uid
+            assert meta["ownerReferences"][0]["controller"] is True
+            assert meta["labels"][LABEL_POOL] == load_example(path)["metadata"]["name"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "active", "replicas"),
+    [
+        ({"replicas": {"min": 2, "max": 8, "warmStandby": 1}}, None, 3),
+        ({"replicas": {"min": 2, "max": 8, "warmStandby": 1}}, 5, 6),
+        ({"replicas": {"min": 2, "max": 8, "warmStandby": 1}}, 20, 9),  # clamped to max
+        ({"replicas": {"min": 2, "max": 8, "warmStandby": 0}}, 0, 2),  # clamped to min
+        ({"replicas": {"min": 0, "max": 8, "warmStandby": 0}}, 0, 0),
+        ({"replicas": {"min": 1, "max": 8, "desired": 4, "warmStandby": 2}}, None, 6),
+    ],
+)
+def test_replicas_are_active_plus_standby(
+    spec: dict[str, Any], active: int | None, replicas: int
+) -> None:
+    dep = build_deployment(config(**spec), OWNER, BuildOptions(), active=active)
+    assert dep["spec"]["replicas"] == replicas
+
+
+@pytest.mark.parametrize(
+    ("engine", "expected"),
+    [
+        (
+            {"kind": "sim", "args": {"loadTime": "2s", "timeScale": 0.5, "seed": 3}},
+            ["--sim-load-s", "2", "--sim-seed", "3", "--sim-time-scale", "0.5"],
+        ),
+        (
+            {"kind": "vllm", "args": {"enforceEager": False, "dtype": "bfloat16"}},
+            ["--vllm-dtype", "bfloat16", "--no-vllm-enforce-eager"],
+        ),
+        ({"kind": "vllm", "args": {"enforceEager": True}}, ["--vllm-enforce-eager"]),
+    ],
+)
+def test_engine_args_map_to_worker_flags(engine: dict[str, Any], expected: list[str]) -> None:
+    args = worker_args(config(engine=engine), BuildOptions(drain_grace_s=20))
+    assert args[:10] == [
+        "--engine",
+        engine["kind"],
+        "--model",
+        "m",
+        "--start-as",
+        "standby",
+        "--drain-grace-s",
+        "20",
+        "--log-format",
+        "json",
+    ]
+    assert args[10:] == expected
+
+
+def test_worker_flags_exist_in_the_worker() -> None:
+    """Every flag the builder emits is one `preheat worker` accepts."""
+    import argparse
+
+    from preheat.core.reconcile import WORKER_FLAGS
+    from preheat.worker.main import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    known = {s for a in parser._actions for s in a.option_strings}
+    for flags in WORKER_FLAGS.values():
+        assert set(flags.values()) <= known
+
+
+def test_termination_grace_covers_pre_stop_and_drain() -> None:
+    options = BuildOptions(drain_grace_s=45, pre_stop_sleep_s=5)
+    dep = build_deployment(config(), OWNER, options)
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == termination_grace_s(options) > 50
+    assert pod["containers"][0]["lifecycle"]["preStop"] == {"sleep": {"seconds": 5}}
+
+
+def test_startup_probe_covers_a_slow_sim_load() -> None:
+    dep = build_deployment(
+        config(engine={"kind": "sim", "args": {"loadTime": "10m"}}), OWNER, BuildOptions()
+    )
+    probe = dep["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] >= 3 * 600
+
+
+def test_unknown_gpu_type_is_a_build_error_that_says_how_to_fix_it() -> None:
+    with pytest.raises(BuildError) as info:
+        desired_children(config(resources={"gpuType": "tpu-v5"}), OWNER, BuildOptions())
+    assert info.value.code is ErrorCode.FAILED_PRECONDITION
+    assert "unknown resources.gpuType 'tpu-v5'" in info.value.message
+    assert "nvidia-h100" in info.value.message
+    assert "operator.gpuTypes" in info.value.message
+
+
+def test_single_zone_spread_is_soft() -> None:
+    pod = build_deployment(config(topology={"zones": ["a"]}), OWNER, BuildOptions())["spec"][
+        "template"
+    ]["spec"]
+    assert pod["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "ScheduleAnyway"
+    none = build_deployment(config(topology={"spread": "none"}), OWNER, BuildOptions())
+    assert "topologySpreadConstraints" not in none["spec"]["template"]["spec"]
+
+
+def test_template_role_is_standby_and_selector_has_no_role() -> None:
+    dep = build_deployment(config(), OWNER, BuildOptions())
+    assert dep["spec"]["template"]["metadata"]["labels"][LABEL_ROLE] == "standby"
+    assert LABEL_ROLE not in dep["spec"]["selector"]["matchLabels"]
+    assert selector_string(config()) == "app.kubernetes.io/name=preheat-worker,preheat.dev/pool=p"
+
+
+# --- needs_update ------------------------------------------------------------------------
+
+
+def observed_from(desired: dict[str, Any]) -> dict[str, Any]:
+    """What the API server gives back: server fields, defaults, quantities as strings."""
+    obs = copy.deepcopy(desired)
+    obs["metadata"].update(
+        uid="u",
+        resourceVersion="42",
+        generation=3,
+        creationTimestamp="2026-01-01T00:00:00Z",
+        managedFields=[{"manager": "kopf"}],
+        annotations={"deployment.kubernetes.io/revision": "2"},
+    )
+    obs["status"] = {"replicas": 3, "readyReplicas": 3}
+    spec = obs["spec"]
+    spec["progressDeadlineSeconds"] = 600
+    pod = spec["template"]["spec"]
+    pod.update(dnsPolicy="ClusterFirst", restartPolicy="Always", schedulerName="default-scheduler")
+    c = pod["containers"][0]
+    c.update(imagePullPolicy="IfNotPresent", terminationMessagePath="/dev/termination-log")
+    c["readinessProbe"].update(timeoutSeconds=1, successThreshold=1)
+    return obs
+
+
+def multi_zone_deployment() -> dict[str, Any]:
+    path = next(p for p in EXAMPLES if "multi-zone" in p.stem)
+    return build_deployment(config_of(path), OWNER, BuildOptions())
+
+
+def test_server_populated_fields_need_no_update() -> None:
+    desired = multi_zone_deployment()
+    assert diff(desired, observed_from(desired)) == []
+    assert not needs_update(desired, observed_from(desired))
+    assert needs_update(desired, None)
+
+
+def test_pod_labels_and_deletion_cost_annotations_elsewhere_need_no_update() -> None:
+    desired = build_deployment(config(), OWNER, BuildOptions())
+    obs = observed_from(desired)
+    obs["metadata"]["annotations"][ANNOTATION_DELETION_COST] = "5"
+    assert not needs_update(desired, obs)
+
+
+@pytest.mark.parametrize(
+    ("change", "where"),
+    [
+        (lambda o: o["spec"].update(replicas=7), "spec.replicas"),
+        (
+            lambda o: o["spec"]["template"]["spec"]["containers"][0].update(image="x:1"),
+            "spec.template.spec.containers[0].image",
+        ),
+        (
+            lambda o: o["spec"]["template"]["spec"]["containers"][0]["args"].append("--x"),
+            "spec.template.spec.containers[0].args",
+        ),
+        (
+            lambda o: o["spec"]["template"]["spec"]["nodeSelector"].update(extra="1"),
+            "spec.template.spec.nodeSelector.extra",
+        ),
+        (
+            lambda o: o["metadata"]["labels"].pop("preheat.dev/pool"),
+            "metadata.labels.preheat.dev/pool",
+        ),
+        (
+            lambda o: o["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"].update(
+                {"nvidia.com/gpu": "2"}
+            ),
+            "spec.template.spec.containers[0].resources.limits.nvidia.com/gpu",
+        ),
+    ],
+)
+def test_a_change_in_a_field_we_own_needs_an_update(change: Any, where: str) -> None:
+    desired = multi_zone_deployment()
+    obs = observed_from(desired)
+    change(obs)
+    assert diff(desired, obs) == [where]
+    assert needs_update(desired, obs)
