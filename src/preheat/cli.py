@@ -16,6 +16,13 @@ def _worker(parser: argparse.ArgumentParser) -> Handler:
     return run
 
 
+def _router(parser: argparse.ArgumentParser) -> Handler:
+    from preheat.router.main import add_arguments, run
+
+    add_arguments(parser)
+    return run
+
+
 def _bench(parser: argparse.ArgumentParser) -> Handler:
     from preheat.bench.main import add_arguments, run
 
@@ -32,7 +39,12 @@ def _demo(parser: argparse.ArgumentParser) -> Handler:
 
 _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = {
     "worker": ("run one worker (gRPC + /metrics) around a sim or vLLM engine", _worker),
-    "bench": ("benchmarks (not tests): `preheat bench worker`", _bench),
+    "router": (
+        "route requests to the worker predicted to give the earliest first token "
+        "(gRPC proxy, lookaside Pick, OpenAI-compatible HTTP)",
+        _router,
+    ),
+    "bench": ("benchmarks (not tests): `preheat bench worker|router`", _bench),
     "demo": ("start a sim worker and stream a few requests, printing TTFT/ITL", _demo),
 }
 
