@@ -125,3 +125,14 @@ async def test_removed_endpoint_closes_and_forgets() -> None:
             assert store.history.match([1, 2, 3], 0.0) == {}
             with pytest.raises(KeyError):
                 store.channel("w-1")
+
+
+async def test_metrics_at_is_on_the_store_clock_and_region_matrix_is_kept() -> None:
+    async with sim_workers(1) as workers:
+        source = StaticDiscovery([workers[0].discovered()])
+        matrix = {"eu": {"us": 80.0}}
+        async with running_store(source, clock=lambda: 1234.5, region_rtt_ms=matrix) as store:
+            await store.wait_ready(1, timeout_s=10)
+            assert store.snapshot()[0].metrics_at == 1234.5
+            assert store.all_endpoints()[0].status_at == 1234.5
+            assert store.region_rtt_ms() == matrix
