@@ -116,13 +116,18 @@ async def router(
     endpoints: Sequence[DiscoveredEndpoint],
     *,
     min_ready: int | None = None,
+    fixed_rtt_ms: float | None = 1.0,
     **config: Any,
 ) -> AsyncIterator[Router]:
     """A RouterServer over a literal static discovery of ``endpoints``; waits until
-    ``min_ready`` (default: all) endpoints are routable."""
+    ``min_ready`` (default: all) endpoints are routable. RTTs are fixed at ``fixed_rtt_ms``
+    (None: measured) so that a busy test machine's ping jitter cannot steer decisions."""
     config.setdefault("refresh_interval_s", 0.1)
     config.setdefault("model", MODEL)
     server = RouterServer(StaticDiscovery(list(endpoints)), RouterConfig(**config))
+    if fixed_rtt_ms is not None:
+        for e in endpoints:
+            server.store.inject_rtt(e.key, fixed_rtt_ms)
     ports = await server.start()
     try:
         want = len(endpoints) if min_ready is None else min_ready

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import Counter
 from collections.abc import AsyncIterator
 
 import grpc
@@ -79,11 +78,6 @@ async def test_shared_long_prefix_lands_where_cached() -> None:
             for k in range(1, 6)
         ]
         assert later == [first] * 5
-        # unrelated prompts are not all drawn there
-        spread = Counter(
-            [await r.worker_of(gen(words(40, f"other{k}"), max_tokens=1)) for k in range(9)]
-        )
-        assert len(spread) >= 2
 
 
 async def test_local_region_preferred_remote_used_when_local_saturated() -> None:
