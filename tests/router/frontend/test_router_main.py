@@ -1,0 +1,51 @@
+"""``preheat router`` flags and config: every problem at once; the example config loads."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from preheat.router.main import add_arguments, build_config, build_discovery, load_config_file
+
+EXAMPLE = Path(__file__).parents[3] / "router" / "example-routing.yaml"
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return p.parse_args(["--discovery", "static:x.yaml", *argv])
+
+
+def test_example_config_loads() -> None:
+    sched, slo = load_config_file(EXAMPLE.read_text())
+    assert sched.policy == "preheat"
+    assert slo == {"interactive": 1000.0, "standard": 5000.0}
+
+
+def test_flags_build_a_config() -> None:
+    cfg = build_config(
+        _args("--routing-config", str(EXAMPLE), "--policy", "round-robin", "--coalesce-tokens", "8")
+    )
+    assert cfg.scheduler.policy == "round-robin"
+    assert cfg.coalesce.max_tokens == 8
+    assert cfg.slo_deadlines_ms["interactive"] == 1000.0
+
+
+def test_every_problem_reported_at_once(tmp_path: Path) -> None:
+    bad = tmp_path / "r.yaml"
+    bad.write_text("policy: nope\nsloClasses: {fast: -1}\n")
+    with pytest.raises(ValueError, match="policy") as ei:
+        build_config(
+            _args("--routing-config", str(bad), "--tokenizer", "bpe", "--coalesce-tokens", "0")
+        )
+    msg = str(ei.value)
+    for needle in ("sloClasses.fast", "--tokenizer", "coalesce tokens"):
+        assert needle in msg
+
+
+def test_discovery_spec() -> None:
+    assert build_discovery("static:eps.yaml") is not None
+    with pytest.raises(ValueError, match="static:FILE"):
+        build_discovery("dns:foo")
