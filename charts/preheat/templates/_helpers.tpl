@@ -1,0 +1,69 @@
+{{/* Names and labels shared by every template. */}}
+{{- define "preheat.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "preheat.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+app.kubernetes.io/part-of: preheat
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "preheat.selector" -}}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/name: preheat-{{ .component }}
+{{- end -}}
+
+{{- define "preheat.image" -}}
+{{- $repo := .image.repository -}}
+{{- if .root.Values.image.registry -}}{{- $repo = printf "%s/%s" .root.Values.image.registry $repo -}}{{- end -}}
+{{- printf "%s:%s" $repo (.image.tag | default .root.Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* Operator RBAC, least privilege: what it reads and writes, and nothing else. */}}
+{{- define "preheat.operatorRules" }}
+# The pools: watch, finalizers, status (counts, conditions), scale (the autoscaler).
+- apiGroups: [preheat.dev]
+  resources: [inferencepools]
+  verbs: [get, list, watch, patch, update]
+- apiGroups: [preheat.dev]
+  resources: [inferencepools/status, inferencepools/scale]
+  verbs: [get, patch, update]
+# The children of a pool.
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [monitoring.coreos.com]
+  resources: [servicemonitors]
+  verbs: [get, list, watch, create, patch, update, delete]
+# Worker pods: roles (preheat.dev/role) and pod-deletion-cost are labels/annotations.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, patch]
+# Every action is an Event on its pool (both APIs: kopf posts core/v1 Events).
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end }}
+{{- define "preheat.operatorClusterRules" }}
+# Zones of the nodes workers run on (topology).
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [get, list, watch]
+# Does the ServiceMonitor API exist? (discovery of CRDs by name only)
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [get, list, watch]
+{{- end }}

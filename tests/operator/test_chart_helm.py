@@ -1,0 +1,191 @@
+"""The Helm chart: `helm lint`, and `helm template --include-crds` through
+`kubernetes-validate --strict` for the default values and for every optional feature on.
+
+The helm binary comes from `scripts/get_helm.sh .cache/tools` (or $PREHEAT_HELM, or PATH);
+without it these tests skip and say so. ServiceMonitor (monitoring.coreos.com) has no
+schema in kubernetes-validate: those objects are checked for shape here instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from poolkit import CHART_CRD_PATH, CRD_PATH, ROOT
+
+CHART = ROOT / "charts" / "preheat"
+KUBERNETES_VERSION = "1.33.0"  # the chart says kubeVersion >=1.30; validate on a recent one
+ALL_ON = [
+    "--set",
+    "metrics.serviceMonitor.enabled=true",
+    "--set",
+    "grafana.dashboard.enabled=true",
+    "--set",
+    "operator.watchNamespaces={serving,batch}",
+    "--set",
+    "router.service.type=LoadBalancer",
+]
+VALUE_SETS = {"defaults": [], "all-on": ALL_ON}
+
+
+def helm_binary() -> str | None:
+    for candidate in (os.environ.get("PREHEAT_HELM"), str(ROOT / ".cache" / "tools" / "helm")):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("helm")
+
+
+HELM = helm_binary()
+needs_helm = pytest.mark.skipif(
+    HELM is None,
+    reason="no helm binary: run `scripts/get_helm.sh .cache/tools` or set PREHEAT_HELM",
+)
+
+
+def helm(*args: str) -> str:
+    assert HELM is not None
+    done = subprocess.run(
+        [HELM, *args], capture_output=True, text=True, timeout=120, check=False, cwd=ROOT
+    )
+    assert done.returncode == 0, f"helm {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def render(extra: list[str]) -> list[dict[str, Any]]:
+    text = helm("template", "pre", str(CHART), "--namespace", "preheat", "--include-crds", *extra)
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def test_chart_crd_is_byte_equal_to_crds() -> None:
+    assert CHART_CRD_PATH.read_bytes() == CRD_PATH.read_bytes()
+
+
+@needs_helm
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_helm_lint(values: list[str]) -> None:
+    out = helm("lint", "--strict", str(CHART), *values)
+    assert "0 chart(s) failed" in out
+
+
+@needs_helm
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_template_passes_kubernetes_validate_strict(values: list[str]) -> None:
+    kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed")
+    docs = render(values)
+    kinds = {d["kind"] for d in docs}
+    assert {"CustomResourceDefinition", "Deployment", "Service", "ClusterRole"} <= kinds
+    for doc in docs:
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            assert doc["kind"] == "ServiceMonitor"
+            assert doc["spec"]["endpoints"][0]["port"] == "http"
+            assert doc["spec"]["selector"]["matchLabels"]
+            continue
+        kv.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+@needs_helm
+def test_optional_objects_follow_their_values() -> None:
+    def kinds(values: list[str]) -> list[tuple[str, str]]:
+        return sorted((d["kind"], d["metadata"]["name"]) for d in render(values))
+
+    default = kinds([])
+    all_on = kinds(ALL_ON)
+    assert not [k for k in default if k[0] == "ServiceMonitor"]
+    assert [k for k in all_on if k[0] == "ServiceMonitor"] == [
+        ("ServiceMonitor", "pre-preheat-operator"),
+        ("ServiceMonitor", "pre-preheat-router"),
+    ]
+    assert ("ConfigMap", "pre-preheat-dashboard") in all_on
+    assert ("ConfigMap", "pre-preheat-dashboard") not in default
+    roles = [d for d in render(ALL_ON) if d["kind"] == "Role"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["batch", "serving"]
+
+
+@needs_helm
+def test_deployments_run_the_control_image_with_their_subcommand() -> None:
+    deps = {d["metadata"]["name"]: d for d in render([]) if d["kind"] == "Deployment"}
+    for name, command in (("pre-preheat-operator", "operator"), ("pre-preheat-router", "router")):
+        container = deps[name]["spec"]["template"]["spec"]["containers"][0]
+        assert container["image"] == "preheat-control:0.1.0"
+        assert container["args"][0] == command
+        assert deps[name]["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"]
+        assert container["securityContext"]["readOnlyRootFilesystem"]
+    config = next(
+        d
+        for d in render([])
+        if d["metadata"]["name"] == "pre-preheat-operator" and d["kind"] == "ConfigMap"
+    )
+    operator_yaml = yaml.safe_load(config["data"]["operator.yaml"])
+    assert operator_yaml["workerImage"] == "preheat-worker:0.1.0"
+    assert operator_yaml["gpuTypes"]["nvidia-h100"] == {
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"
+    }
+
+
+def _rules(docs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = []
+    for d in docs:
+        if d["kind"] in ("ClusterRole", "Role") and d["metadata"]["name"] == name:
+            rules += d["rules"]
+    return rules
+
+
+def _allowed(rules: list[dict[str, Any]], group: str, resource: str) -> set[str]:
+    return {
+        v
+        for r in rules
+        if group in r["apiGroups"] and resource in r["resources"]
+        for v in r["verbs"]
+    }
+
+
+@needs_helm
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_rbac_is_least_privilege(values: list[str]) -> None:
+    docs = render(values)
+    operator = _rules(docs, "pre-preheat-operator")
+    router = _rules(docs, "pre-preheat-router")
+    for rule in operator + router:
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
+        assert "secrets" not in rule["resources"]
+    assert _allowed(operator, "preheat.dev", "inferencepools/status") >= {"patch"}
+    assert _allowed(operator, "preheat.dev", "inferencepools/scale") >= {"patch", "update"}
+    assert _allowed(operator, "", "pods") == {"get", "list", "watch", "patch"}
+    assert _allowed(operator, "", "nodes") == {"get", "list", "watch"}
+    for group, resource in (
+        ("apps", "deployments"),
+        ("", "services"),
+        ("policy", "poddisruptionbudgets"),
+        ("monitoring.coreos.com", "servicemonitors"),
+    ):
+        assert {"create", "patch", "delete"} <= _allowed(operator, group, resource)
+    assert _allowed(operator, "", "events") == {"create", "patch"}
+    for rule in router:
+        assert set(rule["verbs"]) <= {"get", "list", "watch"}, "the router only reads"
+
+
+def test_dashboard_json_queries_the_tail_metrics() -> None:
+    dash = json.loads((CHART / "files" / "dashboard.json").read_text())
+    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+    for needle in (
+        "histogram_quantile(0.95, sum by (le, pool) (rate(preheat_router_ttft_seconds_bucket",
+        "histogram_quantile(0.99, sum by (le, pool) (rate(preheat_router_ttft_seconds_bucket",
+        "vllm:time_to_first_token_seconds_bucket",
+        "preheat_pool_replicas",
+    ):
+        assert needle in exprs
+    assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"])
+
+
+def test_values_sections_are_documented() -> None:
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line and not line.startswith((" ", "#")):
+            documented = lines[i - 1].startswith("#") or " # " in line
+            assert documented, f"values.yaml: document {line.split(':')[0]}"
