@@ -169,13 +169,9 @@ def build_discovery(spec: str) -> DiscoverySource:
             raise ValueError(
                 f"--discovery kubernetes:NAMESPACE/SELECTOR needs both parts, got {arg!r}"
             )
-        from preheat.router import endpoints
+        from preheat.router.endpoints import KubernetesDiscovery
 
-        k8s: Any = getattr(endpoints, "KubernetesDiscovery", None)
-        if k8s is None:
-            raise ValueError("kubernetes discovery is not available in this build")
-        source: DiscoverySource = k8s(namespace=namespace, selector=selector)
-        return source
+        return KubernetesDiscovery(namespace, selector)
     raise ValueError(f"--discovery must be static:FILE or kubernetes:NAMESPACE/SELECTOR: {spec!r}")
 
 

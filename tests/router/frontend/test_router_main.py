@@ -49,3 +49,15 @@ def test_discovery_spec() -> None:
     assert build_discovery("static:eps.yaml") is not None
     with pytest.raises(ValueError, match="static:FILE"):
         build_discovery("dns:foo")
+
+
+def test_kubernetes_discovery_spec() -> None:
+    from preheat.router.endpoints import KubernetesDiscovery
+
+    source = build_discovery("kubernetes:serving/preheat.dev/pool=llama")
+    assert isinstance(source, KubernetesDiscovery)
+    assert (source.namespace, source.label_selector) == ("serving", "preheat.dev/pool=llama")
+    with pytest.raises(ValueError, match="needs both parts"):
+        build_discovery("kubernetes:serving")
+    with pytest.raises(ValueError, match="must be static:FILE or kubernetes"):
+        build_discovery("consul:x")
