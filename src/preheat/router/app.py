@@ -127,7 +127,11 @@ class RouterServer:
         return bool(self.store.snapshot())
 
     def models(self) -> list[str]:
-        return [self.config.model] if self.config.model else []
+        """The served model: --model, else what the pool's workers report."""
+        if self.config.model:
+            return [self.config.model]
+        limits = self.store.model_limits()
+        return [limits.model] if limits is not None else []
 
     async def start(self) -> RouterPorts:
         """Starts the store, then binds gRPC and HTTP; returns the bound ports."""

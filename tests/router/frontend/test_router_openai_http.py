@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import grpc
 import openai
 import pytest
-from frontendkit import MODEL, router, words, workers
+from frontendkit import MODEL, gen, router, words, workers
 
 
 async def _sse_events(resp: Any) -> list[str]:
@@ -135,3 +136,21 @@ async def test_no_endpoint_is_503_with_retry_after() -> None:
         assert resp.status == 503
         assert "Retry-After" in resp.headers
         assert "no routable endpoint" in (await resp.json())["error"]["message"]
+
+
+async def test_model_and_context_window_come_from_the_workers() -> None:
+    # no --model: /v1/models names what the workers serve, and the router checks the
+    # workers' context window (4096) itself before routing
+    async with workers([{"id": "w-1"}]) as ws, router([w.endpoint for w in ws], model="") as r:
+        async with r.http.get(r.url + "/v1/models") as resp:
+            assert resp.status == 200
+            assert [m["id"] for m in (await resp.json())["data"]] == [MODEL]
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await r.generate(gen(words(4000), max_tokens=200))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "context window of 4096 tokens" in (err.value.details() or "")
+        # refused by the router itself: the worker never saw it
+        seen = ws[0].server.metrics.registry.get_sample_value(
+            "preheat_worker_requests_total", {"outcome": "invalid"}
+        )
+        assert (seen or 0.0) == 0.0

@@ -34,11 +34,14 @@ import grpc
 from preheat.core.promtext import ModelServerMetricNames
 from preheat.core.routing.history import PrefixHistory
 from preheat.core.routing.types import Endpoint
+from preheat.core.validation import ModelLimits
 from preheat.router.endpoints.cachewatch import watch_cache
 from preheat.router.endpoints.discovery import DiscoveredEndpoint, DiscoverySource
 from preheat.router.endpoints.entry import EndpointEntry
 from preheat.router.endpoints.scraper import scrape_loop
 from preheat.router.endpoints.statuspoll import status_loop
+
+UNKNOWN_MODEL_LEN = 1 << 30  # a worker that reports no context window: the worker checks
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +263,23 @@ class EndpointStore:
             )
             self._snapshot = snap
         return snap
+
+    def model_limits(self) -> ModelLimits | None:
+        """The pool's model and context window as its routable workers report them (the
+        smallest window when they differ); None until one has answered Status."""
+        statuses = [
+            e.status
+            for k in self._order
+            if (e := self._entries.get(k)) is not None and e.routable and e.status is not None
+        ]
+        named = [st for st in statuses if st.model]
+        if not named:
+            return None
+        windows = [st.max_model_len for st in named if st.max_model_len > 0]
+        return ModelLimits(
+            model=named[0].model,
+            max_model_len=min(windows) if windows else UNKNOWN_MODEL_LEN,
+        )
 
     def all_endpoints(self) -> tuple[EndpointInfoView, ...]:
         out = []

@@ -37,6 +37,7 @@ from preheat.core.validation import GenerateSpec, ModelLimits, check_generate
 from preheat.grpc_errors import error_code
 from preheat.logs import fields
 from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc
+from preheat.router.endpoints import EndpointStore
 from preheat.router.frontend.metrics import Outcome, RouterMetrics
 from preheat.router.frontend.tokenizer import PromptTokenizer, prompt_block_hashes
 
@@ -96,7 +97,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        store: Any,
+        store: EndpointStore,
         scheduler_config: SchedulerConfig,
         cost: PrefillCost,
         tokenizer: PromptTokenizer,
@@ -115,15 +116,14 @@ class Dispatcher:
 
     @property
     def pool(self) -> str:
-        return str(getattr(self.store, "pool", ""))
+        return self.store.pool
 
     # --- prepare -------------------------------------------------------------------------
     def pool_limits(self, model: str) -> ModelLimits:
         """The pool's limits from the store when it knows them, else permissive ones (the
         worker validates again with the exact limits)."""
-        getter = getattr(self.store, "model_limits", None)
-        limits = getter() if callable(getter) else None
-        if isinstance(limits, ModelLimits):
+        limits = self.store.model_limits()
+        if limits is not None:
             return limits
         return ModelLimits(model=self.config.model or model, max_model_len=UNLIMITED_MODEL_LEN)
 
