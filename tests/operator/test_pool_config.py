@@ -10,7 +10,7 @@ from poolkit import EXAMPLES, load_example
 
 from preheat.api.pool import PoolSpecError, parse_duration, to_config, validate_spec
 from preheat.core.errors import ErrorCode
-from preheat.core.reconcile import ModelSource, Objective, PoolConfig, Signal
+from preheat.core.pool import ModelSource, Objective, PoolConfig, Signal
 
 MINIMAL: dict[str, Any] = {"model": {"name": "m"}, "replicas": {"max": 3}}
 

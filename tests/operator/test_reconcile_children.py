@@ -17,6 +17,7 @@ from poolkit import EXAMPLES, load_example
 
 from preheat.api.pool import to_config
 from preheat.core.errors import ErrorCode
+from preheat.core.pool import PoolConfig
 from preheat.core.reconcile import (
     ANNOTATION_DELETION_COST,
     LABEL_POOL,
@@ -24,7 +25,6 @@ from preheat.core.reconcile import (
     BuildError,
     BuildOptions,
     Owner,
-    PoolConfig,
     build_deployment,
     desired_children,
     diff,

@@ -28,11 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from pydantic.alias_generators import to_camel
 
 from preheat.core.errors import ErrorCode, PreheatError
-from preheat.core.reconcile import (
-    GROUP,
-    KIND,
-    PLURAL,
-    VERSION,
+from preheat.core.pool import (
     AutoscalingConfig,
     EngineConfig,
     ModelConfig,
@@ -47,6 +43,7 @@ from preheat.core.reconcile import (
     Signal,
     TopologyConfig,
 )
+from preheat.core.reconcile import GROUP, KIND, PLURAL, VERSION
 
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")

@@ -24,13 +24,15 @@ the endpoint controller and the routers drop the pod *before* SIGTERM arrives;
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.pool import (
+    PoolConfig,
+)
 
 GROUP = "preheat.dev"
 VERSION = "v1alpha1"
@@ -54,119 +56,6 @@ ZONE_LABEL = "topology.kubernetes.io/zone"
 GRPC_PORT = 50051
 HTTP_PORT = 8080
 MODEL_MOUNT = "/models"
-
-
-# --- the pool's internal config (frozen, no Optionals) ------------------------------------
-
-
-class Signal(enum.Enum):
-    """What an autoscaling objective watches."""
-
-    TTFT = "ttft"  # time to first token, ms, at a percentile
-    ITL = "itl"  # inter-token latency, ms, at a percentile
-    E2E = "e2e"  # end-to-end request latency, ms, at a percentile
-    QUEUE_DEPTH = "queueDepth"  # waiting requests per active replica
-    KV_CACHE_USAGE = "kvCacheUsage"  # fraction of KV cache blocks in use, 0..1
-
-    @property
-    def is_latency(self) -> bool:
-        return self in (Signal.TTFT, Signal.ITL, Signal.E2E)
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    """Where the weights come from: a PVC, a node path, or nothing (the engine fetches by name)."""
-
-    kind: str  # "pvc" | "hostPath" | "none"
-    claim: str = ""  # pvc: the claim's name
-    path: str = ""  # pvc: sub-path inside the claim ("" = its root); hostPath: absolute path
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    name: str
-    source: ModelSource
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    kind: str  # "vllm" | "sim"
-    image: str  # "" = the operator's default worker image
-    args: tuple[tuple[str, str | int | float | bool], ...]  # only the args set, by spec key
-
-
-@dataclass(frozen=True)
-class ResourcesConfig:
-    gpus: int
-    gpu_type: str  # "" = any node with the GPU resource
-    cpu: str  # Kubernetes quantity, "" = not requested
-    memory: str  # Kubernetes quantity, "" = not requested
-
-
-@dataclass(frozen=True)
-class TopologyConfig:
-    zones: tuple[str, ...]  # () = wherever the scheduler puts them
-    spread: str  # "balanced" (hard, maxSkew 1) | "bestEffort" | "none"
-
-
-@dataclass(frozen=True)
-class ReplicasConfig:
-    min: int
-    max: int
-    warm_standby: int
-    desired: int  # active replicas wanted now: spec.replicas.desired clamped to [min, max]
-
-
-@dataclass(frozen=True)
-class Objective:
-    signal: Signal
-    percentile: float  # latency signals only; 0 for the others
-    target: float  # ms (latency), requests per replica (queueDepth), fraction (kvCacheUsage)
-
-
-@dataclass(frozen=True)
-class ScaleRule:
-    stabilization_s: float
-    cooldown_s: float
-    max_step: int
-
-
-@dataclass(frozen=True)
-class PanicConfig:
-    enabled: bool
-    threshold: float  # observed/target ratio that enters panic mode
-    window_s: float
-
-
-@dataclass(frozen=True)
-class AutoscalingConfig:
-    objectives: tuple[Objective, ...]  # () = no autoscaling: replicas.desired rules
-    window_s: float
-    scale_up: ScaleRule
-    scale_down: ScaleRule
-    tolerance: float
-    panic: PanicConfig
-
-
-@dataclass(frozen=True)
-class RoutingConfig:
-    session_ttl_s: float
-    hotspot_margin_ms: float
-
-
-@dataclass(frozen=True)
-class PoolConfig:
-    """One pool, validated and with every default applied."""
-
-    name: str
-    namespace: str
-    model: ModelConfig
-    engine: EngineConfig
-    resources: ResourcesConfig
-    topology: TopologyConfig
-    replicas: ReplicasConfig
-    autoscaling: AutoscalingConfig
-    routing: RoutingConfig
 
 
 # --- what the operator knows about its cluster --------------------------------------------
