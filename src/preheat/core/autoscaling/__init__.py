@@ -1,0 +1,31 @@
+"""The autoscaling policy: ``decide(ctx) -> (Decision, PolicyState)``, pure (no clock, no
+I/O); the operator, ``preheat up`` and the simulator drive it unchanged."""
+
+from preheat.core.autoscaling.policy import decide, missing_signals
+from preheat.core.autoscaling.types import (
+    Cause,
+    Context,
+    Decision,
+    Direction,
+    Plan,
+    PolicyState,
+    PolicyTuning,
+    ReplicaCounts,
+    Signals,
+    SignalValue,
+)
+
+__all__ = [
+    "Cause",
+    "Context",
+    "Decision",
+    "Direction",
+    "Plan",
+    "PolicyState",
+    "PolicyTuning",
+    "ReplicaCounts",
+    "SignalValue",
+    "Signals",
+    "decide",
+    "missing_signals",
+]

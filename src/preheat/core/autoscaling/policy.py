@@ -1,0 +1,249 @@
+"""``decide(ctx) -> (Decision, PolicyState)``: the autoscaling policy, pure.
+
+The pipeline, each step a small module of its own:
+
+1. freshness: missing or stale signals hold the current size (never scale on silence);
+2. :mod:`~.recommend`: per objective the replicas it needs, the max over objectives;
+3. :mod:`~.panic`: far past a latency target -> scale up now, never down for a while;
+4. :mod:`~.stabilize`: per-direction windows over the recommendation history;
+5. warming credit: what the pool is already converging to (``replicas.desired``, pods
+   warming or being promoted) covers a recommendation computed from the serving pods;
+6. :mod:`~.limits`: cooldowns, max step, bounds; :mod:`~.zero`: scale-to-zero and wake;
+7. :mod:`~.standby`: how many to promote, start, demote, remove; the reason text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from preheat.core.autoscaling import limits, panic, recommend, stabilize, standby, zero
+from preheat.core.autoscaling.types import (
+    Cause,
+    Context,
+    Decision,
+    Direction,
+    PolicyState,
+    Signals,
+    SignalValue,
+)
+from preheat.core.pool import Objective
+
+__all__ = ["decide", "missing_signals"]
+
+
+def missing_signals(ctx: Context) -> str:
+    """Why the signals cannot be used ("" when they can)."""
+    s = ctx.signals
+    age_limit = ctx.tuning.stale_after_s
+    if s.observed_at is None:
+        return f"no metrics yet{_err(s)}"
+    age = ctx.now - s.observed_at
+    if s.stale or age > age_limit:
+        return f"no fresh metrics for {age:.0f} s (source stale{_err(s, ': ')})"
+    for obj in ctx.autoscaling.objectives:
+        sv = s.find(obj)
+        name = recommend.describe(obj, None).split(" ")[0]
+        if obj.signal.is_latency:
+            name = f"{obj.signal.value} p{obj.percentile:g}"
+        if sv is None or sv.observed_at is None:
+            return f"{name} missing from the metric source"
+        if sv.stale or ctx.now - sv.observed_at > age_limit:
+            return f"no fresh {name} for {ctx.now - sv.observed_at:.0f} s (stale)"
+    return ""
+
+
+def _err(s: Signals, sep: str = ": ") -> str:
+    return f"{sep}{s.error}" if s.error else ""
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:g}%"
+
+
+def _head(view: recommend.ObjectiveView | None, window_s: float, tolerance: float) -> str:
+    """What drove the recommendation, in an SRE's words."""
+    if view is None:
+        return f"no requests over {window_s:g} s"
+    obj = view.objective
+    seen = recommend.describe(obj, view.value)
+    target = recommend.describe_target(obj)
+    if view.within_tolerance:
+        return f"within tolerance: {seen} vs {target} ±{_pct(tolerance)}"
+    if view.ratio is None:
+        return f"{seen} (target {target})"
+    op = ">" if view.ratio > 1 else "<" if view.ratio < 1 else "="
+    over = f" over {window_s:g} s" if obj.signal.is_latency else ""
+    return f"{seen} {op} {target}{over}"
+
+
+def _hold(
+    ctx: Context, cause: Cause, reason: str, state: PolicyState, rec: int | None = None
+) -> tuple[Decision, PolicyState]:
+    current = ctx.replicas.desired
+    stand = ctx.replicas.warm_standby if current > 0 else 0
+    decision = Decision(
+        active=current,
+        standby=stand,
+        previous=current,
+        direction=Direction.HOLD,
+        cause=cause,
+        reason=reason,
+        recommendation=rec,
+        plan=standby.plan(ctx.counts, current, stand),
+        signals=ctx.signals,
+    )
+    return decision, state
+
+
+def decide(ctx: Context) -> tuple[Decision, PolicyState]:
+    """One evaluation: the active and standby counts wanted now, why, and the next state.
+
+    ``ctx`` is not changed; call again with the returned state on the next tick.
+    """
+    cfg, reps, counts, st, now = ctx.autoscaling, ctx.replicas, ctx.counts, ctx.state, ctx.now
+    current = reps.desired
+    if not cfg.objectives:
+        return _hold(ctx, Cause.NO_OBJECTIVES, f"autoscaling off: {current} replicas", st)
+
+    # 1. freshness: hold on silence, and silence is not idleness.
+    why = missing_signals(ctx)
+    if why:
+        held = replace(st, idle_since=None)
+        return _hold(ctx, Cause.STALE, f"holding {current}: {why}", held)
+
+    # 2. per-objective recommendation, max over objectives.
+    serving = counts.active
+    observed: list[tuple[Objective, SignalValue]] = []
+    for obj in cfg.objectives:
+        sv = ctx.signals.find(obj)
+        assert sv is not None  # missing_signals checked
+        observed.append((obj, sv))
+
+    # 3. panic: from the worse of the window and the short window.
+    fired = panic.triggered(cfg.panic, observed)
+    panic_until = panic.panic_until(st.panic_until, now, cfg.panic, fired is not None)
+    panicking = panic_until is not None and (fired is not None or now < panic_until)
+    if fired is not None:
+        observed = [
+            (o, replace(sv, value=panic.worst(sv)) if o.signal.is_latency else sv)
+            for o, sv in observed
+        ]
+    views = [recommend.view(o, sv, serving, current, cfg.tolerance) for o, sv in observed]
+    raw, driver = recommend.combine(views)
+    rec = raw if raw is not None else 0  # no traffic anywhere: nothing asks for replicas
+
+    idle_from = zero.idle_since(st.idle_since, now, ctx.signals)
+    lowest = zero.lower_bound(reps.min, idle_from, now, ctx.tuning.scale_to_zero_delay_s)
+    history = stabilize.record(st.history, now, max(rec, lowest), stabilize.horizon(cfg))
+    base = replace(st, history=history, panic_until=panic_until, idle_since=idle_from)
+    head = _head(driver, cfg.window_s, cfg.tolerance)
+    if fired is not None:
+        fobj, fval = fired
+        head = (
+            f"panic: {recommend.describe(fobj, fval)} >= {cfg.panic.threshold:g}x "
+            f"{recommend.describe_target(fobj)}"
+        )
+
+    # 6a. at zero: wake on demand, else stay.
+    if current == 0:
+        if not zero.has_demand(ctx.signals):
+            return _hold(ctx, Cause.IDLE, "at zero: no requests", base, rec)
+        target = limits.bounded(max(rec, 1, reps.min), 1, reps.max)
+        target = limits.step_limited(0, target, cfg)
+        return _scale(ctx, base, target, Cause.WAKE, "requests arrived at zero; waking", rec)
+
+    # 4. stabilization (panic: the latest recommendation, up only).
+    target = stabilize.stabilized(history, now, current, cfg)
+    if panicking:
+        target = max(current, rec if fired is not None else target)
+    target = limits.bounded(target, lowest, reps.max)
+
+    if target > current:
+        # 6b. cooldown (panic bypasses it), max step.
+        wait = limits.cooldown_left(st, now, cfg, up=True)
+        if wait > 0 and not panicking:
+            msg = f"{head}; holding {current}: scale-up cooldown ({wait:.0f} s left)"
+            return _hold(ctx, Cause.COOLDOWN, msg, base, rec)
+        target = limits.step_limited(current, target, cfg)
+        cause = Cause.PANIC if panicking else Cause.SCALE_UP
+        return _scale(ctx, base, target, cause, head, rec)
+
+    if target < current:
+        if panicking:
+            msg = f"{head}; holding {current}: panic mode (no scale-down until it ends)"
+            return _hold(ctx, Cause.PANIC, msg, base, rec)
+        wait = limits.cooldown_left(st, now, cfg, up=False)
+        if wait > 0:
+            msg = f"{head}; holding {current}: scale-down cooldown ({wait:.0f} s left)"
+            return _hold(ctx, Cause.COOLDOWN, msg, base, rec)
+        target = limits.step_limited(current, target, cfg)
+        cause = Cause.SCALE_TO_ZERO if target == 0 else Cause.SCALE_DOWN
+        if target == 0:
+            idle_for = now - (idle_from if idle_from is not None else now)
+            head = f"idle for {idle_for:.0f} s (no requests); scaling to zero"
+        return _scale(ctx, base, target, cause, head, rec)
+
+    # hold: say what kept it.
+    return _hold(ctx, *_why_hold(ctx, rec, raw, driver, head, panicking, lowest), base, rec)
+
+
+def _why_hold(
+    ctx: Context,
+    rec: int,
+    raw: int | None,
+    driver: recommend.ObjectiveView | None,
+    head: str,
+    panicking: bool,
+    lowest: int,
+) -> tuple[Cause, str]:
+    current, serving = ctx.replicas.desired, ctx.counts.active
+    if rec > current and current >= ctx.replicas.max:
+        return Cause.BOUNDS, f"{head}; holding {current}: at max"
+    if rec < current and current <= lowest:
+        return Cause.BOUNDS, f"{head}; holding {current}: at min"
+    if panicking and rec < current:
+        return Cause.PANIC, f"{head}; holding {current}: panic mode (no scale-down until it ends)"
+    if rec > current:
+        return Cause.STABILIZING, f"{head}; holding {current}: needs {rec}, stabilizing (up)"
+    if rec < current:
+        return Cause.STABILIZING, f"{head}; holding {current}: needs {rec}, stabilizing (down)"
+    if driver is not None and driver.within_tolerance:
+        return Cause.WITHIN_TOLERANCE, head
+    if serving < current and raw is not None and raw > serving:
+        coming = current - serving
+        return Cause.WARMING, (
+            f"{head}; needs {rec}, {current} on the way ({serving} serving, "
+            f"{coming} warming or promoting): holding {current}"
+        )
+    return Cause.STEADY, f"{head}; holding {current}"
+
+
+def _scale(
+    ctx: Context, base: PolicyState, target: int, cause: Cause, head: str, rec: int
+) -> tuple[Decision, PolicyState]:
+    current = ctx.replicas.desired
+    if target == current:
+        return _hold(ctx, Cause.BOUNDS, f"{head}; holding {current}", base, rec)
+    stand = ctx.replicas.warm_standby if target > 0 else 0
+    p = standby.plan(ctx.counts, target, stand)
+    delta = target - current
+    direction = Direction.UP if delta > 0 else Direction.DOWN
+    credit = ""
+    if delta > 0 and ctx.counts.active < current:
+        credit = f" ({current - ctx.counts.active} warming counted)"
+    reason = f"{head}; {standby.describe(delta, p)}{credit}"
+    decision = Decision(
+        active=target,
+        standby=stand,
+        previous=current,
+        direction=direction,
+        cause=cause,
+        reason=reason,
+        recommendation=rec,
+        plan=p,
+        signals=ctx.signals,
+        panic=cause is Cause.PANIC,
+        wake=cause is Cause.WAKE,
+    )
+    state = replace(base, last_scale_at=ctx.now, last_direction=direction)
+    return decision, state

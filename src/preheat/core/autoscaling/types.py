@@ -1,0 +1,150 @@
+"""The autoscaling policy's inputs, state and output: frozen values, no clock, no I/O.
+
+Every time is a float of seconds on one clock, the caller's (``Context.now``, the source's
+``observed_at``): the operator passes its monotonic clock, the simulator a virtual one.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from preheat.core.pool import AutoscalingConfig, Objective, ReplicasConfig, Signal
+
+
+class Direction(enum.Enum):
+    UP = "up"
+    DOWN = "down"
+    HOLD = "hold"
+
+
+class Cause(enum.Enum):
+    """Why the decision is what it is (a metric label: bounded set)."""
+
+    SCALE_UP = "scale_up"
+    SCALE_DOWN = "scale_down"
+    PANIC = "panic"
+    WAKE = "wake"
+    SCALE_TO_ZERO = "scale_to_zero"
+    WITHIN_TOLERANCE = "within_tolerance"
+    STEADY = "steady"  # the objectives ask for what it has
+    STABILIZING = "stabilizing"
+    COOLDOWN = "cooldown"
+    WARMING = "warming"  # capacity already on its way covers the recommendation
+    BOUNDS = "bounds"  # min/max keeps it where it is
+    STALE = "stale"  # missing or stale metrics: hold
+    IDLE = "idle"  # at zero, nothing to do
+    NO_OBJECTIVES = "no_objectives"  # autoscaling off: replicas.desired rules
+
+
+@dataclass(frozen=True)
+class SignalValue:
+    """One objective's observation.
+
+    ``value``: ms for latency percentiles, waiting requests summed over the pool for
+    ``queueDepth``, the fullest worker's fraction for ``kvCacheUsage``; ``None`` when the
+    window saw nothing to measure (no requests finished: not missing data, just no traffic).
+    ``short_value``: the same over the panic window (``None``: not computed / no data).
+    ``stale``: the source could not read it (scrape failed, series absent, too old).
+    """
+
+    signal: Signal
+    percentile: float  # latency signals: 0 < p < 100; 0 for the others
+    value: float | None
+    observed_at: float | None  # None: never observed
+    stale: bool = False
+    short_value: float | None = None
+    samples: float = 0.0  # observations in the window (latency), reporting workers (gauges)
+
+    def matches(self, objective: Objective) -> bool:
+        return self.signal is objective.signal and (
+            not objective.signal.is_latency or self.percentile == objective.percentile
+        )
+
+
+@dataclass(frozen=True)
+class Signals:
+    """A metric source's snapshot for one pool.
+
+    ``requests``: requests that arrived (or finished) over the window; ``in_flight``:
+    requests running or waiting now, including those a router holds for a pool at zero.
+    Both ``None`` when unknown; they drive scale-to-zero (idle) and the wake signal.
+    """
+
+    values: tuple[SignalValue, ...] = ()
+    observed_at: float | None = None
+    stale: bool = True
+    requests: float | None = None
+    in_flight: float | None = None
+    error: str = ""  # why it is stale, for the reason text
+
+    def find(self, objective: Objective) -> SignalValue | None:
+        return next((v for v in self.values if v.matches(objective)), None)
+
+
+@dataclass(frozen=True)
+class ReplicaCounts:
+    """Pods observed now, by state (``warming``: started, not yet warm)."""
+
+    active: int = 0
+    standby: int = 0
+    warming: int = 0
+    draining: int = 0
+
+
+@dataclass(frozen=True)
+class PolicyTuning:
+    """Knobs the pool spec does not (yet) carry."""
+
+    stale_after_s: float = 30.0  # a snapshot older than this reads as stale
+    scale_to_zero_delay_s: float = 300.0  # idle this long before going to zero (min: 0)
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    """What the policy remembers between evaluations (returned, never mutated)."""
+
+    history: tuple[tuple[float, int], ...] = ()  # (time, recommendation), oldest first
+    last_scale_at: float | None = None
+    last_direction: Direction = Direction.HOLD
+    panic_until: float | None = None
+    idle_since: float | None = None
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything ``decide`` reads. ``replicas.desired`` is the active count the pool is
+    converging to now (the last decision, or a manual ``kubectl scale``)."""
+
+    now: float
+    autoscaling: AutoscalingConfig
+    replicas: ReplicasConfig
+    counts: ReplicaCounts
+    signals: Signals
+    state: PolicyState = field(default_factory=PolicyState)
+    tuning: PolicyTuning = field(default_factory=PolicyTuning)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the pods get from the observed counts to the decision (reconcile picks which)."""
+
+    promote: int = 0  # standby -> active (instant)
+    start: int = 0  # new pods (refill standby, or active when standby ran out)
+    demote: int = 0  # active -> standby (standby was short)
+    remove: int = 0  # drained and deleted (reconcile.choose_victims picks them)
+
+
+@dataclass(frozen=True)
+class Decision:
+    active: int  # desired active replicas
+    standby: int  # desired warm standby replicas
+    previous: int  # the active count it was converging to before
+    direction: Direction
+    cause: Cause
+    reason: str
+    recommendation: int | None  # raw (before stabilization, limits, bounds); None: none
+    plan: Plan
+    signals: Signals
+    panic: bool = False
+    wake: bool = False
