@@ -134,7 +134,7 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
 
     idle_from = zero.idle_since(st.idle_since, now, ctx.signals)
     lowest = zero.lower_bound(reps.min, idle_from, now, ctx.tuning.scale_to_zero_delay_s)
-    history = stabilize.record(st.history, now, max(rec, lowest), stabilize.horizon(cfg))
+    history = stabilize.record(st.history, now, rec, stabilize.horizon(cfg))
     base = replace(st, history=history, panic_until=panic_until, idle_since=idle_from)
     head = _head(driver, cfg.window_s, cfg.tolerance)
     if fired is not None:
