@@ -1,0 +1,34 @@
+"""Where the autoscaling policy's signals come from.
+
+A :class:`MetricSource` answers one :class:`SignalQuery` (the pool's objectives and
+windows) with a :class:`~preheat.core.autoscaling.Signals` snapshot: per objective the
+windowed percentile (ms), the pool's waiting requests or KV-cache usage, when it was
+observed and whether it is stale. Implementations: :class:`~.scrape.DirectScrapeSource`
+(the workers' /metrics, for ``preheat up``); a Prometheus one (PromQL) comes later.
+A source never raises for a failed read: it answers stale, with the error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from preheat.core.autoscaling import Signals, SignalValue
+from preheat.core.pool import Objective
+
+__all__ = ["MetricSource", "SignalQuery", "SignalValue", "Signals"]
+
+
+@dataclass(frozen=True)
+class SignalQuery:
+    objectives: tuple[Objective, ...]
+    window_s: float  # autoscaling.window_s
+    short_window_s: float = 0.0  # panic.window_s; 0: no short-window values
+
+
+class MetricSource(Protocol):
+    async def read(self, query: SignalQuery) -> Signals:
+        """The pool's signals now (stale, with the error, when they cannot be read)."""
+        ...
+
+    async def close(self) -> None: ...
