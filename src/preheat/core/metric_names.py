@@ -100,3 +100,14 @@ LABEL_POOL = "pool"
 LABEL_REASON = "reason"
 
 PREDICTION_RATIO_BUCKETS = (0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0, 10.0)
+
+# --- Preheat operator metrics (preheat.operator) ---------------------------------------------
+POOL_REPLICAS = "preheat_pool_replicas"  # gauge, labels namespace, pool, state (charts' dashboard)
+POOL_DESIRED_REPLICAS = "preheat_pool_desired_replicas"  # gauge, labels namespace, pool: active
+POOL_DEGRADED = "preheat_pool_degraded"  # gauge 0/1, labels namespace, pool
+OPERATOR_RECONCILES = "preheat_operator_reconciles"  # counter, label outcome
+OPERATOR_ACTIONS = "preheat_operator_actions"  # counter, label action (create, patch, ...)
+LABEL_NAMESPACE = "namespace"
+LABEL_STATE = "state"  # active, standby, warming, draining
+LABEL_OUTCOME = "outcome"  # ok, degraded, error
+LABEL_ACTION = "action"

@@ -1,0 +1,181 @@
+"""A pool's status from what was observed: pure, no I/O, ``now`` passed in.
+
+Counts by lifecycle state come from the worker pods (their role label and readiness);
+conditions ``Ready``, ``Scaling`` and ``Degraded`` carry a reason and a message, and keep
+their ``lastTransitionTime`` while their status does not change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from preheat.core.reconcile import (
+    ANNOTATION_DELETION_COST,
+    LABEL_ROLE,
+    ROLE_ACTIVE,
+    ROLE_DRAINING,
+    ROLE_STANDBY,
+    PodView,
+)
+
+READY = "Ready"
+SCALING = "Scaling"
+DEGRADED = "Degraded"
+CONDITION_TYPES = (READY, SCALING, DEGRADED)
+
+
+@dataclass(frozen=True)
+class ObservedPod:
+    """One worker pod as the operator sees it."""
+
+    name: str
+    role: str  # the preheat.dev/role label, "" when absent
+    ready: bool  # the Ready condition: loaded and warm
+    terminating: bool  # deletionTimestamp set
+    created: str = ""  # creationTimestamp (RFC 3339)
+    deletion_cost: str = ""  # the controller.kubernetes.io/pod-deletion-cost annotation
+
+    @property
+    def state(self) -> str:
+        """active | standby | warming | draining."""
+        if self.terminating or self.role == ROLE_DRAINING:
+            return "draining"
+        if not self.ready:
+            return "warming"
+        return ROLE_ACTIVE if self.role == ROLE_ACTIVE else ROLE_STANDBY
+
+    def view(self) -> PodView:
+        return PodView(
+            name=self.name,
+            role=ROLE_DRAINING if self.terminating else self.role,
+            warm=self.ready,
+        )
+
+
+def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
+    """An ``ObservedPod`` from a pod object (a dict as the API returns it)."""
+    meta = pod.get("metadata") or {}
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return ObservedPod(
+        name=str(meta.get("name", "")),
+        role=str((meta.get("labels") or {}).get(LABEL_ROLE, "")),
+        ready=ready,
+        terminating=bool(meta.get("deletionTimestamp")),
+        created=str(meta.get("creationTimestamp", "")),
+        deletion_cost=str((meta.get("annotations") or {}).get(ANNOTATION_DELETION_COST, "")),
+    )
+
+
+def replica_counts(pods: Sequence[ObservedPod]) -> dict[str, int]:
+    counts = {"active": 0, "standby": 0, "warming": 0, "draining": 0}
+    for p in pods:
+        counts[p.state] += 1
+    return counts
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why the pool cannot be reconciled (it goes Degraded)."""
+
+    reason: str  # InvalidSpec | BuildFailed | ApiError
+    message: str
+
+
+def _condition(
+    kind: str,
+    status: bool,
+    reason: str,
+    message: str,
+    *,
+    previous: Mapping[str, Mapping[str, Any]],
+    generation: int,
+    now: str,
+) -> dict[str, Any]:
+    text = "True" if status else "False"
+    before = previous.get(kind) or {}
+    since = before.get("lastTransitionTime") if before.get("status") == text else None
+    return {
+        "type": kind,
+        "status": text,
+        "reason": reason,
+        "message": message[:4096],
+        "lastTransitionTime": since or now,
+        "observedGeneration": generation,
+    }
+
+
+def compute_status(
+    *,
+    pods: Sequence[ObservedPod],
+    want_active: int | None,
+    want_standby: int,
+    selector: str,
+    generation: int,
+    previous: Mapping[str, Any] | None,
+    now: str,
+    problem: Problem | None = None,
+) -> dict[str, Any]:
+    """The status to write. ``want_active`` is None when the spec could not be used."""
+    counts = replica_counts(pods)
+    prev_conditions = {
+        str(c.get("type")): c for c in (previous or {}).get("conditions") or [] if c.get("type")
+    }
+
+    def cond(kind: str, status: bool, reason: str, message: str) -> dict[str, Any]:
+        return _condition(
+            kind,
+            status,
+            reason,
+            message,
+            previous=prev_conditions,
+            generation=generation,
+            now=now,
+        )
+
+    if problem is not None:
+        degraded = cond(DEGRADED, True, problem.reason, problem.message)
+    else:
+        degraded = cond(DEGRADED, False, "AsExpected", "the pool's children match its spec")
+
+    if want_active is None:
+        ready = cond(READY, False, "SpecNotUsable", "fix the spec: see the Degraded condition")
+        scaling = cond(SCALING, False, "SpecNotUsable", "not scaling while the spec is unusable")
+        desired = int((previous or {}).get("desiredReplicas", 0))
+    else:
+        desired = want_active
+        active, standby = counts["active"], counts["standby"]
+        summary = (
+            f"{active}/{want_active} active, {standby}/{want_standby} standby, "
+            f"{counts['warming']} warming, {counts['draining']} draining"
+        )
+        if active >= want_active:
+            ready = cond(READY, True, "ActiveWarm", summary)
+        else:
+            ready = cond(READY, False, "WaitingForWarmPods", summary)
+        total = len([p for p in pods if p.state != "draining"])
+        if total < want_active + want_standby or active < want_active:
+            scaling = cond(SCALING, True, "ScalingUp", summary)
+        elif total > want_active + want_standby or counts["draining"]:
+            scaling = cond(SCALING, True, "ScalingDown", summary)
+        elif standby < want_standby:
+            scaling = cond(SCALING, True, "RefillingStandby", summary)
+        else:
+            scaling = cond(SCALING, False, "Stable", summary)
+
+    return {
+        "replicas": counts,
+        "desiredReplicas": desired,
+        "selector": selector,
+        "conditions": [ready, scaling, degraded],
+        "observedGeneration": generation,
+    }
+
+
+def status_changed(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> bool:
+    """Does writing ``new`` change anything we own in ``old``?"""
+    if not old:
+        return True
+    return any(new.get(k) != old.get(k) for k in new)
