@@ -27,6 +27,10 @@ def _tiny_mooncake(path: Path) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+def _section(text: str, name: str) -> list[str]:
+    return text.split(f"<!-- bench:{name} -->")[1].split(f"<!-- /bench:{name} -->")[0].splitlines()
+
+
 def test_bench_router_all_parts_tiny(tmp_path: Path):
     trace = tmp_path / "trace.jsonl"
     _tiny_mooncake(trace)
@@ -39,7 +43,8 @@ def test_bench_router_all_parts_tiny(tmp_path: Path):
             "--pick-s", "0.5", "--pick-concurrency", "2", "--endpoints", "4",
             "--inprocess-s", "0.02",
             "--policies", "preheat,round-robin", "--workers", "2", "--trace", str(trace),
-            "--trace-duration-s", "10", "--rate-scale", "5", "--gpu-blocks", "1024",
+            "--trace-start-s", "0", "--trace-duration-s", "10", "--rate-scale", "5",
+            "--token-scale", "1", "--gpu-blocks", "1024",
             "--max-output-tokens", "4", "--policy-time-scale", "0.1",
             "--write", str(out),
         ],
@@ -54,9 +59,11 @@ def test_bench_router_all_parts_tiny(tmp_path: Path):
         assert f"<!-- bench:{section} -->" in text
     assert "Failed requests: 0." in text
     assert "Failed streams: 0." in text
-    overhead = [line for line in text.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
-    assert len(overhead) == 2
-    policy_rows = {line.split("|")[1].strip(): line for line in text.splitlines()
+    overhead = _section(text, "router-overhead")
+    assert len([line for line in overhead if line.startswith(("| 1 |", "| 2 |"))]) == 2
+    throughput = _section(text, "router-throughput")
+    assert len([line for line in throughput if line.startswith(("| 1 |", "| 0.001 |"))]) == 4
+    policy_rows = {line.split("|")[1].strip(): line for line in _section(text, "router-policies")
                    if line.startswith(("| preheat |", "| round-robin |"))}  # fmt: skip
     assert set(policy_rows) == {"preheat", "round-robin"}
     for row in policy_rows.values():

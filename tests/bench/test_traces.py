@@ -67,6 +67,21 @@ def test_mooncake_blocks_sessions_and_clipping(tmp_path: Path):
     assert [r.session_id for r in load_trace(p)] == ["", "", "", ""]
 
 
+def test_token_scale_keeps_block_structure(tmp_path: Path):
+    p = _jsonl(tmp_path, [_mooncake(0, 1000, [0, 1]), _mooncake(1, 1500, [0, 1, 2])])
+    a, b = load_trace(p, TraceOptions(token_scale=0.25))
+    assert (a.block_tokens, a.input_tokens) == (128, 128 + 122)  # 488 -> 122
+    assert (b.block_tokens, b.input_tokens) == (128, 256 + 119)  # 476 -> 119
+    ta, tb = prompt_text(a).split(), prompt_text(b).split()
+    assert (len(ta), len(tb)) == (250, 375)
+    assert ta[:128] == tb[:128]
+    clipped = load_trace(p, TraceOptions(token_scale=0.25, max_input_tokens=200))
+    assert [(r.input_tokens, r.prefix_block_ids) for r in clipped] == [
+        (200, (0, 1)),
+        (200, (0, 1)),
+    ]
+
+
 def test_slice_and_scale(tmp_path: Path):
     p = _jsonl(tmp_path, [_mooncake(1000 * i, 10, [i]) for i in range(10)])
     reqs = load_trace(p, TraceOptions(start_s=2, duration_s=5, time_scale=0.5, rate_scale=2))

@@ -104,8 +104,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     t.add_argument("--streams", type=int, default=64, help="concurrent streams")
     t.add_argument("--stream-tokens", type=int, default=512, help="max_tokens per stream")
-    t.add_argument("--throughput-s", type=float, default=8.0, help="seconds per setting")
-    t.add_argument("--throughput-time-scale", default="0.001", help="sim engine speed")
+    t.add_argument("--throughput-s", type=float, default=6.0, help="seconds per setting")
+    t.add_argument(
+        "--throughput-time-scales",
+        default="1,0.001",
+        help="sim engine speeds (1: H100 pacing, one token per message; 0.001: as fast as "
+        "the worker can go)",
+    )
     p = parser.add_argument_group("pick")
     p.add_argument("--pick-s", type=float, default=5.0, help="seconds of closed-loop Pick")
     p.add_argument("--pick-concurrency", type=int, default=16)
@@ -120,10 +125,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     w.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     w.add_argument("--workers", type=int, default=4, help="sim workers behind the router")
     w.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
-    w.add_argument("--trace-start-s", type=float, default=0.0, help="slice start (trace time)")
-    w.add_argument("--trace-duration-s", type=float, default=90.0, help="slice length")
-    w.add_argument("--rate-scale", type=float, default=3.0, help="replay this many times faster")
-    w.add_argument("--gpu-blocks", type=int, default=6000, help="KV blocks (16 tokens) per worker")
+    w.add_argument("--trace-start-s", type=float, default=600.0, help="slice start (trace time)")
+    w.add_argument("--trace-duration-s", type=float, default=210.0, help="slice length")
+    w.add_argument("--rate-scale", type=float, default=6.0, help="replay this many times faster")
+    w.add_argument(
+        "--token-scale",
+        type=float,
+        default=0.25,
+        help="prompt tokens per trace token (0.25: a 512-token hash block is 128 words)",
+    )
+    w.add_argument("--gpu-blocks", type=int, default=16000, help="KV blocks (16 tokens) per worker")
     w.add_argument(
         "--max-output-tokens", type=int, default=64, help="clip output lengths (CPU budget)"
     )
@@ -411,67 +422,82 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
 
 
 async def part_throughput(args: argparse.Namespace) -> PartResult:
-    worker_args = [*SIM_FAST, "--sim-time-scale", args.throughput_time_scale]
-    worker_args += ["--sim-max-num-seqs", str(max(256, args.streams))]
     rows: list[str] = []
     failed = 0
-    best_coalesced = 0.0
-    for setting in args.coalesce.split(","):
-        n_tok, _, ms = setting.partition(":")
-        router_args = ["--policy", "round-robin", "--coalesce-tokens", n_tok]
-        router_args += ["--coalesce-ms", ms or "5", *args.router_arg]
-        async with (
-            cluster(worker_args, 1, router_args) as c,
-            grpc.aio.insecure_channel(c.router.grpc_target) as ch,
-        ):
-            stub = pb_grpc.InferenceStub(ch)
-            await _streams(stub, 8, None, 16, args.stream_tokens)  # warm
-            r_cpu0, w_cpu0 = cpu_seconds(c.router_pid), cpu_seconds(c.workers[0].proc.pid)
-            recs, wall = await _streams(
-                stub, args.streams, args.throughput_s, None, args.stream_tokens
+    verdicts: list[str] = []
+    for scale in args.throughput_time_scales.split(","):
+        worker_args = [*SIM_FAST, "--sim-time-scale", scale]
+        worker_args += ["--sim-max-num-seqs", str(max(256, args.streams))]
+        best_coalesced = 0.0
+        for setting in args.coalesce.split(","):
+            n_tok, _, ms = setting.partition(":")
+            router_args = ["--policy", "round-robin", "--coalesce-tokens", n_tok]
+            router_args += ["--coalesce-ms", ms or "5", *args.router_arg]
+            async with (
+                cluster(worker_args, 1, router_args) as c,
+                grpc.aio.insecure_channel(c.router.grpc_target) as ch,
+            ):
+                stub = pb_grpc.InferenceStub(ch)
+                await _streams(stub, 8, None, 16, 32)  # warm
+                r_cpu0, w_cpu0 = cpu_seconds(c.router_pid), cpu_seconds(c.workers[0].proc.pid)
+                recs, wall = await _streams(
+                    stub, args.streams, args.throughput_s, None, args.stream_tokens
+                )
+                r_cpu = cpu_seconds(c.router_pid) - r_cpu0
+                w_cpu = cpu_seconds(c.workers[0].proc.pid) - w_cpu0
+            tokens = sum(r.completion_tokens for r in recs)
+            frames = sum(len(r.itl_s) + (1 if r.completion_tokens else 0) for r in recs)
+            failed += sum(1 for r in recs if not r.ok)
+            per_core = tokens / r_cpu if r_cpu > 0 else float("nan")
+            if int(n_tok) > 1:
+                best_coalesced = max(best_coalesced, per_core)
+            label = "off" if int(n_tok) <= 1 else f"{n_tok} tokens / {ms} ms"
+            rows.append(
+                f"| {scale} | {label} | {len(recs)} | {wall:.1f} | {tokens / wall:,.0f}"
+                f" | {frames / wall:,.0f} | {tokens / max(frames, 1):.1f} | {r_cpu:.2f}"
+                f" | {1e3 * r_cpu / max(frames, 1):.3f} | **{per_core:,.0f}** | {w_cpu:.2f} |"
             )
-            r_cpu = cpu_seconds(c.router_pid) - r_cpu0
-            w_cpu = cpu_seconds(c.workers[0].proc.pid) - w_cpu0
-        tokens = sum(r.completion_tokens for r in recs)
-        frames = sum(len(r.itl_s) + (1 if r.completion_tokens else 0) for r in recs)
-        failed += sum(1 for r in recs if not r.ok)
-        per_core = tokens / r_cpu if r_cpu > 0 else float("nan")
-        if int(n_tok) > 1:
-            best_coalesced = max(best_coalesced, per_core)
-        label = "off" if int(n_tok) <= 1 else f"{n_tok} tokens / {ms} ms"
-        rows.append(
-            f"| {label} | {len(recs)} | {wall:.1f} | {tokens:,} | {tokens / wall:,.0f}"
-            f" | {frames / wall:,.0f} | {r_cpu:.2f} | **{per_core:,.0f}** | {w_cpu:.2f} |"
+            print(rows[-1], flush=True)
+        verdicts.append(
+            f"time scale {scale}: {best_coalesced:,.0f} tokens per router CPU-s "
+            f"{_met(best_coalesced >= TARGET_TOKENS_PER_CORE)}"
         )
-        print(rows[-1], flush=True)
     cmd = (
         f"preheat bench router --part throughput --coalesce {args.coalesce}"
         f" --streams {args.streams} --stream-tokens {args.stream_tokens}"
         f" --throughput-s {args.throughput_s:g}"
-        f" --throughput-time-scale {args.throughput_time_scale}"
+        f" --throughput-time-scales {args.throughput_time_scales}"
     )
-    met = best_coalesced >= TARGET_TOKENS_PER_CORE
     body = "\n".join(
         [
             "## Router: proxy tokens/s per core, with and without coalescing",
             "",
             *_header(cmd),
             f"{args.streams} concurrent streams (closed loop, {args.stream_tokens} tokens "
-            f"each) from one sim worker at time scale {args.throughput_time_scale}",
-            "through one `preheat router` (policy round-robin); client, router and worker "
-            "share the machine,",
-            "so tokens/s (wall) is bounded by all three; tokens per router CPU-second "
-            "(utime+stime of the",
-            "router process) is what one router core sustains. Frames/s is what the client "
-            "receives.",
+            "each, 16-token prompts) from one sim",
+            "worker through one `preheat router` (policy round-robin), per sim time scale and "
+            "coalescing setting",
+            "(a fresh worker and router for each row). Client, router and worker share the "
+            "machine, so",
+            "tokens/s (wall) is bounded by all three; tokens per router CPU-second (utime+stime "
+            "of the router",
+            "process) is what one router core sustains. At time scale 1 the sim decodes at "
+            "H100 speed and",
+            "the worker sends about one token per message (as vLLM streams); at 0.001 it runs "
+            "far ahead of",
+            "the gRPC path and packs many tokens into each message, so the router handles "
+            "fewer, larger",
+            "messages. Tokens per client frame with coalescing off = tokens per worker message.",
             "",
-            "| coalescing | streams done | wall s | tokens | tokens/s (wall) | client frames/s"
-            " | router CPU s | tokens per router CPU-s | worker CPU s |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| sim time scale | coalescing | streams done | wall s | tokens/s (wall)"
+            " | client frames/s | tokens per frame | router CPU s | router CPU ms per frame"
+            " | tokens per router CPU-s | worker CPU s |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             *rows,
             "",
             f"Target: >= {TARGET_TOKENS_PER_CORE:,.0f} tokens/s per core with coalescing: "
-            f"{_met(met)}. Failed streams: {failed}.",
+            + "; ".join(verdicts)
+            + f". Failed streams: {failed}.",
         ]
     )
     return PartResult("router-throughput", body, failed)
@@ -669,6 +695,7 @@ async def part_policies(args: argparse.Namespace) -> PartResult:
         rate_scale=args.rate_scale,
         sessions="root",
         max_input_tokens=args.max_input_tokens,
+        token_scale=args.token_scale,
     )
     reqs = load_trace(args.trace, opts)
     prompts = [prompt_text(r) for r in reqs]
@@ -697,13 +724,15 @@ async def part_policies(args: argparse.Namespace) -> PartResult:
         print(_policy_row(run), flush=True)
     n_sessions = len({r.session_id for r in reqs})
     n_in = sum(r.input_tokens for r in reqs)
+    bound = _shared_cache_bound(reqs)
     span = reqs[-1].arrival_s if reqs else 0.0
     cmd = (
         f"preheat bench router --part policies --policies {args.policies}"
         f" --workers {args.workers} --trace-start-s {args.trace_start_s:g}"
         f" --trace-duration-s {args.trace_duration_s:g} --rate-scale {args.rate_scale:g}"
         f" --gpu-blocks {args.gpu_blocks} --max-output-tokens {args.max_output_tokens}"
-        f" --max-input-tokens {args.max_input_tokens} --policy-time-scale {args.policy_time_scale}"
+        f" --max-input-tokens {args.max_input_tokens} --token-scale {args.token_scale:g}"
+        f" --policy-time-scale {args.policy_time_scale}"
     )
     by = {r.policy: r for r in runs}
     verdict = ""
@@ -721,32 +750,38 @@ async def part_policies(args: argparse.Namespace) -> PartResult:
             "## Router: routing policies on a shared-prefix session workload",
             "",
             *_header(cmd),
-            f"Trace: `{args.trace.name}` (Mooncake FAST'25 conversation trace), the slice "
+            f"Trace: `{args.trace.name}`, the slice "
             f"[{args.trace_start_s:g} s, {args.trace_start_s + args.trace_duration_s:g} s) "
             f"of trace time replayed {args.rate_scale:g}x faster, open loop:",
             f"{len(reqs)} requests over {span:.1f} s ({len(reqs) / max(span, 1e-9):.1f} req/s), "
-            f"{n_in / max(len(reqs), 1):,.0f} prompt tokens on average, {n_sessions} sessions.",
-            "The trace has no session ids: a request's session is its conversation root, the "
-            "first hash id after",
-            "block 0 (every request of this trace starts with block 0, a shared system prompt, "
-            "so the very first",
-            "id would put everything in one session). Each 512-token hash block becomes 512 "
-            "fixed words (one",
-            "word = one sim token), so equal hash ids are equal text and the workers' 16-token "
-            "prefix cache",
-            f"sees the trace's sharing. Prompts are clipped to {args.max_input_tokens:,} tokens "
-            "(trailing blocks dropped;",
-            f"the sim's context is 32k) and outputs to {args.max_output_tokens} tokens (to keep "
-            "the token stream within",
-            f"2 cores' CPU). {args.workers} sim workers at time scale {args.policy_time_scale} "
-            f"(calibrated H100 Llama-3-8B) with {args.gpu_blocks:,} KV",
-            f"blocks of 16 tokens each ({args.gpu_blocks * 16:,} tokens), fresh workers and a "
-            "fresh router per",
-            "policy (cold caches). Router coalescing 8 tokens / 5 ms. Hit rate (client) = "
-            "sum of usage.cached_tokens",
-            "/ sum of prompt tokens; hit rate (workers) = delta of vllm:prefix_cache_hits / "
-            "vllm:prefix_cache_queries",
-            "summed over the workers (queries count again after a preemption).",
+            f"{n_in / max(len(reqs), 1):,.0f} prompt tokens on average, {n_sessions} sessions;",
+            f"one cache shared by all workers and never evicting would hit {bound:.1%} of "
+            "the prompt tokens.",
+            "",
+            "- Sessions: the Mooncake trace has none, so a request's session is its "
+            "conversation root: the first",
+            "  hash id after the prefix every request shares (here every request starts with "
+            "block 0, a shared",
+            "  system prompt, so the very first id would put the whole trace in one session).",
+            f"- Prompts: each 512-token hash block becomes {reqs[0].block_tokens if reqs else 0}"
+            f" fixed words (token scale {args.token_scale:g};",
+            "  one word = one sim token; the last block is partial and scaled in proportion), "
+            "so equal hash ids",
+            "  are equal text and the workers' 16-token prefix cache sees the trace's sharing; "
+            f"clipped to {args.max_input_tokens:,}",
+            f"  tokens. Outputs clipped to {args.max_output_tokens} tokens (the token stream "
+            "of all requests shares",
+            "  2 cores with router, workers and client).",
+            f"- Workers: {args.workers} sim workers at time scale {args.policy_time_scale} "
+            f"(calibrated H100, Llama-3-8B) with {args.gpu_blocks:,}",
+            f"  KV blocks of 16 tokens ({args.gpu_blocks * 16:,} tokens) each; fresh workers "
+            "and a fresh router per",
+            "  policy, so every policy starts cold. Router coalescing 8 tokens / 5 ms.",
+            "- Hit rate (client) = sum of usage.cached_tokens / sum of prompt tokens; hit rate "
+            "(workers) = delta of",
+            "  vllm:prefix_cache_hits / vllm:prefix_cache_queries summed over the workers "
+            "(a preempted request is",
+            "  queried again).",
             "",
             "| policy | requests | failed | hit rate (client) | hit rate (workers) | TTFT p50 ms"
             " | TTFT p95 ms | TTFT p99 ms | e2e p50 ms | router CPU s | wall s |",
@@ -757,6 +792,23 @@ async def part_policies(args: argparse.Namespace) -> PartResult:
         ]
     )
     return PartResult("router-policies", body, failed)
+
+
+def _shared_cache_bound(reqs: Sequence[TraceRequest]) -> float:
+    """Prompt-token hit rate of one infinite prefix cache shared by every worker (blocks in
+    trace order; a partial last block never hits, the last token is always computed)."""
+    seen: set[tuple[int, ...]] = set()
+    hit = total = 0
+    for r in reqs:
+        ids = r.prefix_block_ids
+        k = 0
+        while k < len(ids) and ids[: k + 1] in seen:
+            k += 1
+        full = r.input_tokens // r.block_tokens
+        hit += min(k, full) * r.block_tokens if k else 0
+        total += r.input_tokens
+        seen.update(ids[: i + 1] for i in range(len(ids)))
+    return hit / total if total else 0.0
 
 
 def _policy_row(r: PolicyRun) -> str:

@@ -77,6 +77,10 @@ class TraceOptions:
     0.1`` or ``rate_scale 10`` replay ten times faster). ``max_requests`` keeps the first N
     of the slice. ``max_input_tokens`` clips longer prompts by dropping trailing blocks,
     which keeps their shared prefix (for engines with a shorter context window).
+    ``token_scale`` shrinks (or grows) prompts block by block: every full block becomes
+    ``round(block_tokens * token_scale)`` tokens and the partial last one scales in
+    proportion (at least 1 token), so the sharing structure is kept with less prefill work;
+    it applies before ``max_input_tokens``. Output lengths are not scaled.
     ``sessions``: ``keep`` what the file says; ``root`` derives a session id from the
     conversation root (see :func:`derive_root_sessions`) when the file has none; ``none``
     drops them.
@@ -89,6 +93,7 @@ class TraceOptions:
     rate_scale: float = 1.0
     max_requests: int | None = None
     max_input_tokens: int | None = None
+    token_scale: float = 1.0
     sessions: SessionRule = "keep"
     block_tokens: int = MOONCAKE_BLOCK_TOKENS
 
@@ -108,6 +113,10 @@ class TraceOptions:
             errors.append(f"max_requests must be >= 0, got {self.max_requests}")
         if self.max_input_tokens is not None and self.max_input_tokens <= 0:
             errors.append(f"max_input_tokens must be > 0, got {self.max_input_tokens}")
+        if not self.token_scale > 0 or round(self.block_tokens * self.token_scale) < 1:
+            errors.append(
+                f"token_scale must be > 0 and leave blocks of >= 1 token, got {self.token_scale}"
+            )
         if self.sessions not in ("keep", "root", "none"):
             errors.append(f"sessions must be keep, root or none, got {self.sessions!r}")
         if self.block_tokens <= 0:
@@ -155,9 +164,14 @@ def load_trace(path: Path | str, options: TraceOptions | None = None) -> list[Tr
         if opts.max_requests is not None and len(out) >= opts.max_requests:
             break
         tokens, blocks = r.input_tokens, r.block_ids
+        block_tokens = opts.block_tokens
+        if opts.token_scale != 1.0:
+            tokens, block_tokens = _scale_tokens(
+                tokens, len(blocks), block_tokens, opts.token_scale
+            )
         if opts.max_input_tokens is not None and tokens > opts.max_input_tokens:
             tokens = opts.max_input_tokens
-            blocks = blocks[: math.ceil(tokens / opts.block_tokens)]
+            blocks = blocks[: math.ceil(tokens / block_tokens)]
         out.append(
             TraceRequest(
                 arrival_s=(r.t_s - t0) * factor,
@@ -165,12 +179,22 @@ def load_trace(path: Path | str, options: TraceOptions | None = None) -> list[Tr
                 output_tokens=r.output_tokens,
                 session_id=r.session_id,
                 prefix_block_ids=blocks,
-                block_tokens=opts.block_tokens,
+                block_tokens=block_tokens,
                 line=r.line,
                 index=len(out),
             )
         )
     return out
+
+
+def _scale_tokens(tokens: int, n_blocks: int, block_tokens: int, scale: float) -> tuple[int, int]:
+    """(scaled prompt tokens, scaled block size): full blocks scale exactly, the partial last
+    block in proportion (>= 1 token); without blocks the whole prompt scales (>= 1)."""
+    bt = max(1, round(block_tokens * scale))
+    if n_blocks == 0:
+        return max(1, round(tokens * scale)), bt
+    last = tokens - block_tokens * (n_blocks - 1)
+    return bt * (n_blocks - 1) + min(bt, max(1, round(last * scale))), bt
 
 
 def detect_format(path: Path) -> str:
