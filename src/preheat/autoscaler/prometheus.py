@@ -1,0 +1,294 @@
+"""The pool's signals from Prometheus (PromQL through prometheus-api-client).
+
+The same meanings as :class:`~preheat.autoscaler.scrape.DirectScrapeSource`, computed by
+Prometheus from the workers' series that ``selector`` picks (the inside of a PromQL label
+matcher, e.g. ``job="preheat-workers",namespace="serving"``; ``""``: every series):
+
+====================  ======================================================================
+latency objective     ``histogram_quantile(q, sum by (le) (rate(<hist>_bucket{sel}[w])))``
+                      in ms; ``NaN`` (no request finished in the window) -> ``None``
+  samples / requests  ``sum(increase(<hist>_count{sel}[w]))``
+queueDepth            ``sum(vllm:num_requests_waiting{sel})``
+kvCacheUsage          ``max(vllm:kv_cache_usage_perc{sel})`` (the fullest worker)
+in flight             ``sum(vllm:num_requests_running{sel})`` + waiting
+freshness             ``timestamp(vllm:num_requests_waiting{sel})`` (per worker) and
+                      ``up{sel} == 0`` (a target Prometheus cannot scrape)
+====================  ======================================================================
+
+Every query of one :meth:`PrometheusSource.read` is evaluated at the same instant (the
+``time`` parameter). The answer is stale, with the reason in ``Signals.error``, when
+Prometheus cannot be reached or answers an error, when the selector matches no worker,
+when a target is down, when the newest sample is older than ``stale_after_s``, or when a
+latency histogram has no series over the window yet (Prometheus keeps fewer than two
+samples of it). The client is blocking (requests): every call runs in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from prometheus_api_client.prometheus_connect import PrometheusConnect
+from urllib3.util.retry import Retry
+
+from preheat.autoscaler.scrape import DEFAULT_HISTOGRAMS
+from preheat.autoscaler.source import SignalQuery
+from preheat.core import metric_names as mn
+from preheat.core.autoscaling import Signals, SignalValue
+from preheat.core.pool import Signal
+
+__all__ = ["PrometheusSource", "Queries", "queries"]
+
+
+def _range(seconds: float) -> str:
+    """A PromQL range (``60s``, ``1500ms``)."""
+    ms = max(1, round(seconds * 1000))
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+@dataclass(frozen=True)
+class Queries:
+    """The PromQL of one read, by what it answers (``latency``: (objective index,
+    window) -> query)."""
+
+    latency: Mapping[tuple[int, float], str]
+    count: Mapping[tuple[int, float], str]
+    waiting: str
+    running: str
+    kv: str
+    freshness: str
+    down: str
+
+
+def queries(
+    query: SignalQuery, selector: str, histograms: Mapping[Signal, str] = DEFAULT_HISTOGRAMS
+) -> Queries:
+    """The PromQL for ``query`` over the series ``selector`` matches (pure)."""
+    sel = "{" + selector + "}"
+    latency: dict[tuple[int, float], str] = {}
+    count: dict[tuple[int, float], str] = {}
+    for i, obj in enumerate(query.objectives):
+        if not obj.signal.is_latency:
+            continue
+        hist = histograms[obj.signal]
+        windows = [query.window_s]
+        if query.short_window_s > 0:
+            windows.append(query.short_window_s)
+        for w in windows:
+            q = obj.percentile / 100.0
+            latency[(i, w)] = (
+                f"histogram_quantile({q:g}, sum by (le) (rate({hist}_bucket{sel}[{_range(w)}])))"
+            )
+            count[(i, w)] = f"sum(increase({hist}_count{sel}[{_range(w)}]))"
+    return Queries(
+        latency=latency,
+        count=count,
+        waiting=f"sum({mn.VLLM_NUM_REQUESTS_WAITING}{sel})",
+        running=f"sum({mn.VLLM_NUM_REQUESTS_RUNNING}{sel})",
+        kv=f"max({mn.VLLM_KV_CACHE_USAGE_PERC}{sel})",
+        freshness=f"timestamp({mn.VLLM_NUM_REQUESTS_WAITING}{sel})",
+        down=f"up{sel} == 0",
+    )
+
+
+class _Failed(Exception):
+    """A query Prometheus could not answer (unreachable, an HTTP error, a bad answer)."""
+
+
+def _brief(exc: BaseException) -> str:
+    """``ConnectionError: [Errno 111] Connection refused``, not requests' whole chain."""
+    inner = exc.args[0] if exc.args else None
+    reason = getattr(inner, "reason", None)  # urllib3's MaxRetryError inside requests'
+    text = str(reason if reason is not None else exc)
+    errno = re.search(r"\[Errno -?\d+\][^\"')]*", text)
+    if errno is not None:
+        text = errno.group(0).strip()
+    return f"{type(exc).__name__}: {text}".strip()[:300]
+
+
+def _scalar(result: Any) -> float | None:
+    """The value of a one-series answer; None for an empty answer (no series matched)."""
+    if not result:
+        return None
+    return float(result[0]["value"][1])  # "NaN" -> nan
+
+
+def _instance(series: Mapping[str, Any]) -> str:
+    labels = series.get("metric", {})
+    return str(labels.get("instance") or labels or "?")
+
+
+class PrometheusSource:
+    """Reads a pool's signals from the Prometheus at ``url``.
+
+    ``clock`` is the caller's clock (``observed_at`` is on it, like the policy's ``now``);
+    ``wall`` is the Unix clock that Prometheus' timestamps are on (the query instant).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        selector: str = "",
+        histograms: Mapping[Signal, str] = DEFAULT_HISTOGRAMS,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        timeout_s: float = 2.0,
+        stale_after_s: float = 30.0,
+        client: PrometheusConnect | None = None,
+    ) -> None:
+        self.url = url
+        self.selector = selector
+        self._histograms = histograms
+        self._clock = clock
+        self._wall = wall
+        self._timeout = timeout_s
+        self.stale_after_s = stale_after_s
+        # No retries: a read that fails answers stale now; the next tick asks again.
+        self._client = client or PrometheusConnect(url=url, retry=Retry(total=0))
+        self._last_observed: float | None = None
+
+    def _query(self, promql: str, at: float) -> Any:
+        """One instant query (blocking: called in a thread)."""
+        try:
+            return self._client.custom_query(
+                promql,
+                params={"time": f"{at:.3f}"},
+                timeout=self._timeout,  # type: ignore[arg-type]  # requests takes a float
+            )
+        except (OSError, PrometheusApiClientException, ValueError, KeyError) as exc:
+            # requests' exceptions are OSErrors; a non-200 answer is the client's own.
+            raise _Failed(_brief(exc)) from exc
+
+    async def _ask(self, named: Mapping[str, str], at: float) -> dict[str, Any]:
+        keys = list(named)
+        results = await asyncio.gather(
+            *(asyncio.to_thread(self._query, named[k], at) for k in keys),
+            return_exceptions=True,
+        )
+        out: dict[str, Any] = {}
+        for k, r in zip(keys, results, strict=True):
+            if isinstance(r, BaseException):
+                if isinstance(r, _Failed):
+                    raise r
+                raise _Failed(_brief(r)) from r
+            out[k] = r
+        return out
+
+    def _stale(self, error: str) -> Signals:
+        return Signals(observed_at=self._last_observed, stale=True, error=error)
+
+    async def read(self, query: SignalQuery) -> Signals:
+        qs = queries(query, self.selector, self._histograms)
+        named: dict[str, str] = {
+            "waiting": qs.waiting,
+            "running": qs.running,
+            "kv": qs.kv,
+            "freshness": qs.freshness,
+            "down": qs.down,
+        }
+        for (i, w), promql in qs.latency.items():
+            named[f"lat:{i}:{w}"] = promql
+        for (i, w), promql in qs.count.items():
+            named[f"cnt:{i}:{w}"] = promql
+        now, at = self._clock(), self._wall()
+        try:
+            answers = await self._ask(named, at)
+        except _Failed as exc:
+            return self._stale(f"prometheus {self.url}: {exc}")
+        try:
+            return self._signals(query, answers, now, at)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            return self._stale(f"prometheus {self.url}: unexpected answer: {exc!r}")
+
+    def _signals(
+        self, query: SignalQuery, answers: Mapping[str, Any], now: float, at: float
+    ) -> Signals:
+        problems: list[str] = []
+        stamps = answers["freshness"] or []
+        if not stamps:
+            sel = "{" + self.selector + "}"
+            return self._stale(f"no worker series match {mn.VLLM_NUM_REQUESTS_WAITING}{sel}")
+        oldest = min(stamps, key=lambda s: float(s["value"][1]))
+        age = max(0.0, at - float(oldest["value"][1]))
+        observed_at = now - age
+        self._last_observed = observed_at
+        if age > self.stale_after_s:
+            problems.append(f"newest sample of {_instance(oldest)} is {age:.0f} s old")
+        down = answers["down"] or []
+        if down:
+            problems.append("targets down: " + ", ".join(sorted(_instance(s) for s in down)))
+
+        waiting = _scalar(answers["waiting"])
+        running = _scalar(answers["running"])
+        kv = _scalar(answers["kv"])
+        reporting = float(len(stamps))
+        requests: float | None = None
+        values: list[SignalValue] = []
+        for i, obj in enumerate(query.objectives):
+            if obj.signal.is_latency:
+                lat = answers[f"lat:{i}:{query.window_s}"]
+                if not lat:
+                    hist = self._histograms[obj.signal]
+                    problems.append(f"no {hist} series over {query.window_s:g} s yet")
+                    values.append(SignalValue(obj.signal, obj.percentile, None, None, stale=True))
+                    continue
+                value = _ms(_scalar(lat))
+                count = _scalar(answers[f"cnt:{i}:{query.window_s}"]) or 0.0
+                if math.isnan(count):
+                    count = 0.0
+                short: float | None = None
+                if query.short_window_s > 0:
+                    short = _ms(_scalar(answers[f"lat:{i}:{query.short_window_s}"]))
+                requests = count if requests is None else max(requests, count)
+                values.append(
+                    SignalValue(
+                        obj.signal,
+                        obj.percentile,
+                        value,
+                        observed_at,
+                        stale=False,
+                        short_value=short,
+                        samples=count,
+                    )
+                )
+            elif obj.signal is Signal.QUEUE_DEPTH:
+                values.append(
+                    SignalValue(
+                        obj.signal, 0.0, waiting, observed_at, waiting is None, samples=reporting
+                    )
+                )
+            else:
+                values.append(
+                    SignalValue(obj.signal, 0.0, kv, observed_at, kv is None, samples=reporting)
+                )
+        stale = bool(problems)
+        if stale:
+            values = [replace(v, stale=True) for v in values]
+        in_flight = None
+        if waiting is not None or running is not None:
+            in_flight = (waiting or 0.0) + (running or 0.0)
+        return Signals(
+            values=tuple(values),
+            observed_at=observed_at,
+            stale=stale,
+            requests=requests,
+            in_flight=in_flight,
+            error="; ".join(problems),
+        )
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._client.close)
+
+
+def _ms(seconds: float | None) -> float | None:
+    """Seconds to ms; NaN (no request in the window) and no answer to None."""
+    if seconds is None or math.isnan(seconds):
+        return None
+    return seconds * 1000.0
