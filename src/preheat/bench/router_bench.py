@@ -47,7 +47,7 @@ from preheat.bench.client import StreamRecord, stream_generate
 from preheat.bench.prompts import words
 from preheat.bench.report_md import write_section
 from preheat.bench.traces import TraceOptions, TraceRequest, load_trace, prompt_text
-from preheat.bench.workerproc import ServiceProcess, spawn_router, spawn_worker
+from preheat.bench.workerproc import ServiceProcess, spawn_nullproxy, spawn_router, spawn_worker
 from preheat.core.percentiles import sample_quantile
 from preheat.proto.preheat.v1 import inference_pb2 as pb
 from preheat.proto.preheat.v1 import inference_pb2_grpc as pb_grpc
@@ -339,47 +339,53 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
     levels = [int(c) for c in args.concurrency.split(",")]
     worker_args = [*SIM_FAST, "--sim-time-scale", args.overhead_time_scale]
     router_args = ["--policy", "preheat", "--coalesce-tokens", "1", *args.router_arg]
+    sides = ("direct", "null hop", "router")
     rows: list[str] = []
     failed = 0
     added_p50_c1: float | None = None
     async with (
         cluster(worker_args, 1, router_args) as c,
+        spawn_nullproxy(c.workers[0].grpc_target) as null,
         grpc.aio.insecure_channel(c.workers[0].grpc_target) as direct_ch,
+        grpc.aio.insecure_channel(null.grpc_target) as null_ch,
         grpc.aio.insecure_channel(c.router.grpc_target) as router_ch,
     ):
-        stubs = {
-            "direct": pb_grpc.InferenceStub(direct_ch),
-            "router": pb_grpc.InferenceStub(router_ch),
-        }
-        # warm both paths (connections, the router's endpoint state)
+        channels = (direct_ch, null_ch, router_ch)
+        stubs = {side: pb_grpc.InferenceStub(ch) for side, ch in zip(sides, channels, strict=True)}
+        pids = {"null hop": null.proc.pid, "router": c.router_pid}
+        # warm every path (connections, the router's endpoint state)
         for side, stub in stubs.items():
             for i in range(20):
                 await stream_generate(stub, _gen(f"warm-{side}-{i}", words(16, 7_000 + i), 2))
         for level in levels:
             per_round = max(1, args.requests // args.rounds)
-            recs: dict[str, list[StreamRecord]] = {"direct": [], "router": []}
-            cpu = 0.0
+            recs: dict[str, list[StreamRecord]] = {side: [] for side in sides}
+            cpu = dict.fromkeys(pids, 0.0)
             for rnd in range(args.rounds):
-                order = ["direct", "router"] if rnd % 2 == 0 else ["router", "direct"]
-                for side in order:
+                order = sides[rnd % 3 :] + sides[: rnd % 3]  # rotate who goes first
+                for k, side in enumerate(order):
                     # distinct prompts per side, round and level: no prefix-cache hits anywhere
-                    seed0 = 10_000_000 * level + 100_000 * rnd + (50_000 if side == "router" else 0)
+                    seed0 = 10_000_000 * level + 100_000 * rnd + 30_000 * sides.index(side)
                     prompts = [words(args.prompt_tokens, seed0 + i) for i in range(per_round)]
-                    cpu0 = cpu_seconds(c.router_pid)
-                    tag = f"{side}-{level}-{rnd}"
+                    pid = pids.get(side)
+                    cpu0 = cpu_seconds(pid) if pid else 0.0
+                    tag = f"{k}-{level}-{rnd}"
                     recs[side] += await _side(stubs[side], prompts, level, tag, args.max_tokens)
-                    if side == "router":
-                        cpu += cpu_seconds(c.router_pid) - cpu0
-            d, r = _ttfts_ms(recs["direct"]), _ttfts_ms(recs["router"])
+                    if pid:
+                        cpu[side] += cpu_seconds(pid) - cpu0
+            d, h, r = (_ttfts_ms(recs[side]) for side in sides)
             failed += sum(1 for s in recs.values() for x in s if not x.ok)
             a50, a99 = _q(r, 0.5) - _q(d, 0.5), _q(r, 0.99) - _q(d, 0.99)
             if level == 1:
                 added_p50_c1 = a50
             n = len(recs["router"])
             rows.append(
-                f"| {level} | {n} | {_q(d, 0.5):.2f} | {_q(r, 0.5):.2f} | **{a50:+.2f}**"
-                f" | {_q(d, 0.99):.2f} | {_q(r, 0.99):.2f} | **{a99:+.2f}**"
-                f" | {1e3 * cpu / max(n, 1):.2f} |"
+                f"| {level} | {n} | {_q(d, 0.5):.2f} | {_q(h, 0.5):.2f} | {_q(r, 0.5):.2f}"
+                f" | {_q(h, 0.5) - _q(d, 0.5):+.2f} | **{a50:+.2f}**"
+                f" | {_q(d, 0.99):.2f} | {_q(h, 0.99):.2f} | {_q(r, 0.99):.2f}"
+                f" | {_q(h, 0.99) - _q(d, 0.99):+.2f} | **{a99:+.2f}**"
+                f" | {1e3 * cpu['null hop'] / max(n, 1):.2f}"
+                f" | {1e3 * cpu['router'] / max(n, 1):.2f} |"
             )
             print(rows[-1], flush=True)
     cmd = (
@@ -395,20 +401,25 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
             *_header(cmd),
             f"One sim worker at time scale {args.overhead_time_scale} (the engine is "
             f"{1 / float(args.overhead_time_scale):.0f}x a calibrated H100, so it is not the",
-            "bottleneck) and one `preheat router` (policy preheat, coalescing off) in front of it.",
-            f"Each level sends {args.requests} requests direct and {args.requests} via the "
-            f"router ({args.prompt_tokens}-token",
-            f"distinct prompts, {args.max_tokens} output tokens), interleaved in "
-            f"{args.rounds} rounds whose order alternates. TTFT is measured by the",
-            "client; the difference is what the router adds (a gRPC hop, tokenizing and "
-            "hashing the prompt,",
-            "the routing decision). Router CPU is its process's utime+stime over the routed "
-            "requests.",
+            "bottleneck). In front of it: one `preheat router` (policy preheat, coalescing off) "
+            "and, as the floor,",
+            "a null hop (`preheat.bench.nullproxy`: a grpc.aio server that forwards Generate "
+            "unchanged, nothing else).",
+            f"Each level sends {args.requests} requests on each path ({args.prompt_tokens}-token "
+            f"distinct prompts, {args.max_tokens} output tokens),",
+            f"interleaved in {args.rounds} rounds whose order rotates. TTFT is measured by the "
+            "client. Router minus null hop",
+            "is what the router's own work adds (tokenizing and hashing the prompt, the "
+            "endpoint snapshot,",
+            "the decision, metrics and logs); null hop minus direct is the price of any grpc.aio "
+            "hop in Python.",
+            "CPU ms/request is the hop process's utime+stime over its requests, divided by them.",
             "",
-            "| concurrency | requests/side | TTFT p50 direct ms | TTFT p50 router ms"
-            " | added p50 ms | TTFT p99 direct ms | TTFT p99 router ms | added p99 ms"
-            " | router CPU ms/request |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| concurrency | requests/path | TTFT p50 direct ms | p50 null hop ms | p50 router ms"
+            " | added p50 null hop ms | added p50 router ms | TTFT p99 direct ms | p99 null hop ms"
+            " | p99 router ms | added p99 null hop ms | added p99 router ms"
+            " | null hop CPU ms/request | router CPU ms/request |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             *rows,
             "",
             f"Target: under {TARGET_ADDED_P50_MS:g} ms added p50 TTFT at concurrency 1: "
@@ -580,16 +591,34 @@ def _bench_inprocess(counts: Sequence[int], prompt_tokens: int, seconds: float) 
     return rows
 
 
-async def part_pick(args: argparse.Namespace) -> PartResult:
-    worker_args = [*SIM_FAST, "--sim-time-scale", "0.01"]
-    router_args = ["--policy", "preheat", *args.router_arg]
-    prompts = [words(args.pick_prompt_tokens, 30_000 + i) for i in range(64)]
+@dataclass
+class PickLoad:
+    server: str
+    decisions: int
+    wall_s: float
+    cpu_s: float
+    lat_ms: list[float]
+    errors: list[str]
+
+    @property
+    def per_core(self) -> float:
+        return self.decisions / self.cpu_s if self.cpu_s > 0 else float("nan")
+
+    def row(self) -> str:
+        return (
+            f"| {self.server} | {self.decisions:,} | {self.wall_s:.1f}"
+            f" | {self.decisions / self.wall_s:,.0f} | {self.cpu_s:.2f} | **{self.per_core:,.0f}**"
+            f" | {_q(self.lat_ms, 0.5):.2f} | {_q(self.lat_ms, 0.99):.2f} | {len(self.errors)} |"
+        )
+
+
+async def _pick_load(
+    server: str, target: str, pid: int, prompts: Sequence[str], args: argparse.Namespace
+) -> PickLoad:
+    """Closed-loop Pick calls against ``target`` for ``--pick-s``; CPU of process ``pid``."""
     lat_ms: list[float] = []
     errors: list[str] = []
-    async with (
-        cluster(worker_args, args.workers, router_args) as c,
-        grpc.aio.insecure_channel(c.router.grpc_target) as ch,
-    ):
+    async with grpc.aio.insecure_channel(target) as ch:
         stub = router_pb2_grpc.RouterStub(ch)
 
         async def one(i: int) -> None:
@@ -604,11 +633,24 @@ async def part_pick(args: argparse.Namespace) -> PartResult:
 
         await _closed_loop(one, 4, count=200, seconds=None)  # warm
         lat_ms.clear()
-        cpu0 = cpu_seconds(c.router_pid)
+        cpu0 = cpu_seconds(pid)
         wall = await _closed_loop(one, args.pick_concurrency, count=None, seconds=args.pick_s)
-        cpu = cpu_seconds(c.router_pid) - cpu0
-    picks = len(lat_ms)
-    per_core = picks / cpu if cpu > 0 else float("nan")
+        cpu = cpu_seconds(pid) - cpu0
+    return PickLoad(server, len(lat_ms), wall, cpu, lat_ms, errors)
+
+
+async def part_pick(args: argparse.Namespace) -> PartResult:
+    worker_args = [*SIM_FAST, "--sim-time-scale", "0.01"]
+    router_args = ["--policy", "preheat", *args.router_arg]
+    prompts = [words(args.pick_prompt_tokens, 30_000 + i) for i in range(64)]
+    async with cluster(worker_args, args.workers, router_args) as c:
+        async with spawn_nullproxy(c.workers[0].grpc_target) as null:
+            floor = await _pick_load(
+                "null hop (constant answer)", null.grpc_target, null.proc.pid, prompts, args
+            )
+        load = await _pick_load("preheat router", c.router.grpc_target, c.router_pid, prompts, args)
+    errors = load.errors + floor.errors
+    per_core = load.per_core
     counts = [int(x) for x in args.endpoints.split(",")]
     inproc = _bench_inprocess(counts, args.pick_prompt_tokens, args.inprocess_s)
     cmd = (
@@ -628,11 +670,15 @@ async def part_pick(args: argparse.Namespace) -> PartResult:
             "for "
             f"{args.pick_s:g} s; per core = decisions per router CPU-second.",
             "",
-            "| decisions | wall s | decisions/s (wall) | router CPU s | decisions per router "
-            "CPU-s | Pick p50 ms | Pick p99 ms | errors |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|",
-            f"| {picks:,} | {wall:.1f} | {picks / wall:,.0f} | {cpu:.2f} | **{per_core:,.0f}**"
-            f" | {_q(lat_ms, 0.5):.2f} | {_q(lat_ms, 0.99):.2f} | {len(errors)} |",
+            "The null hop (`preheat.bench.nullproxy`) answers every Pick with a constant "
+            "without reading it: the",
+            "grpc.aio floor for a unary call in Python on this machine.",
+            "",
+            "| server | decisions | wall s | decisions/s (wall) | server CPU s | decisions per "
+            "server CPU-s | Pick p50 ms | Pick p99 ms | errors |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            load.row(),
+            floor.row(),
             "",
             f"Target: >= {TARGET_PICKS_PER_CORE:,.0f} decisions/s per core: {_met(met)}.",
             "",

@@ -80,18 +80,35 @@ def spawn_router(
     )
 
 
+def spawn_nullproxy(
+    target: str, *, ready_timeout_s: float = 60.0, echo: bool = False
+) -> contextlib.AbstractAsyncContextManager[ServiceProcess]:
+    """Runs the benchmark's do-nothing gRPC hop (``preheat.bench.nullproxy``) to ``target``."""
+    return spawn_service(
+        "nullproxy",
+        ["--target", target],
+        module="preheat.bench.nullproxy",
+        ready_event="nullproxy_ready",
+        ready_timeout_s=ready_timeout_s,
+        echo=echo,
+    )
+
+
 @contextlib.asynccontextmanager
 async def spawn_service(
     command: str,
     args: Sequence[str],
     *,
+    module: str = "preheat.cli",
     ready_event: str = "worker_ready",
     ready_timeout_s: float = 120.0,
     echo: bool = False,
 ) -> AsyncIterator[ServiceProcess]:
-    """Runs ``preheat <command> <args>`` until the block ends (ready once it prints a line
-    with ``ready_event`` and both ports), then sends SIGTERM and waits for it to exit."""
-    cmd = [sys.executable, "-m", "preheat.cli", command, *args]
+    """Runs ``preheat <command> <args>`` (or ``python -m <module> <args>`` for another
+    module) until the block ends (ready once it prints a line with ``ready_event`` and both
+    ports), then sends SIGTERM and waits for it to exit."""
+    head = [command] if module == "preheat.cli" else []
+    cmd = [sys.executable, "-m", module, *head, *args]
     proc = await asyncio.create_subprocess_exec(
         *cmd,
         stdout=asyncio.subprocess.PIPE,
