@@ -142,6 +142,7 @@ class PrometheusSource:
         timeout_s: float = 2.0,
         stale_after_s: float = 30.0,
         client: PrometheusConnect | None = None,
+        parallel: int = 4,
     ) -> None:
         self.url = url
         self.selector = selector
@@ -150,6 +151,7 @@ class PrometheusSource:
         self._wall = wall
         self._timeout = timeout_s
         self.stale_after_s = stale_after_s
+        self.parallel = max(1, parallel)
         # No retries: a read that fails answers stale now; the next tick asks again.
         self._client = client or PrometheusConnect(url=url, retry=Retry(total=0))
         self._last_observed: float | None = None
@@ -167,11 +169,16 @@ class PrometheusSource:
             raise _Failed(_brief(exc)) from exc
 
     async def _ask(self, named: Mapping[str, str], at: float) -> dict[str, Any]:
+        # A few at a time: the session's connection pool (10) and the loop's default
+        # executor are shared.
+        gate = asyncio.Semaphore(self.parallel)
+
+        async def one(promql: str) -> Any:
+            async with gate:
+                return await asyncio.to_thread(self._query, promql, at)
+
         keys = list(named)
-        results = await asyncio.gather(
-            *(asyncio.to_thread(self._query, named[k], at) for k in keys),
-            return_exceptions=True,
-        )
+        results = await asyncio.gather(*(one(named[k]) for k in keys), return_exceptions=True)
         out: dict[str, Any] = {}
         for k, r in zip(keys, results, strict=True):
             if isinstance(r, BaseException):
