@@ -6,7 +6,7 @@ VENV_VLLM := .venv-vllm
 PY := $(VENV)/bin/python
 PY_VLLM := $(VENV_VLLM)/bin/python
 
-.PHONY: help venv venv-vllm helm crd lint test test-main test-vllm demo bench proto clean
+.PHONY: help venv venv-vllm helm prometheus crd lint test test-main test-vllm demo bench proto clean
 
 help:
 	@echo "make test    build .venv and .venv-vllm, lint, type-check and run every test"
@@ -38,6 +38,10 @@ $(HELM): scripts/get_helm.sh
 
 helm: $(HELM)
 
+# Prometheus from Debian's package (integration tests start it on 127.0.0.1 themselves).
+prometheus:
+	scripts/prometheus.sh
+
 crd: venv
 	$(PY) scripts/gen_crd.py
 
@@ -56,7 +60,7 @@ endef
 test-vllm: venv-vllm
 	$(call run_pytest,HF_HUB_OFFLINE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 $(PY_VLLM),tests/vllm_tier -m vllm)
 
-test-main: venv $(HELM)
+test-main: venv $(HELM) prometheus
 	$(call run_pytest,$(PY),tests --ignore=tests/vllm_tier)
 
 test: lint test-vllm test-main
