@@ -4,7 +4,8 @@ A :class:`MetricSource` answers one :class:`SignalQuery` (the pool's objectives 
 windows) with a :class:`~preheat.core.autoscaling.Signals` snapshot: per objective the
 windowed percentile (ms), the pool's waiting requests or KV-cache usage, when it was
 observed and whether it is stale. Implementations: :class:`~.scrape.DirectScrapeSource`
-(the workers' /metrics, for ``preheat up``); a Prometheus one (PromQL) is `preheat.autoscaler.prometheus.PrometheusSource`.
+(the workers' /metrics, for ``preheat up``) and
+:class:`~.prometheus.PrometheusSource` (PromQL).
 A source never raises for a failed read: it answers stale, with the error.
 """
 
