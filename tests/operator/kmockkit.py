@@ -13,8 +13,8 @@ and streams watch events. What it lacks, and what :class:`PreheatKube` adds:
 - ``GET /api/v1/namespaces`` fails: the operator runs namespaced with scanning disabled.
 - ``labelSelector`` is ignored by kmock: kopf filters by labels on its side anyway.
 
-Requests are recorded by kmock (``kmock.requests``); :func:`requests_by_pool` attributes
-them to pools for the API-call budget test.
+Requests are recorded by kmock (iterate the server: ``list(kube)``); :func:`requests_by_pool`
+attributes them to pools for the API-call budget test.
 """
 
 from __future__ import annotations
@@ -334,10 +334,10 @@ async def set_ready(
 
 
 async def eventually(
-    check: Callable[[], Any], *, timeout: float = 20.0, interval: float = 0.05
+    check: Callable[[], Any], *, within: float = 20.0, interval: float = 0.05
 ) -> Any:
-    """Poll ``check`` until it returns a truthy value (returned) or fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
+    """Poll ``check`` until it returns a truthy value (returned) or fail after ``within`` s."""
+    deadline = time.monotonic() + within
     last: Any = None
     while time.monotonic() < deadline:
         try:
@@ -348,7 +348,7 @@ async def eventually(
             if last:
                 return last
         await asyncio.sleep(interval)
-    raise AssertionError(f"not reached within {timeout}s; last: {last!r}")
+    raise AssertionError(f"not reached within {within}s; last: {last!r}")
 
 
 # --- request accounting ------------------------------------------------------------------
@@ -388,8 +388,8 @@ def operator_requests(requests: Iterable[rendering.Request]) -> list[rendering.R
 NAMESPACE = "serving"
 
 
-@pytest.fixture
-async def no_leaked_tasks() -> AsyncIterator[None]:
+@pytest.fixture(name="no_leaked_tasks")
+async def no_leaked_tasks_fixture() -> AsyncIterator[None]:
     """Fails a test that leaves asyncio tasks behind (the operator must stop by itself)."""
     before = set(asyncio.all_tasks())
     yield
@@ -403,8 +403,8 @@ async def no_leaked_tasks() -> AsyncIterator[None]:
     pytest.fail(f"{len(leaked)} asyncio task(s) leaked: {names[:5]}")
 
 
-@pytest.fixture
-async def kube(
+@pytest.fixture(name="kube")
+async def kube_fixture(
     no_leaked_tasks: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[PreheatKube]:
     """The emulated API server on loopback, and KUBECONFIG pointing at it."""
@@ -488,8 +488,8 @@ class OperatorProcess:
         assert not self.leaked, f"the operator leaked tasks: {self.leaked[:5]}"
 
 
-@pytest.fixture
-async def operator(kube: PreheatKube) -> AsyncIterator[OperatorProcess]:
+@pytest.fixture(name="operator")
+async def operator_fixture(kube: PreheatKube) -> AsyncIterator[OperatorProcess]:
     op = OperatorProcess()
     await op.start()
     try:

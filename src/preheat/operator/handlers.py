@@ -20,7 +20,7 @@ import asyncio
 import datetime
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,9 @@ class Runtime:
     build: BuildOptions = field(default_factory=BuildOptions)
     metrics: Metrics = field(default_factory=Metrics)
     locks: dict[PoolKey, asyncio.Lock] = field(default_factory=dict)
+    # Pod patches whose watch event kopf's index may not have seen yet:
+    # (namespace, pod) -> (resourceVersion before, after, role, deletion cost).
+    written: dict[PoolKey, tuple[str, str, str, str]] = field(default_factory=dict)
 
     def lock(self, key: PoolKey) -> asyncio.Lock:
         return self.locks.setdefault(key, asyncio.Lock())
@@ -134,7 +137,8 @@ async def pool_changed(
     memo: Any,
     **kwargs: Any,
 ) -> None:
-    pods = _pods(kwargs["pods_index"], namespace, name)
+    index = kwargs["pods_index"]
+    pods = lambda: _pods(index, namespace, name)  # noqa: E731  (read under the pool's lock)
     await reconcile(memo.runtime, _plain(body), pods, children=True)
 
 
@@ -146,7 +150,8 @@ async def pool_resync(
     memo: Any,
     **kwargs: Any,
 ) -> None:
-    pods = _pods(kwargs["pods_index"], namespace, name)
+    index = kwargs["pods_index"]
+    pods = lambda: _pods(index, namespace, name)  # noqa: E731  (read under the pool's lock)
     await reconcile(memo.runtime, _plain(body), pods, children=True)
 
 
@@ -169,8 +174,9 @@ async def pod_event(
 ) -> None:
     pool_name = labels[LABEL_POOL]
     pools_index: kopf.Index[PoolKey, Any] = kwargs["pools_index"]
+    index = kwargs["pods_index"]
+    pods = lambda: _pods(index, namespace, pool_name)  # noqa: E731
     for pool in pools_index.get((namespace or "", pool_name), []):
-        pods = _pods(kwargs["pods_index"], namespace, pool_name)
         await reconcile(memo.runtime, pool, pods, children=False)
 
 
@@ -210,13 +216,39 @@ def _degraded_message(status: Mapping[str, Any] | None) -> str | None:
 
 
 async def reconcile(
-    runtime: Runtime, pool: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, children: bool
+    runtime: Runtime,
+    pool: Mapping[str, Any],
+    pods: Callable[[], Sequence[Mapping[str, Any]]],
+    *,
+    children: bool,
 ) -> None:
-    """Bring one pool's children, pod roles and status to the level its spec asks for."""
+    """Bring one pool's children, pod roles and status to the level its spec asks for.
+
+    ``pods`` reads the pool's pods (kopf's index) once the pool's lock is held.
+    """
     meta = pool.get("metadata") or {}
     namespace, name = str(meta["namespace"]), str(meta["name"])
     async with runtime.lock((namespace, name)):
-        await _reconcile(runtime, pool, pods, children=children)
+        await _reconcile(runtime, pool, [_fresh(runtime, p) for p in pods()], children=children)
+
+
+def _fresh(runtime: Runtime, pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The pod with our own last role/cost patch when the index has not seen it yet."""
+    meta = pod.get("metadata") or {}
+    key = (str(meta.get("namespace")), str(meta.get("name")))
+    written = runtime.written.get(key)
+    if written is None:
+        return pod
+    before, _, role, cost = written
+    if str(meta.get("resourceVersion")) != before:
+        runtime.written.pop(key, None)  # the index caught up (or someone else wrote)
+        return pod
+    meta = {
+        **meta,
+        "labels": {**(meta.get("labels") or {}), LABEL_ROLE: role},
+        "annotations": {**(meta.get("annotations") or {}), ANNOTATION_DELETION_COST: cost},
+    }
+    return {**pod, "metadata": meta}
 
 
 async def _reconcile(
@@ -319,7 +351,7 @@ async def _assign_roles(
         cost = str(costs.get(pod_name, 0))
         if pod.role == role and pod.deletion_cost == cost:
             continue
-        await runtime.kube.patch(
+        after = await runtime.kube.patch(
             KINDS["Pod"],
             config.namespace,
             pod_name,
@@ -329,6 +361,12 @@ async def _assign_roles(
                     "annotations": {ANNOTATION_DELETION_COST: cost},
                 }
             },
+        )
+        runtime.written[(config.namespace, pod_name)] = (
+            pod.resource_version,
+            str((after.get("metadata") or {}).get("resourceVersion", "")),
+            role,
+            cost,
         )
         patched += 1
     if patched:

@@ -36,6 +36,7 @@ class ObservedPod:
     terminating: bool  # deletionTimestamp set
     created: str = ""  # creationTimestamp (RFC 3339)
     deletion_cost: str = ""  # the controller.kubernetes.io/pod-deletion-cost annotation
+    resource_version: str = ""
 
     @property
     def state(self) -> str:
@@ -66,6 +67,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
         terminating=bool(meta.get("deletionTimestamp")),
         created=str(meta.get("creationTimestamp", "")),
         deletion_cost=str((meta.get("annotations") or {}).get(ANNOTATION_DELETION_COST, "")),
+        resource_version=str(meta.get("resourceVersion", "")),
     )
 
 
