@@ -321,3 +321,17 @@ async def test_a_failing_engine_loop_fails_open_streams_instead_of_hanging(
     # later requests are refused at once with the reason, not queued forever
     with pytest.raises(PreheatError, match="sim engine failed: RuntimeError: core bug"):
         await anext(engine.generate(req("b", range(8), 4)))
+
+
+def test_tokenizer_cache_is_bounded_and_never_changes_ids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import preheat.engine.simtokenizer as st
+
+    monkeypatch.setattr(st, "_CACHE_WORDS", 8)
+    tok = SimTokenizer()
+    text = " ".join(f"word{i % 20}" for i in range(100))
+    expected = [tok.token_id(w) for w in text.split()]
+    assert tok.encode(text) == expected
+    assert tok.encode(text) == expected  # again, through a cache that was cleared on the way
+    assert len(tok._ids) <= 8

@@ -12,6 +12,7 @@ import hashlib
 from collections.abc import Iterable
 
 DEFAULT_VOCAB_SIZE = 32000  # Llama-2-sized vocabulary; any size works
+_CACHE_WORDS = 1 << 16  # words whose ids are remembered (prompts repeat words heavily)
 
 
 class SimTokenizer:
@@ -19,13 +20,25 @@ class SimTokenizer:
         if vocab_size <= 0:
             raise ValueError(f"vocab_size must be > 0, got {vocab_size}")
         self.vocab_size = vocab_size
+        self._ids: dict[str, int] = {}
 
     def token_id(self, word: str) -> int:
         digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
         return int.from_bytes(digest, "little") % self.vocab_size
 
     def encode(self, text: str) -> list[int]:
-        return [self.token_id(w) for w in text.split()]
+        """One id per word; ids of recently seen words come from a bounded cache (the router
+        tokenizes every prompt on its hot path)."""
+        ids = self._ids
+        out: list[int] = []
+        for w in text.split():
+            i = ids.get(w)
+            if i is None:
+                if len(ids) >= _CACHE_WORDS:
+                    ids.clear()
+                i = ids[w] = self.token_id(w)
+            out.append(i)
+        return out
 
     @staticmethod
     def token_text(token_id: int) -> str:
