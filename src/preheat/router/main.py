@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from preheat import aio
 from preheat.api.routing import load_routing_config
 from preheat.core.errors import PreheatError
 from preheat.core.routing.config import SchedulerConfig
@@ -237,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
         log.error("bad_configuration", extra=fields(error=str(e)))
         print(f"preheat router: {e}", file=sys.stderr)
         return 2
-    return asyncio.run(serve(discovery, config))
+    return aio.run(serve(discovery, config))
 
 
 async def serve(discovery: DiscoverySource, config: RouterConfig) -> int:

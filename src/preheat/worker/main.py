@@ -25,6 +25,7 @@ import sys
 from collections.abc import Coroutine
 from typing import Any
 
+from preheat import aio
 from preheat.core.lifecycle import WARM_STATES, LifecycleState
 from preheat.engine.base import Engine
 from preheat.logs import LOG_FORMATS, fields, setup_logging
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         start_as=LifecycleState(args.start_as),
         drain_grace_s=args.drain_grace_s,
     )
-    return asyncio.run(serve(engine, config))
+    return aio.run(serve(engine, config))
 
 
 async def _first(*coros: Coroutine[Any, Any, Any]) -> None:
