@@ -99,7 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t = parser.add_argument_group("throughput")
     t.add_argument(
         "--coalesce",
-        default="1:0,8:5",
+        default="1:0,8:5,8:40",
         help="coalescing settings to compare, TOKENS:MS comma-separated (1 = off)",
     )
     t.add_argument("--streams", type=int, default=64, help="concurrent streams")
@@ -312,10 +312,12 @@ def _gen(rid: str, prompt: str, max_tokens: int, session: str = "") -> pb.Genera
     )
 
 
-def _header(command: str) -> list[str]:
+def _header(command: str, load_before: float) -> list[str]:
     return [
         f"Command: `{command}`. Machine: {platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, measured {time.strftime('%Y-%m-%d')}.",
+        f"Python {platform.python_version()}, measured {time.strftime('%Y-%m-%d %H:%M')};",
+        f"1-minute load average {load_before:.1f} before and {os.getloadavg()[0]:.1f} after "
+        "(this benchmark's processes included; other work on the machine skews the figures).",
         "",
     ]
 
@@ -336,6 +338,7 @@ class PartResult:
 
 
 async def part_overhead(args: argparse.Namespace) -> PartResult:
+    load0 = os.getloadavg()[0]
     levels = [int(c) for c in args.concurrency.split(",")]
     worker_args = [*SIM_FAST, "--sim-time-scale", args.overhead_time_scale]
     router_args = ["--policy", "preheat", "--coalesce-tokens", "1", *args.router_arg]
@@ -398,7 +401,7 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
         [
             "## Router: added TTFT of the proxy over going direct",
             "",
-            *_header(cmd),
+            *_header(cmd, load0),
             f"One sim worker at time scale {args.overhead_time_scale} (the engine is "
             f"{1 / float(args.overhead_time_scale):.0f}x a calibrated H100, so it is not the",
             "bottleneck). In front of it: one `preheat router` (policy preheat, coalescing off) "
@@ -433,6 +436,7 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
 
 
 async def part_throughput(args: argparse.Namespace) -> PartResult:
+    load0 = os.getloadavg()[0]
     rows: list[str] = []
     failed = 0
     verdicts: list[str] = []
@@ -483,7 +487,7 @@ async def part_throughput(args: argparse.Namespace) -> PartResult:
         [
             "## Router: proxy tokens/s per core, with and without coalescing",
             "",
-            *_header(cmd),
+            *_header(cmd, load0),
             f"{args.streams} concurrent streams (closed loop, {args.stream_tokens} tokens "
             "each, 16-token prompts) from one sim",
             "worker through one `preheat router` (policy round-robin), per sim time scale and "
@@ -640,6 +644,7 @@ async def _pick_load(
 
 
 async def part_pick(args: argparse.Namespace) -> PartResult:
+    load0 = os.getloadavg()[0]
     worker_args = [*SIM_FAST, "--sim-time-scale", "0.01"]
     router_args = ["--policy", "preheat", *args.router_arg]
     prompts = [words(args.pick_prompt_tokens, 30_000 + i) for i in range(64)]
@@ -663,7 +668,7 @@ async def part_pick(args: argparse.Namespace) -> PartResult:
         [
             "## Router: Pick decisions per core",
             "",
-            *_header(cmd),
+            *_header(cmd, load0),
             f"Closed loop over gRPC: {args.pick_concurrency} concurrent callers of "
             f"`Router/Pick` ({args.pick_prompt_tokens}-token prompts, 97 sessions) against",
             f"one `preheat router` (policy preheat) over {args.workers} idle sim workers "
@@ -735,6 +740,7 @@ async def _replay(
 
 
 async def part_policies(args: argparse.Namespace) -> PartResult:
+    load0 = os.getloadavg()[0]
     opts = TraceOptions(
         start_s=args.trace_start_s,
         duration_s=args.trace_duration_s,
@@ -795,7 +801,7 @@ async def part_policies(args: argparse.Namespace) -> PartResult:
         [
             "## Router: routing policies on a shared-prefix session workload",
             "",
-            *_header(cmd),
+            *_header(cmd, load0),
             f"Trace: `{args.trace.name}`, the slice "
             f"[{args.trace_start_s:g} s, {args.trace_start_s + args.trace_duration_s:g} s) "
             f"of trace time replayed {args.rate_scale:g}x faster, open loop:",
