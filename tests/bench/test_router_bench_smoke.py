@@ -40,6 +40,7 @@ def test_bench_router_all_parts_tiny(tmp_path: Path):
             sys.executable, "-m", "preheat.cli", "bench", "router",
             "--requests", "4", "--rounds", "2", "--concurrency", "1,2", "--max-tokens", "4",
             "--streams", "2", "--stream-tokens", "16", "--throughput-s", "0.5",
+            "--coalesce", "1:0,8:5",
             "--pick-s", "0.5", "--pick-concurrency", "2", "--endpoints", "4",
             "--inprocess-s", "0.02",
             "--policies", "preheat,round-robin", "--workers", "2", "--trace", str(trace),

@@ -7,7 +7,8 @@ constant endpoint without reading the request). It prints one ready line, like a
 
     {"event": "nullproxy_ready", "grpc_port": 41234, "http_port": 0}
 
-and stops on SIGTERM. Used by ``preheat bench router`` only; it is not part of the product.
+and stops on SIGTERM. It runs on the same event loop as the router (uvloop when installed,
+see ``preheat.aio``). Used by ``preheat bench router`` only; it is not part of the product.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import grpc
 
+from preheat import aio
 from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc, router_pb2, router_pb2_grpc
 
 
@@ -72,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--target", required=True, help="host:port of a worker")
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args(argv)
-    return asyncio.run(serve(args.target, args.host))
+    return aio.run(serve(args.target, args.host))
 
 
 if __name__ == "__main__":
