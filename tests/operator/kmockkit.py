@@ -13,7 +13,8 @@ and streams watch events. What it lacks, and what :class:`PreheatKube` adds:
 - ``GET /api/v1/namespaces`` fails: the operator runs namespaced with scanning disabled.
 - ``labelSelector`` is ignored by kmock: kopf filters by labels on its side anyway.
 
-Requests are recorded by kmock (iterate the server: ``list(kube)``); :func:`requests_by_pool`
+Requests are recorded in ``PreheatKube.log`` (kmock's own list is kept short: it scans it
+for every request); :func:`requests_by_pool`
 attributes them to pools for the API-call budget test.
 """
 
@@ -49,7 +50,15 @@ class PreheatKube(kmock.KubernetesEmulator):
 
     on_request: Callable[[rendering.Request], None] | None = None
 
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.log: list[rendering.Request] = []
+
     async def _handle(self, request: rendering.Request) -> Any:
+        # kmock matches a request against each reaction by scanning every request it has
+        # seen (``request in view``): quadratic. Keep its list short, the full log here.
+        self.log.append(request)
+        del self._requests[:-1]
         if self.on_request is not None:
             self.on_request(request)
         if request.resource is not None and isinstance(request.data, dict):
@@ -57,6 +66,8 @@ class PreheatKube(kmock.KubernetesEmulator):
                 self._stamp_create(request)
             elif request.action == enums.action.UPDATE and request.name is not None:
                 self._stamp_patch(request)
+        elif request.action == enums.action.DELETE and request.name is not None:
+            self._stamp_delete(request)
         elif request.action == enums.action.UPDATE and isinstance(request.data, list):
             version = str(self._next())  # a JSON patch (kopf's finalizers): bump too
             request.data.append(
@@ -65,8 +76,14 @@ class PreheatKube(kmock.KubernetesEmulator):
         try:
             return await super()._handle(request)
         finally:
-            if request.action in (enums.action.DELETE, enums.action.UPDATE):
+            if request.action == enums.action.DELETE or (
+                request.action == enums.action.UPDATE and self._was_deleted(request)
+            ):
                 await self._collect_garbage()
+
+    def _was_deleted(self, request: rendering.Request) -> bool:
+        key = (request.resource, request.namespace, request.name)
+        return key in self.objects and self.objects[key].deleted
 
     def _stamp_create(self, request: rendering.Request) -> None:
         meta = request.data.setdefault("metadata", {})
@@ -80,6 +97,12 @@ class PreheatKube(kmock.KubernetesEmulator):
         meta["creationTimestamp"] = datetime.datetime.now(datetime.UTC).strftime(
             "%Y-%m-%dT%H:%M:%SZ"
         )
+
+    def _stamp_delete(self, request: rendering.Request) -> None:
+        """A delete held by finalizers is a modification (deletionTimestamp): new version."""
+        key = (request.resource, request.namespace, request.name)
+        if key in self.objects and not self.objects[key].deleted:
+            self.objects[key].patch({"metadata": {"resourceVersion": str(self._next())}})
 
     def _stamp_patch(self, request: rendering.Request) -> None:
         key = (request.resource, request.namespace, request.name)
