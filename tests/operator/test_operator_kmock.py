@@ -8,6 +8,7 @@ the helper adds to kmock 0.8 (versions, uids, generation, garbage collection, po
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import time
 from typing import Any
@@ -303,3 +304,50 @@ async def test_200_pools_reconcile_with_bounded_api_calls(
     # + 3 Events ("Created") = 12 expected; a bound, independent of the number of pools.
     assert worst <= 16
     assert shared <= 30
+
+
+async def test_health_and_metrics_endpoints(kube: PreheatKube, no_leaked_tasks: None) -> None:
+    import socket
+
+    import aiohttp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    op = OperatorProcess()
+    op.options = dataclasses.replace(op.options, health_port=port)
+    await op.start()
+    try:
+        await create_pool(kube, minimal(warmStandby=1))
+        await eventually(lambda: converged(kube, "sim-tiny"))
+        await eventually(lambda: pool_status(kube, "sim-tiny").get("observedGeneration") == 1)
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
+                assert resp.status == 200
+            async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                text = await resp.text()
+    finally:
+        await op.stop()
+    line = 'preheat_pool_replicas{namespace="serving",pool="sim-tiny",state="active"} 0.0'
+    assert line in text
+    assert 'preheat_operator_actions_total{action="create"} 3.0' in text
+
+
+async def test_kopf_run_with_the_handlers_module(
+    kube: PreheatKube, no_leaked_tasks: None, monkeypatch: Any
+) -> None:
+    """``kopf run --standalone -n NS -m preheat.operator.handlers`` under kopf's KopfRunner."""
+    import asyncio
+
+    from kopf.testing import KopfRunner
+
+    monkeypatch.setenv("PREHEAT_OPERATOR_CONFIG", "")
+    args = ["run", "--standalone", "-n", NAMESPACE, "-m", "preheat.operator.handlers"]
+    runner = KopfRunner(args, timeout=30)
+    await asyncio.to_thread(runner.__enter__)
+    try:
+        await create_pool(kube, minimal())
+        await eventually(lambda: converged(kube, "sim-tiny"))
+    finally:
+        await asyncio.to_thread(runner.__exit__, None, None, None)
+    assert runner.exit_code == 0, runner.output

@@ -9,6 +9,7 @@ paths, so any group/version works without generated models. Errors come out as k
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -110,8 +111,9 @@ class Kube:
         try:
             k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except k8s_config.ConfigException:
-            await k8s_config.load_kube_config(
-                config_file=kubeconfig, client_configuration=configuration
+            await k8s_config.load_kube_config(  # KUBECONFIG read now, not at import
+                config_file=kubeconfig or os.environ.get("KUBECONFIG") or None,
+                client_configuration=configuration,
             )
         return cls(k8s_client.ApiClient(configuration=configuration))
 
