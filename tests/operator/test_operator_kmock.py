@@ -37,6 +37,7 @@ from kmockkit import (
     operator_fixture,  # noqa: F401
     operator_requests,
     patch_pool,
+    pool_of_request,
     requests_by_pool,
 )
 from poolkit import ROOT, load_example
@@ -295,10 +296,15 @@ async def test_200_pools_reconcile_with_bounded_api_calls(
     per_pool = requests_by_pool(operator_requests(kube.log))
     shared = per_pool.pop(None, 0)
     worst = max(per_pool.values())
+    one = [
+        f"{r.method.value} {r.resource.plural if r.resource else ''}{'/' + r.subresource if r.subresource else ''}"
+        for r in operator_requests(kube.log)
+        if pool_of_request(r) == "pool-000"
+    ]
     print(
         f"\n{n} pools: {elapsed:.1f}s to converge; operator API calls per pool: "
         f"min {min(per_pool.values())}, max {worst}, total {sum(per_pool.values())}; "
-        f"not per pool (discovery, list, watch): {shared}"
+        f"not per pool (discovery, list, watch): {shared}; pool-000: {sorted(one)}"
     )
     # create: 3 GET + 3 POST + 1 status PATCH + kopf's finalizer and last-handled PATCHes
     # + 3 Events ("Created") = 12 expected; a bound, independent of the number of pools.
