@@ -297,7 +297,8 @@ async def test_200_pools_reconcile_with_bounded_api_calls(
     shared = per_pool.pop(None, 0)
     worst = max(per_pool.values())
     one = [
-        f"{r.method.value} {r.resource.plural if r.resource else ''}{'/' + r.subresource if r.subresource else ''}"
+        f"{r.method.value} {r.resource.plural if r.resource else ''}"
+        + (f"/{r.subresource}" if r.subresource else "")
         for r in operator_requests(kube.log)
         if pool_of_request(r) == "pool-000"
     ]
