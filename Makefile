@@ -6,7 +6,7 @@ VENV_VLLM := .venv-vllm
 PY := $(VENV)/bin/python
 PY_VLLM := $(VENV_VLLM)/bin/python
 
-.PHONY: help venv venv-vllm helm prometheus crd lint test test-main test-vllm demo bench proto clean
+.PHONY: help venv venv-vllm helm prometheus crd e2e lint test test-main test-vllm demo bench proto clean
 
 help:
 	@echo "make test    build .venv and .venv-vllm, lint, type-check and run every test"
@@ -67,6 +67,10 @@ test: lint test-vllm test-main
 
 demo: venv
 	$(VENV)/bin/preheat demo
+
+# A real kind cluster (skipped with the reason where Docker or kind are missing).
+e2e: venv $(HELM)
+	$(VENV)/bin/pytest e2e -q -rs
 
 bench: venv
 	$(VENV)/bin/preheat bench worker --write docs/benchmarks.md

@@ -23,6 +23,13 @@ def _router(parser: argparse.ArgumentParser) -> Handler:
     return run
 
 
+def _operator(parser: argparse.ArgumentParser) -> Handler:
+    from preheat.operator.main import add_arguments, run
+
+    add_arguments(parser)
+    return run
+
+
 def _bench(parser: argparse.ArgumentParser) -> Handler:
     from preheat.bench.main import add_arguments, run
 
@@ -44,6 +51,7 @@ _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] =
         "(gRPC proxy, lookaside Pick, OpenAI-compatible HTTP)",
         _router,
     ),
+    "operator": ("reconcile InferencePool resources into warm worker pods (kopf)", _operator),
     "bench": ("benchmarks (not tests): `preheat bench worker|router`", _bench),
     "demo": ("start a sim worker and stream a few requests, printing TTFT/ITL", _demo),
 }
