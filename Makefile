@@ -11,7 +11,7 @@ PY_VLLM := $(VENV_VLLM)/bin/python
 help:
 	@echo "make test    build .venv and .venv-vllm, lint, type-check and run every test"
 	@echo "make demo    start a sim worker and stream a few requests (TTFT/ITL per request)"
-	@echo "make bench   benchmarks (not tests): worker overhead over the bare engine"
+	@echo "make bench   benchmarks (not tests): worker and router overhead, router policies (~10 min)"
 	@echo "make proto   regenerate the gRPC modules from src/preheat/proto/**/*.proto"
 	@echo "make crd     regenerate crds/ and the chart's CRD from src/preheat/api/pool.py"
 
@@ -74,6 +74,7 @@ e2e: venv $(HELM)
 
 bench: venv
 	$(VENV)/bin/preheat bench worker --write docs/benchmarks.md
+	$(VENV)/bin/preheat bench router --write docs/benchmarks.md
 
 proto: venv
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) scripts/gen_proto.py
