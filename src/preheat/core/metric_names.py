@@ -111,3 +111,13 @@ LABEL_NAMESPACE = "namespace"
 LABEL_STATE = "state"  # active, standby, warming, draining
 LABEL_OUTCOME = "outcome"  # ok, degraded, error
 LABEL_ACTION = "action"
+
+# --- Preheat autoscaler metrics (preheat.operator.autoscaling) -------------------------------
+AUTOSCALER_DESIRED_REPLICAS = "preheat_autoscaler_desired_replicas"  # gauge, namespace, pool
+AUTOSCALER_CURRENT_REPLICAS = "preheat_autoscaler_current_replicas"  # gauge: active pods now
+AUTOSCALER_DECISIONS = "preheat_autoscaler_decisions"  # counter, namespace, pool, cause
+AUTOSCALER_SIGNAL = "preheat_autoscaler_signal"  # gauge, namespace, pool, signal (ttft_p95, ...)
+AUTOSCALER_SIGNAL_TARGET = "preheat_autoscaler_signal_target"  # gauge, same labels: objective
+AUTOSCALER_STALE = "preheat_autoscaler_stale"  # gauge 0/1: holding on missing or stale metrics
+LABEL_CAUSE = "cause"  # preheat.core.autoscaling.Cause values
+LABEL_SIGNAL = "signal"

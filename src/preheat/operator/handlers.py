@@ -393,3 +393,4 @@ async def _write_status(
 
 
 __all__ = ["KIND", "RESYNC_S", "Runtime", "reconcile"]
+from preheat.operator import autoscaling as _autoscaling  # noqa: E402, F401  (registers its handlers)

@@ -57,3 +57,88 @@ class Metrics:
         for gauge in (self.desired, self.degraded):
             with contextlib.suppress(KeyError):
                 gauge.remove(namespace, pool)
+
+
+class AutoscalerMetrics:
+    """``preheat_autoscaler_*``: the autoscaler's decisions, in the operator's registry."""
+
+    def __init__(self, registry: CollectorRegistry):
+        pool = (m.LABEL_NAMESPACE, m.LABEL_POOL)
+        self.desired = Gauge(
+            m.AUTOSCALER_DESIRED_REPLICAS,
+            "Active replicas the autoscaler's last decision asks for.",
+            pool,
+            registry=registry,
+        )
+        self.current = Gauge(
+            m.AUTOSCALER_CURRENT_REPLICAS,
+            "Active (ready, serving) replicas the autoscaler saw at its last evaluation.",
+            pool,
+            registry=registry,
+        )
+        self.decisions = Counter(
+            m.AUTOSCALER_DECISIONS,
+            "Autoscaler evaluations by the cause of their decision.",
+            (*pool, m.LABEL_CAUSE),
+            registry=registry,
+        )
+        self.signal = Gauge(
+            m.AUTOSCALER_SIGNAL,
+            "Observed value of an objective's signal (ms, waiting requests, or a fraction).",
+            (*pool, m.LABEL_SIGNAL),
+            registry=registry,
+        )
+        self.target = Gauge(
+            m.AUTOSCALER_SIGNAL_TARGET,
+            "An objective's target (ms, waiting requests per replica, or a fraction).",
+            (*pool, m.LABEL_SIGNAL),
+            registry=registry,
+        )
+        self.stale = Gauge(
+            m.AUTOSCALER_STALE,
+            "1 while the autoscaler holds a pool because its metrics are missing or stale.",
+            pool,
+            registry=registry,
+        )
+        self._signals: dict[tuple[str, str], set[str]] = {}
+        self._causes: dict[tuple[str, str], set[str]] = {}
+
+    def observe(
+        self,
+        namespace: str,
+        pool: str,
+        *,
+        desired: int,
+        current: int,
+        cause: str,
+        stale: bool,
+        signals: Mapping[str, tuple[float | None, float]],
+    ) -> None:
+        """One evaluation: ``signals`` maps a signal label to (observed or None, target)."""
+        key = (namespace, pool)
+        self.desired.labels(namespace, pool).set(desired)
+        self.current.labels(namespace, pool).set(current)
+        self.decisions.labels(namespace, pool, cause).inc()
+        self._causes.setdefault(key, set()).add(cause)
+        self.stale.labels(namespace, pool).set(1 if stale else 0)
+        for name, (value, target) in signals.items():
+            self._signals.setdefault(key, set()).add(name)
+            self.target.labels(namespace, pool, name).set(target)
+            if value is None:
+                with contextlib.suppress(KeyError):
+                    self.signal.remove(namespace, pool, name)
+            else:
+                self.signal.labels(namespace, pool, name).set(value)
+
+    def forget_pool(self, namespace: str, pool: str) -> None:
+        key = (namespace, pool)
+        for gauge in (self.desired, self.current, self.stale):
+            with contextlib.suppress(KeyError):
+                gauge.remove(namespace, pool)
+        for name in self._signals.pop(key, set()):
+            for series in (self.signal, self.target):
+                with contextlib.suppress(KeyError):
+                    series.remove(namespace, pool, name)
+        for cause in self._causes.pop(key, set()):
+            with contextlib.suppress(KeyError):
+                self.decisions.remove(namespace, pool, cause)

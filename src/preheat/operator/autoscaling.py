@@ -1,0 +1,441 @@
+"""The autoscaler in the operator: one kopf daemon per pool runs the policy's loop.
+
+Every evaluation interval, for a pool with objectives:
+
+1. read :class:`~preheat.core.autoscaling.Signals` from the pool's
+   :class:`~preheat.autoscaler.source.MetricSource` (``PrometheusSource`` when a Prometheus
+   URL is configured, with a selector for the pool's workers; else ``DirectScrapeSource``
+   over the ready worker pods' ``http`` port);
+2. count the pool's pods by state (role label and readiness, as the status does);
+3. call :func:`~preheat.core.autoscaling.decide` with the pool's ``PolicyState`` (kept here,
+   in memory: a restarted operator starts with fresh windows and no cooldown);
+4. when the decision changes the active count, merge-patch ``spec.replicas.desired`` (the
+   scale subresource's field): the level-based :func:`~preheat.operator.handlers.reconcile`
+   does the rest (roles, promotion, the Deployment's replicas); write ``status.lastScale``
+   and emit ``ScaledUp`` / ``ScaledDown``;
+5. write the ``Autoscaling`` condition (the decision's reason, the signals seen, desired vs.
+   current), a ``MetricsStale`` Warning event when it starts holding on missing or stale
+   data, and the ``preheat_autoscaler_*`` metrics.
+
+A manual ``kubectl scale`` (a ``spec.replicas.desired`` we did not write) is the size the
+policy starts from: it stands until a decision changes the size (see the README).
+
+Options (:class:`AutoscalerOptions`) come from the environment (``PREHEAT_PROMETHEUS_URL``,
+``PREHEAT_PROMETHEUS_SELECTOR``, ``PREHEAT_AUTOSCALER_INTERVAL_S``), or from
+``memo.autoscaler_options`` when whoever builds the memo sets it, or from :func:`configure`
+(the injection point for tests: a ``source_factory`` returning a fake source).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import kopf
+
+from preheat.api.pool import PoolSpecError, to_config
+from preheat.autoscaler.prometheus import PrometheusSource
+from preheat.autoscaler.scrape import DirectScrapeSource
+from preheat.autoscaler.source import MetricSource, SignalQuery
+from preheat.core.autoscaling import (
+    Cause,
+    Context,
+    Decision,
+    Direction,
+    PolicyState,
+    PolicyTuning,
+    ReplicaCounts,
+    Signals,
+    decide,
+)
+from preheat.core.pool import AutoscalingConfig, Objective, PoolConfig
+from preheat.core.reconcile import GROUP, HTTP_PORT, PLURAL, VERSION
+from preheat.operator.kube import POOLS
+from preheat.operator.metrics import AutoscalerMetrics
+from preheat.operator.status import observe_pod, replica_counts
+
+log = logging.getLogger("preheat.operator.autoscaling")
+
+PoolKey = tuple[str, str]  # (namespace, name)
+
+ENV_PROMETHEUS_URL = "PREHEAT_PROMETHEUS_URL"
+ENV_PROMETHEUS_SELECTOR = "PREHEAT_PROMETHEUS_SELECTOR"
+ENV_INTERVAL_S = "PREHEAT_AUTOSCALER_INTERVAL_S"
+DEFAULT_SELECTOR = 'namespace="{namespace}",service="{pool}-workers"'
+CONDITION = "Autoscaling"
+
+_REASONS: Mapping[Cause, str] = {
+    Cause.SCALE_UP: "ScaledUp",
+    Cause.SCALE_DOWN: "ScaledDown",
+    Cause.PANIC: "Panic",
+    Cause.WAKE: "Woken",
+    Cause.SCALE_TO_ZERO: "ScaledToZero",
+    Cause.WITHIN_TOLERANCE: "WithinTolerance",
+    Cause.STEADY: "Steady",
+    Cause.STABILIZING: "Stabilizing",
+    Cause.COOLDOWN: "CoolingDown",
+    Cause.WARMING: "WaitingForWarmingPods",
+    Cause.BOUNDS: "AtBounds",
+    Cause.STALE: "MetricsStale",
+    Cause.IDLE: "Idle",
+    Cause.NO_OBJECTIVES: "NoObjectives",
+}
+
+
+@dataclass(frozen=True)
+class PoolTarget:
+    """What a source factory is told about the pool it reads for."""
+
+    namespace: str
+    name: str
+    targets: Callable[[], Sequence[str]]  # base URLs of the pool's ready workers, now
+
+
+SourceFactory = Callable[[PoolTarget], MetricSource]
+
+
+@dataclass(frozen=True)
+class AutoscalerOptions:
+    interval_s: float = 15.0
+    prometheus_url: str = ""  # "": direct scrape of the workers
+    prometheus_selector: str = DEFAULT_SELECTOR  # {namespace} and {pool} are filled in
+    tuning: PolicyTuning = field(default_factory=PolicyTuning)
+    source_factory: SourceFactory | None = None  # overrides both (tests, ``preheat up``)
+    clock: Callable[[], float] = time.monotonic  # the policy's and the sources' clock
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AutoscalerOptions:
+        env = os.environ if env is None else env
+        return cls(
+            interval_s=float(env.get(ENV_INTERVAL_S) or 15.0),
+            prometheus_url=env.get(ENV_PROMETHEUS_URL, ""),
+            prometheus_selector=env.get(ENV_PROMETHEUS_SELECTOR) or DEFAULT_SELECTOR,
+        )
+
+    def source_for(self, target: PoolTarget) -> MetricSource:
+        if self.source_factory is not None:
+            return self.source_factory(target)
+        stale = self.tuning.stale_after_s
+        if self.prometheus_url:
+            selector = self.prometheus_selector.format(namespace=target.namespace, pool=target.name)
+            return PrometheusSource(
+                self.prometheus_url, selector=selector, clock=self.clock, stale_after_s=stale
+            )
+        return DirectScrapeSource(target.targets, clock=self.clock, stale_after_s=stale)
+
+
+_configured: AutoscalerOptions | None = None
+
+
+def configure(options: AutoscalerOptions | None) -> None:
+    """Options for operators started after this in this process (None: from the env)."""
+    global _configured
+    _configured = options
+
+
+@dataclass
+class PoolLoop:
+    """One pool's autoscaler state, in memory."""
+
+    state: PolicyState = field(default_factory=PolicyState)
+    source: MetricSource | None = None
+    stale: bool = False
+    decided: int | None = None  # the active count of our last decision
+    # our last spec write the pool body may not show yet: (resourceVersion before, desired)
+    written: tuple[str, int] | None = None
+
+
+@dataclass
+class Autoscaler:
+    options: AutoscalerOptions
+    metrics: AutoscalerMetrics
+    pools: dict[PoolKey, PoolLoop] = field(default_factory=dict)
+
+
+@kopf.on.startup()
+async def autoscaler_startup(memo: kopf.Memo, **_: Any) -> None:
+    """Registered after ``handlers.startup`` (imported at its end): ``memo.runtime`` exists."""
+    if getattr(memo, "autoscaler", None) is None:
+        options = (
+            getattr(memo, "autoscaler_options", None) or _configured or AutoscalerOptions.from_env()
+        )
+        memo.autoscaler = Autoscaler(options, AutoscalerMetrics(memo.runtime.metrics.registry))
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
+async def autoscale(
+    stopped: kopf.DaemonStopped,
+    namespace: str | None,
+    name: str,
+    body: kopf.Body,
+    memo: Any,
+    **kwargs: Any,
+) -> None:
+    """The pool's loop: ``body`` is kopf's live view of the pool (latest event)."""
+    auto: Autoscaler = memo.autoscaler
+    key = (namespace or "", name)
+    index = kwargs["pods_index"]
+
+    def pods() -> list[Mapping[str, Any]]:
+        return [p for p in index.get(key, [])]
+
+    loop = auto.pools.setdefault(key, PoolLoop())
+    try:
+        while not stopped:
+            try:
+                await evaluate(memo.runtime, auto, body, pods, loop)
+            except (kopf.TemporaryError, kopf.PermanentError) as e:
+                log.warning("autoscaler_write_failed pool=%s/%s error=%s", *key, e)
+            except Exception:
+                log.exception("autoscaler_evaluation_failed pool=%s/%s", *key)
+            await stopped.wait(auto.options.interval_s)
+    finally:
+        auto.pools.pop(key, None)
+        auto.metrics.forget_pool(*key)
+        if loop.source is not None:
+            await asyncio.shield(loop.source.close())
+
+
+# --- one evaluation ---------------------------------------------------------------------
+
+
+def _now_rfc3339() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ready_targets(pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``http://ip:port`` of every ready, not terminating worker pod (its ``http`` port)."""
+    out = []
+    for pod in pods:
+        seen = observe_pod(pod)
+        ip = (pod.get("status") or {}).get("podIP")
+        if not seen.ready or seen.terminating or not ip:
+            continue
+        port = HTTP_PORT
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            for p in c.get("ports") or []:
+                if p.get("name") == "http" and p.get("containerPort"):
+                    port = int(p["containerPort"])
+        out.append(f"http://{ip}:{port}")
+    return sorted(out)
+
+
+def signal_label(objective: Objective) -> str:
+    """``ttft_p95``, ``queueDepth``: the ``signal`` label of the autoscaler's metrics."""
+    s = objective.signal
+    return f"{s.value}_p{objective.percentile:g}" if s.is_latency else s.value
+
+
+def signals_seen(
+    config: AutoscalingConfig, signals: Signals
+) -> dict[str, tuple[float | None, float]]:
+    out: dict[str, tuple[float | None, float]] = {}
+    for obj in config.objectives:
+        sv = signals.find(obj)
+        value = None if sv is None or sv.stale else sv.value
+        out[signal_label(obj)] = (value, obj.target)
+    return out
+
+
+def _shown(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
+def describe_signals(config: AutoscalingConfig, signals: Signals) -> str:
+    """``ttft_p95 612/400, queueDepth 3/4`` (observed/target; ``-``: none)."""
+    seen = signals_seen(config, signals)
+    return ", ".join(f"{k} {_shown(v)}/{t:g}" for k, (v, t) in seen.items())
+
+
+def condition_for(decision: Decision, config: AutoscalingConfig, active: int) -> dict[str, str]:
+    stale = decision.cause is Cause.STALE
+    message = (
+        f"desired {decision.active} active, current {active} active; "
+        f"signals (observed/target): {describe_signals(config, decision.signals)}; "
+        f"{decision.reason}"
+    )
+    return {
+        "type": CONDITION,
+        "status": "False" if stale else "True",
+        "reason": _REASONS.get(decision.cause, "Evaluated"),
+        "message": message[:4096],
+    }
+
+
+def _desired_now(pool: Mapping[str, Any], config: PoolConfig, loop: PoolLoop) -> int:
+    """``spec.replicas.desired`` (clamped), or our last write when the body predates it."""
+    if loop.written is not None:
+        before, value = loop.written
+        if str((pool.get("metadata") or {}).get("resourceVersion")) == before:
+            return value
+        loop.written = None
+    return config.replicas.desired
+
+
+async def evaluate(
+    runtime: Any,
+    auto: Autoscaler,
+    pool: Mapping[str, Any],
+    pods: Callable[[], Sequence[Mapping[str, Any]]],
+    loop: PoolLoop,
+) -> Decision | None:
+    """One evaluation of one pool; None when it has no objectives (or an unusable spec)."""
+    meta = pool.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    if meta.get("deletionTimestamp"):
+        return None
+    try:
+        config = to_config(pool.get("spec") or {}, name=name, namespace=namespace)
+    except PoolSpecError:
+        return None  # the reconcile reports it (Degraded)
+    auto_cfg = config.autoscaling
+    if not auto_cfg.objectives:
+        if loop.source is not None:
+            await loop.source.close()
+            loop.source = None
+        loop.state, loop.stale, loop.decided = PolicyState(), False, None
+        return None
+
+    if loop.source is None:
+        target = PoolTarget(namespace, name, lambda: ready_targets(pods()))
+        loop.source = auto.options.source_for(target)
+    query = SignalQuery(
+        objectives=auto_cfg.objectives,
+        window_s=auto_cfg.window_s,
+        short_window_s=auto_cfg.panic.window_s if auto_cfg.panic.enabled else 0.0,
+    )
+    signals = await loop.source.read(query)
+
+    current = _desired_now(pool, config, loop)
+    if loop.decided is not None and current != loop.decided:
+        log.info(
+            "autoscaler_manual_scale pool=%s/%s desired=%d (ours was %d): honoured",
+            namespace,
+            name,
+            current,
+            loop.decided,
+        )
+    counts = replica_counts([observe_pod(p) for p in pods()])
+    ctx = Context(
+        now=auto.options.clock(),
+        autoscaling=auto_cfg,
+        replicas=replace(config.replicas, desired=current),
+        counts=ReplicaCounts(**counts),
+        signals=signals,
+        state=loop.state,
+        tuning=auto.options.tuning,
+    )
+    decision, loop.state = decide(ctx)
+    loop.decided = decision.active
+    stale = decision.cause is Cause.STALE
+    auto.metrics.observe(
+        namespace,
+        name,
+        desired=decision.active,
+        current=counts["active"],
+        cause=decision.cause.value,
+        stale=stale,
+        signals=signals_seen(auto_cfg, decision.signals),
+    )
+
+    status: dict[str, Any] = {}
+    if decision.active != current:
+        await runtime.kube.patch(
+            POOLS, namespace, name, {"spec": {"replicas": {"desired": decision.active}}}
+        )
+        loop.written = (str(meta.get("resourceVersion")), decision.active)
+        status["lastScale"] = {
+            "time": _now_rfc3339(),
+            "from": current,
+            "to": decision.active,
+            "reason": decision.reason[:1024],
+        }
+        up = decision.direction is Direction.UP or decision.active > current
+        _event(pool, "Normal", "ScaledUp" if up else "ScaledDown", decision.reason)
+        log.info(
+            "autoscaler_scaled pool=%s/%s from=%d to=%d reason=%s",
+            namespace,
+            name,
+            current,
+            decision.active,
+            decision.reason,
+        )
+    if stale and not loop.stale:
+        _event(pool, "Warning", "MetricsStale", decision.reason)
+    elif loop.stale and not stale:
+        _event(pool, "Normal", "MetricsAvailable", f"metrics fresh again: {decision.reason}")
+    loop.stale = stale
+
+    await _write_status(
+        runtime, namespace, name, pool, status, condition_for(decision, auto_cfg, counts["active"])
+    )
+    return decision
+
+
+def _event(pool: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+    kopf.event(pool, type=type_, reason=reason, message=message[:1024])  # type: ignore[arg-type]
+
+
+async def _write_status(
+    runtime: Any,
+    namespace: str,
+    name: str,
+    pool: Mapping[str, Any],
+    status: dict[str, Any],
+    cond: Mapping[str, str],
+) -> None:
+    """``lastScale`` and the ``Autoscaling`` condition, only when something changed.
+
+    Conditions are a list, which a merge patch replaces whole: under the pool's lock (the
+    reconcile writes the others), the pool is read fresh and only ours is replaced.
+    """
+    previous = ((pool.get("status") or {}).get("conditions")) or []
+    if not status and _same_condition(previous, cond):
+        return
+    async with runtime.lock((namespace, name)):
+        fresh = await runtime.kube.get(POOLS, namespace, name)
+        if fresh is None:
+            return
+        conditions = list(((fresh.get("status") or {}).get("conditions")) or [])
+        if status or not _same_condition(conditions, cond):
+            before: Mapping[str, Any] = next(
+                (c for c in conditions if c.get("type") == CONDITION), {}
+            )
+            since = (
+                before.get("lastTransitionTime") if before.get("status") == cond["status"] else None
+            )
+            mine = {
+                **cond,
+                "lastTransitionTime": since or _now_rfc3339(),
+                "observedGeneration": int((fresh.get("metadata") or {}).get("generation") or 0),
+            }
+            others = [c for c in conditions if c.get("type") != CONDITION]
+            status = {**status, "conditions": [*others, mine]}
+            await runtime.kube.patch_status(namespace, name, status)
+            runtime.metrics.actions.labels("autoscaler-status").inc()
+
+
+def _same_condition(conditions: Sequence[Mapping[str, Any]], cond: Mapping[str, str]) -> bool:
+    for c in conditions:
+        if c.get("type") == CONDITION:
+            return all(c.get(k) == v for k, v in cond.items())
+    return False
+
+
+__all__ = [
+    "CONDITION",
+    "AutoscalerOptions",
+    "PoolTarget",
+    "SourceFactory",
+    "configure",
+    "evaluate",
+    "ready_targets",
+]
