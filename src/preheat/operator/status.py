@@ -167,11 +167,15 @@ def compute_status(
         else:
             scaling = cond(SCALING, False, "Stable", summary)
 
+    # Conditions of other types (the autoscaler's) are kept as they are: a merge patch
+    # replaces the whole list.
+    others = [dict(c) for c in (previous or {}).get("conditions") or []]
+    others = [c for c in others if c.get("type") not in CONDITION_TYPES]
     return {
         "replicas": counts,
         "desiredReplicas": desired,
         "selector": selector,
-        "conditions": [ready, scaling, degraded],
+        "conditions": [ready, scaling, degraded, *others],
         "observedGeneration": generation,
     }
 
