@@ -31,11 +31,13 @@ from preheat.core.pool import PoolConfig
 from preheat.core.reconcile import (
     ANNOTATION_DELETION_COST,
     GROUP,
+    GRPC_PORT,
     KIND,
     LABEL_NAME,
     LABEL_POOL,
     LABEL_ROLE,
     PLURAL,
+    ROLE_ACTIVE,
     ROLE_DRAINING,
     VERSION,
     WORKER_NAME,
@@ -58,9 +60,20 @@ from preheat.operator.status import (
     observe_pod,
     status_changed,
 )
+from preheat.operator.workers import WorkerRefused, WorkerUnavailable, set_role
+
+log = logging.getLogger(__name__)
 
 RESYNC_S = float(os.environ.get("PREHEAT_OPERATOR_RESYNC_S", "60"))
 """Level-based resync of every pool (children, roles, status), seconds."""
+
+ANNOTATION_GRPC_PORT = f"{GROUP}/grpc-port"
+"""Overrides the worker's gRPC port on a pod (tests; :data:`GRPC_PORT` otherwise)."""
+WORKER_TIMEOUT_S = float(os.environ.get("PREHEAT_OPERATOR_WORKER_TIMEOUT_S", "5"))
+"""Deadline of one Promote/Demote/Drain call to a worker, seconds."""
+EVENT_RETRIES = 30
+"""A pod event whose reconcile found a worker unavailable retries this many times (with the
+error's delay) before leaving it to the resync timer."""
 
 PoolKey = tuple[str, str]  # (namespace, name)
 
@@ -76,6 +89,11 @@ class Runtime:
     # Pod patches whose watch event kopf's index may not have seen yet:
     # (namespace, pod) -> (resourceVersion before, after, role, deletion cost).
     written: dict[PoolKey, tuple[str, str, str, str]] = field(default_factory=dict)
+    # What each worker was last told: (namespace, pod) -> (address, restarts, role, ok);
+    # ok is False when the worker refused. A container restart or a new IP asks again.
+    workers: dict[PoolKey, tuple[str, int, str, bool]] = field(default_factory=dict)
+    retrying: set[PoolKey] = field(default_factory=set)  # pools a pod event is retrying
+    worker_timeout_s: float = WORKER_TIMEOUT_S
 
     def lock(self, key: PoolKey) -> asyncio.Lock:
         return self.locks.setdefault(key, asyncio.Lock())
@@ -176,8 +194,27 @@ async def pod_event(
     pools_index: kopf.Index[PoolKey, Any] = kwargs["pools_index"]
     index = kwargs["pods_index"]
     pods = lambda: _pods(index, namespace, pool_name)  # noqa: E731
-    for pool in pools_index.get((namespace or "", pool_name), []):
-        await reconcile(memo.runtime, pool, pods, children=False)
+    runtime: Runtime = memo.runtime
+    key = (namespace or "", pool_name)
+    owner = False  # this event's handler holds the pool's retry loop
+    try:
+        for attempt in range(EVENT_RETRIES + 1):
+            try:
+                for pool in pools_index.get(key, []):  # re-read: the latest spec each time
+                    await reconcile(runtime, pool, pods, children=False)
+                return
+            except WorkerUnavailable as e:
+                # kopf does not retry event handlers: one loop per pool retries them.
+                if not owner and key in runtime.retrying:
+                    return  # another event's loop is on it
+                if attempt == EVENT_RETRIES:
+                    raise  # the resync timer takes over
+                owner = True
+                runtime.retrying.add(key)
+                await asyncio.sleep(e.delay or 1.0)
+    finally:
+        if owner:
+            runtime.retrying.discard(key)
 
 
 # --- the reconcile ----------------------------------------------------------------------
@@ -291,7 +328,7 @@ async def _reconcile(
     if children:
         for child in desired:
             await _apply(runtime, pool, child)
-    await _assign_roles(runtime, pool, config, observed)
+    unavailable = await _assign_roles(runtime, pool, config, observed, pods)
     status = compute_status(
         pods=observed,
         want_active=config.replicas.desired,
@@ -305,6 +342,8 @@ async def _reconcile(
         _event(pool, "Normal", "Recovered", "the spec is usable again; children reconciled")
     await _write_status(runtime, pool, status, previous)
     runtime.metrics.reconciles.labels("ok").inc()
+    if unavailable is not None:
+        raise unavailable  # status written; kopf retries the pool after the error's delay
 
 
 async def _apply(runtime: Runtime, pool: Mapping[str, Any], child: Mapping[str, Any]) -> None:
@@ -333,22 +372,36 @@ async def _apply(runtime: Runtime, pool: Mapping[str, Any], child: Mapping[str, 
 
 
 async def _assign_roles(
-    runtime: Runtime, pool: Mapping[str, Any], config: PoolConfig, observed: Sequence[Any]
-) -> None:
-    """Role labels and deletion costs on the pool's pods, from :func:`assign_roles`."""
+    runtime: Runtime,
+    pool: Mapping[str, Any],
+    config: PoolConfig,
+    observed: Sequence[Any],
+    pods: Sequence[Mapping[str, Any]],
+) -> WorkerUnavailable | None:
+    """Roles on the pool's workers (over gRPC) and pods (label, deletion cost).
+
+    The plan comes from :func:`assign_roles`. A worker is told first (Promote, Demote,
+    Drain) and its pod relabelled after, so the label never says ``active`` before the
+    worker is. Pods without an IP get only the label (nothing to call). Returns the first
+    :class:`WorkerUnavailable`, for the caller to raise once the status is written.
+    """
     live = [p for p in observed if not p.terminating]
     if not live:
-        return
+        return None
     views = [p.view() for p in live]
     plan = assign_roles(views, config.replicas.desired, config.replicas.warm_standby)
     roles = dict(plan.roles)
     roles.update({v: ROLE_DRAINING for v in plan.victims})
     costs = deletion_costs(views, plan.victims)
     by_name = {p.name: p for p in live}
+    raw = {str((p.get("metadata") or {}).get("name", "")): p for p in pods}
+    unavailable = await _tell_workers(runtime, pool, config.namespace, roles, raw)
     patched = 0
     for pod_name, role in sorted(roles.items()):
         pod = by_name[pod_name]
         cost = str(costs.get(pod_name, 0))
+        if role == ROLE_ACTIVE and not _worker_is(runtime, config.namespace, raw, pod_name, role):
+            continue  # the worker is not active (yet): the label waits for it
         if pod.role == role and pod.deletion_cost == cost:
             continue
         after = await runtime.kube.patch(
@@ -372,6 +425,84 @@ async def _assign_roles(
     if patched:
         runtime.metrics.actions.labels("pod-roles").inc(patched)
         _event(pool, "Normal", "RolesAssigned", f"{patched} pod(s) relabelled: {plan.reason}")
+    return unavailable
+
+
+def _worker_is(
+    runtime: Runtime,
+    namespace: str,
+    pods: Mapping[str, Mapping[str, Any]],
+    pod_name: str,
+    role: str,
+) -> bool:
+    """Did the pod's worker (as it is now: address, restarts) take ``role``? True without IP."""
+    found = _worker_address(pods.get(pod_name) or {})
+    if found is None:
+        return True
+    return runtime.workers.get((namespace, pod_name)) == (*found, role, True)
+
+
+def _worker_address(pod: Mapping[str, Any]) -> tuple[str, int] | None:
+    """``(host:port, restarts)`` of a pod's worker, or None when it has no IP yet."""
+    ip = str((pod.get("status") or {}).get("podIP") or "")
+    if not ip:
+        return None
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    port = str(annotations.get(ANNOTATION_GRPC_PORT) or GRPC_PORT)
+    host = f"[{ip}]" if ":" in ip else ip
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    restarts = sum(int(c.get("restartCount") or 0) for c in statuses)
+    return f"{host}:{port}", restarts
+
+
+async def _tell_workers(
+    runtime: Runtime,
+    pool: Mapping[str, Any],
+    namespace: str,
+    roles: Mapping[str, str],
+    pods: Mapping[str, Mapping[str, Any]],
+) -> WorkerUnavailable | None:
+    """Call every worker whose role (or address, or container) changed since it was last
+    told, concurrently; remember the answers. Returns the first unavailable error."""
+    jobs: dict[str, tuple[str, int, str]] = {}
+    for pod_name, role in roles.items():
+        found = _worker_address(pods.get(pod_name) or {})
+        if found is None:
+            continue
+        address, restarts = found
+        told = runtime.workers.get((namespace, pod_name))
+        if told is not None and told[:3] == (address, restarts, role):
+            continue  # told already (and it answered, or refused: not asked again)
+        jobs[pod_name] = (address, restarts, role)
+    for key in [k for k in runtime.workers if k[0] == namespace and k[1] not in roles]:
+        if key[1] not in pods:
+            runtime.workers.pop(key, None)  # the pod is gone (or not this pool's)
+    if not jobs:
+        return None
+    names = sorted(jobs)
+    results = await asyncio.gather(
+        *(set_role(jobs[n][0], jobs[n][2], timeout_s=runtime.worker_timeout_s) for n in names),
+        return_exceptions=True,
+    )
+    unavailable: WorkerUnavailable | None = None
+    answered = 0
+    for pod_name, result in zip(names, results, strict=True):
+        address, restarts, role = jobs[pod_name]
+        if isinstance(result, WorkerUnavailable):
+            log.info("worker %s (%s) not %s yet: %s", pod_name, address, role, result)
+            unavailable = unavailable or result
+        elif isinstance(result, WorkerRefused):
+            log.warning("worker %s refused %s: %s", pod_name, role, result)
+            _event(pool, "Warning", "WorkerRefused", f"pod {pod_name}: {result}")
+            runtime.workers[(namespace, pod_name)] = (address, restarts, role, False)
+        elif isinstance(result, BaseException):
+            raise result
+        else:
+            runtime.workers[(namespace, pod_name)] = (address, restarts, role, True)
+            answered += 1
+    if answered:
+        runtime.metrics.actions.labels("worker-roles").inc(answered)
+    return unavailable
 
 
 async def _write_status(
