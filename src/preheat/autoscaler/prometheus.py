@@ -13,7 +13,14 @@ kvCacheUsage          ``max(vllm:kv_cache_usage_perc{sel})`` (the fullest worker
 in flight             ``sum(vllm:num_requests_running{sel})`` + waiting
 freshness             ``timestamp(vllm:num_requests_waiting{sel})`` (per worker) and
                       ``up{sel} == 0`` (a target Prometheus cannot scrape)
+held at the router    ``sum(preheat_router_queue_depth{router_sel})`` when ``router_selector``
+                      is given: added to in flight, and the only signal at zero replicas
 ====================  ======================================================================
+
+Scale from zero: a pool at zero replicas has no worker series, so without
+``router_selector`` the source can only answer stale (and the policy holds at zero). With
+it, requests the router holds while no worker exists make a fresh answer with no latency
+yet and ``in_flight`` = the held requests, which wakes the pool.
 
 Every query of one :meth:`PrometheusSource.read` is evaluated at the same instant (the
 ``time`` parameter). The answer is stale, with the reason in ``Signals.error``, when
@@ -64,10 +71,14 @@ class Queries:
     kv: str
     freshness: str
     down: str
+    router_queue: str = ""  # "" when no router selector is configured
 
 
 def queries(
-    query: SignalQuery, selector: str, histograms: Mapping[Signal, str] = DEFAULT_HISTOGRAMS
+    query: SignalQuery,
+    selector: str,
+    histograms: Mapping[Signal, str] = DEFAULT_HISTOGRAMS,
+    router_selector: str | None = None,
 ) -> Queries:
     """The PromQL for ``query`` over the series ``selector`` matches (pure)."""
     sel = "{" + selector + "}"
@@ -94,6 +105,9 @@ def queries(
         kv=f"max({mn.VLLM_KV_CACHE_USAGE_PERC}{sel})",
         freshness=f"timestamp({mn.VLLM_NUM_REQUESTS_WAITING}{sel})",
         down=f"up{sel} == 0",
+        router_queue=""
+        if router_selector is None
+        else f"sum({mn.ROUTER_QUEUE_DEPTH}{{{router_selector}}})",
     )
 
 
@@ -143,9 +157,11 @@ class PrometheusSource:
         stale_after_s: float = 30.0,
         client: PrometheusConnect | None = None,
         parallel: int = 4,
+        router_selector: str | None = None,
     ) -> None:
         self.url = url
         self.selector = selector
+        self.router_selector = router_selector
         self._histograms = histograms
         self._clock = clock
         self._wall = wall
@@ -192,7 +208,7 @@ class PrometheusSource:
         return Signals(observed_at=self._last_observed, stale=True, error=error)
 
     async def read(self, query: SignalQuery) -> Signals:
-        qs = queries(query, self.selector, self._histograms)
+        qs = queries(query, self.selector, self._histograms, self.router_selector)
         named: dict[str, str] = {
             "waiting": qs.waiting,
             "running": qs.running,
@@ -200,6 +216,8 @@ class PrometheusSource:
             "freshness": qs.freshness,
             "down": qs.down,
         }
+        if qs.router_queue:
+            named["router_queue"] = qs.router_queue
         for (i, w), promql in qs.latency.items():
             named[f"lat:{i}:{w}"] = promql
         for (i, w), promql in qs.count.items():
@@ -218,8 +236,21 @@ class PrometheusSource:
         self, query: SignalQuery, answers: Mapping[str, Any], now: float, at: float
     ) -> Signals:
         problems: list[str] = []
+        held = _scalar(answers.get("router_queue"))
         stamps = answers["freshness"] or []
         if not stamps:
+            if held is not None and held > 0:
+                # no worker (scaled to zero) but the router holds requests: wake up
+                self._last_observed = now
+                return Signals(
+                    values=tuple(
+                        SignalValue(o.signal, o.percentile, None, now) for o in query.objectives
+                    ),
+                    observed_at=now,
+                    stale=False,
+                    requests=held,
+                    in_flight=held,
+                )
             sel = "{" + self.selector + "}"
             return self._stale(f"no worker series match {mn.VLLM_NUM_REQUESTS_WAITING}{sel}")
         oldest = min(stamps, key=lambda s: float(s["value"][1]))
@@ -279,8 +310,8 @@ class PrometheusSource:
         if stale:
             values = [replace(v, stale=True) for v in values]
         in_flight = None
-        if waiting is not None or running is not None:
-            in_flight = (waiting or 0.0) + (running or 0.0)
+        if waiting is not None or running is not None or held is not None:
+            in_flight = (waiting or 0.0) + (running or 0.0) + (held or 0.0)
         return Signals(
             values=tuple(values),
             observed_at=observed_at,
