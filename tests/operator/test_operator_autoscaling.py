@@ -1,0 +1,195 @@
+"""The autoscaler daemon in the real operator, against kmock, with a fake metric source.
+
+The source is injected with :func:`preheat.operator.autoscaling.configure` (read when the
+operator starts): a factory returning :class:`FakeSource`, whose answer the test sets.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kmockkit import (
+    NAMESPACE,
+    POOLS,
+    OperatorProcess,
+    PreheatKube,
+    add_pods,
+    condition,
+    create_pool,
+    events,
+    eventually,
+    get,
+    kube_fixture,  # noqa: F401
+    no_leaked_tasks_fixture,  # noqa: F401
+    patch_pool,
+)
+
+from preheat.autoscaler.source import SignalQuery
+from preheat.core.autoscaling import Signals, SignalValue
+from preheat.core.pool import Signal
+from preheat.operator import autoscaling
+
+NAME = "sim-auto"
+
+
+class FakeSource:
+    """Answers TTFT p95 = ``ttft_ms`` observed now, or stale when ``stale`` is set."""
+
+    def __init__(self) -> None:
+        self.ttft_ms = 100.0
+        self.stale = False
+        self.reads = 0
+        self.closed = False
+
+    async def read(self, query: SignalQuery) -> Signals:
+        self.reads += 1
+        now = time.monotonic()
+        if self.stale:
+            return Signals(observed_at=None, stale=True, error="scrape failed: connection refused")
+        values = tuple(
+            SignalValue(o.signal, o.percentile, self.ttft_ms, now, samples=100.0)
+            for o in query.objectives
+            if o.signal is Signal.TTFT
+        )
+        return Signals(values=values, observed_at=now, stale=False, requests=100.0, in_flight=4.0)
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture(name="source")
+def source_fixture() -> FakeSource:
+    return FakeSource()
+
+
+@pytest.fixture(name="operator")
+async def operator_fixture(kube: PreheatKube, source: FakeSource) -> AsyncIterator[OperatorProcess]:
+    autoscaling.configure(
+        autoscaling.AutoscalerOptions(interval_s=0.2, source_factory=lambda _target: source)
+    )
+    op = OperatorProcess()
+    try:
+        await op.start()
+        yield op
+    finally:
+        await op.stop()
+        autoscaling.configure(None)
+
+
+def pool(**autoscaling_spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "preheat.dev/v1alpha1",
+        "kind": "InferencePool",
+        "metadata": {"name": NAME, "namespace": NAMESPACE},
+        "spec": {
+            "model": {"name": "sim-tiny"},
+            "engine": {"kind": "sim"},
+            "replicas": {"min": 1, "max": 4},
+            "autoscaling": {
+                "objectives": [{"signal": "ttft", "percentile": 95, "targetMs": 400}],
+                **autoscaling_spec,
+            },
+        },
+    }
+
+
+def desired(kube: PreheatKube) -> Any:
+    return (
+        ((get(kube, POOLS, NAMESPACE, NAME) or {}).get("spec") or {})
+        .get("replicas", {})
+        .get("desired")
+    )
+
+
+def status(kube: PreheatKube) -> dict[str, Any]:
+    return dict((get(kube, POOLS, NAMESPACE, NAME) or {}).get("status") or {})
+
+
+def reasons(kube: PreheatKube) -> list[str]:
+    return [e["reason"] for e in events(kube, NAMESPACE, NAME)]
+
+
+async def test_high_ttft_scales_up_with_reason_event_and_condition(
+    kube: PreheatKube, operator: OperatorProcess, source: FakeSource
+) -> None:
+    await create_pool(kube, pool())
+    await add_pods(kube, NAMESPACE, NAME, 1, ready=True)
+    # Under target: the pool holds at min, and says why.
+    await eventually(lambda: condition(get(kube, POOLS, NAMESPACE, NAME), "Autoscaling"))
+    assert desired(kube) is None
+    cond = condition(get(kube, POOLS, NAMESPACE, NAME), "Autoscaling")
+    assert cond["status"] == "True", cond
+    assert "ttft_p95 100/400" in cond["message"], cond
+
+    source.ttft_ms = 1200.0  # 3x the target: 1 -> 3 active
+    await eventually(lambda: desired(kube) == 3)
+    last = await eventually(lambda: status(kube).get("lastScale"))
+    assert (last["from"], last["to"]) == (1, 3)
+    assert "ttft p95 1200 ms > 400 ms" in last["reason"], last
+    await eventually(lambda: "ScaledUp" in reasons(kube))
+    scaled = [e for e in events(kube, NAMESPACE, NAME) if e["reason"] == "ScaledUp"]
+    assert scaled[0]["type"] == "Normal" and "1200 ms" in scaled[0]["message"]
+    # The reconcile took it from there: the Deployment asks for 3 active pods.
+    await eventually(lambda: status(kube).get("desiredReplicas") == 3)
+    # The new pods are still to come (kmock has no controllers): warming credit, no
+    # second scale-up for the same load, and the reconcile kept the autoscaler's condition.
+    reads = source.reads
+    await eventually(lambda: source.reads >= reads + 5)
+    assert desired(kube) == 3
+    assert reasons(kube).count("ScaledUp") == 1
+    assert condition(get(kube, POOLS, NAMESPACE, NAME), "Autoscaling")
+    assert condition(get(kube, POOLS, NAMESPACE, NAME), "Ready")
+
+
+async def test_stale_metrics_hold_with_a_warning_and_a_condition(
+    kube: PreheatKube, operator: OperatorProcess, source: FakeSource
+) -> None:
+    await create_pool(kube, pool())
+    await add_pods(kube, NAMESPACE, NAME, 1, ready=True)
+    source.stale = True
+    cond = await eventually(
+        lambda: (
+            c
+            if (c := condition(get(kube, POOLS, NAMESPACE, NAME), "Autoscaling")).get("reason")
+            == "MetricsStale"
+            else None
+        )
+    )
+    assert cond["status"] == "False"
+    assert "holding 1" in cond["message"] and "connection refused" in cond["message"], cond
+    await eventually(lambda: "MetricsStale" in reasons(kube))
+    warning = [e for e in events(kube, NAMESPACE, NAME) if e["reason"] == "MetricsStale"]
+    assert warning[0]["type"] == "Warning"
+    reads = source.reads
+    await eventually(lambda: source.reads >= reads + 5)
+    assert desired(kube) is None  # held: never scaled on missing data
+    assert reasons(kube).count("MetricsStale") == 1  # once, on entering the stale state
+
+    source.stale = False
+    await eventually(lambda: "MetricsAvailable" in reasons(kube))
+    await eventually(
+        lambda: condition(get(kube, POOLS, NAMESPACE, NAME), "Autoscaling").get("status") == "True"
+    )
+
+
+async def test_manual_scale_is_honoured_until_a_decision_changes_size(
+    kube: PreheatKube, operator: OperatorProcess, source: FakeSource
+) -> None:
+    source.ttft_ms = 420.0  # within the 10% tolerance: the policy holds whatever it has
+    await create_pool(kube, pool())
+    await add_pods(kube, NAMESPACE, NAME, 1, ready=True)
+    await eventually(lambda: condition(get(kube, POOLS, NAMESPACE, NAME), "Autoscaling"))
+    # kubectl scale --replicas=2: the policy holds, so it stands.
+    await patch_pool(kube, NAMESPACE, NAME, {"spec": {"replicas": {"desired": 2}}})
+    reads = source.reads
+    await eventually(lambda: source.reads >= reads + 5)
+    assert desired(kube) == 2
+    assert "ScaledDown" not in reasons(kube)
+    source.ttft_ms = 1200.0  # a decision that changes size starts from the manual 2
+    # From the manual 2 (1 pod serves: kmock has no controller to start the second).
+    await eventually(lambda: (desired(kube) or 0) > 2)
+    last = await eventually(lambda: status(kube).get("lastScale"))
+    assert last["from"] == 2 and last["to"] == desired(kube), last
