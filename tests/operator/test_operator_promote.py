@@ -1,0 +1,218 @@
+"""The operator tells workers their role over gRPC: real in-process sim workers behind
+fake pods (kmock), the real operator.
+
+Each fake pod has ``status.podIP: 127.0.0.1`` and a ``preheat.dev/grpc-port`` annotation
+naming a real ``WorkerServer`` (a SimEngine that loads at once) started as ``standby``, as
+``core.reconcile.worker_args`` starts them. A label is not enough: only a worker whose
+Status says ACTIVE gets traffic, so these tests read the workers' own state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import socket
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import kmock
+from kmockkit import (
+    DEPLOYMENTS,
+    NAMESPACE,
+    PODS,
+    POOLS,
+    OperatorProcess,
+    PreheatKube,
+    children,
+    create_pool,
+    events,
+    eventually,
+    get,
+    kube_fixture,  # noqa: F401
+    live,
+    no_leaked_tasks_fixture,  # noqa: F401
+    operator_fixture,  # noqa: F401
+    patch_pool,
+)
+from poolkit import ROOT, load_example
+
+from preheat.core.lifecycle import LifecycleState
+from preheat.core.reconcile import LABEL_NAME, LABEL_POOL, LABEL_ROLE, WORKER_NAME
+from preheat.engine.sim import SimConfig, SimEngine
+from preheat.operator.handlers import ANNOTATION_GRPC_PORT
+from preheat.worker.server import WorkerConfig, WorkerServer
+
+
+def pool(name: str = "sim-tiny", **replicas: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(load_example(ROOT / "examples" / "pool-minimal.yaml"))
+    doc["metadata"] = {"name": name, "namespace": NAMESPACE}
+    doc["spec"]["replicas"].update(replicas)
+    return doc
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def sim_engine() -> SimEngine:
+    return SimEngine(
+        SimConfig.from_options(
+            {
+                "model": "sim-tiny",
+                "max_model_len": 256,
+                "block_size": 4,
+                "num_gpu_blocks": 256,
+                "max_num_seqs": 8,
+                "vocab_size": 1000,
+                "load_s": 0.0,
+                "warmup_s": 0.0,
+            }
+        )
+    )
+
+
+@contextlib.asynccontextmanager
+async def standby_workers(ports: Iterable[int]) -> AsyncIterator[list[WorkerServer]]:
+    """Real sim workers on the given gRPC ports (0: any), started as standby, warm."""
+    servers: list[WorkerServer] = []
+    try:
+        for i, port in enumerate(ports):
+            config = WorkerConfig(
+                worker_id=f"w-{i}",
+                grpc_port=port,
+                start_as=LifecycleState.STANDBY,
+                drain_grace_s=1.0,
+                stop_grace_s=0.5,
+            )
+            server = WorkerServer(sim_engine(), config)
+            servers.append(server)
+            await server.start()
+            await server.wait_warm()
+        yield servers
+    finally:
+        for server in servers:
+            await server.stop()
+
+
+def state(server: WorkerServer) -> str:
+    from preheat.operator.workers import state_name
+
+    return state_name(server.status().state)
+
+
+async def add_worker_pod(
+    server: kmock.KubernetesEmulator, pool_name: str, index: int, grpc_port: int
+) -> str:
+    """A Ready worker pod whose worker listens on 127.0.0.1:``grpc_port``."""
+    name = f"{pool_name}-workers-{index:04d}"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {LABEL_NAME: WORKER_NAME, LABEL_POOL: pool_name, LABEL_ROLE: "standby"},
+            "annotations": {ANNOTATION_GRPC_PORT: str(grpc_port)},
+        },
+        "spec": {"containers": [{"name": "worker", "image": "preheat-worker"}]},
+        "status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    resp = await server.post(f"/api/v1/namespaces/{NAMESPACE}/pods", json=pod)
+    assert resp.status in (200, 201), await resp.text()
+    return name
+
+
+def labels(server: PreheatKube) -> dict[str, str]:
+    pods = live(server, PODS, NAMESPACE)
+    return {n: p["metadata"]["labels"][LABEL_ROLE] for n, p in pods.items()}
+
+
+def replicas(server: PreheatKube, name: str = "sim-tiny") -> int:
+    return int(children(server, NAMESPACE)[(DEPLOYMENTS, f"{name}-workers")]["spec"]["replicas"])
+
+
+async def test_growing_promotes_the_standby_worker_and_shrinking_demotes_then_drains(
+    kube: PreheatKube, operator: OperatorProcess
+) -> None:
+    async with standby_workers([0, 0]) as workers:
+        await create_pool(kube, pool(warmStandby=1))
+        await eventually(lambda: replicas(kube) == 2)
+        pods = [
+            await add_worker_pod(kube, "sim-tiny", i, w.ports.grpc) for i, w in enumerate(workers)
+        ]
+        by_pod = dict(zip(pods, workers, strict=True))
+
+        # 1 active + 1 standby: the worker of the pod labelled active IS active.
+        await eventually(lambda: sorted(labels(kube).values()) == ["active", "standby"])
+        await eventually(lambda: all(state(by_pod[n]) == r for n, r in labels(kube).items()))
+
+        # Grow to 2 active: the warm standby is promoted (its worker says ACTIVE) while
+        # no new pod exists yet; the Deployment asks for a third pod to refill standby.
+        await patch_pool(kube, NAMESPACE, "sim-tiny", {"spec": {"replicas": {"min": 2}}})
+        await eventually(lambda: [state(w) for w in workers] == ["active", "active"])
+        assert len(live(kube, PODS, NAMESPACE)) == 2  # promoted before any new pod
+        await eventually(lambda: labels(kube) == {pods[0]: "active", pods[1]: "active"})
+        await eventually(lambda: replicas(kube) == 3)
+
+        # Shrink to 1 active + 1 standby: one worker is demoted (standby, no traffic).
+        await patch_pool(kube, NAMESPACE, "sim-tiny", {"spec": {"replicas": {"min": 1}}})
+        await eventually(lambda: sorted(state(w) for w in workers) == ["active", "standby"])
+        await eventually(lambda: all(state(by_pod[n]) == r for n, r in labels(kube).items()))
+
+        # Shrink to 1 active, no standby: the standby (the cheaper) is drained.
+        await patch_pool(kube, NAMESPACE, "sim-tiny", {"spec": {"replicas": {"warmStandby": 0}}})
+        await eventually(lambda: sorted(labels(kube).values()) == ["active", "draining"])
+        drained = next(n for n, r in labels(kube).items() if r == "draining")
+        kept = next(n for n, r in labels(kube).items() if r == "active")
+        await eventually(lambda: state(by_pod[drained]) in ("draining", "stopped"))
+        assert state(by_pod[kept]) == "active"
+        reasons = {e["reason"] for e in events(kube, NAMESPACE, "sim-tiny")}
+        assert "RolesAssigned" in reasons
+        assert "WorkerRefused" not in reasons
+
+
+async def test_an_unreachable_worker_is_retried_and_other_pools_keep_reconciling(
+    kube: PreheatKube, operator: OperatorProcess
+) -> None:
+    late_port = free_port()  # nothing listens here yet
+    async with standby_workers([0]) as (other_worker,):
+        await create_pool(kube, pool("late"))
+        await create_pool(kube, pool("other"))
+        await eventually(lambda: replicas(kube, "late") == 1 and replicas(kube, "other") == 1)
+        late_pod = await add_worker_pod(kube, "late", 0, late_port)
+        other_pod = await add_worker_pod(kube, "other", 0, other_worker.ports.grpc)
+
+        # The other pool's worker is promoted while "late"'s cannot be reached.
+        await eventually(lambda: state(other_worker) == "active")
+        await eventually(lambda: labels(kube)[other_pod] == "active")
+        assert labels(kube)[late_pod] == "standby"  # never claims active for a dead worker
+        assert get(kube, POOLS, NAMESPACE, "late")["status"]["replicas"]["active"] == 0
+
+        # The worker comes up on its port: the operator's retry promotes it, then relabels.
+        async with standby_workers([late_port]) as (late_worker,):
+            assert state(late_worker) == "standby"
+            await eventually(lambda: state(late_worker) == "active", within=30)
+            await eventually(lambda: labels(kube)[late_pod] == "active")
+    assert operator.error is None
+
+
+async def test_an_illegal_transition_is_a_warning_event_not_a_crash(
+    kube: PreheatKube, operator: OperatorProcess
+) -> None:
+    async with standby_workers([0, 0]) as (stopped, fine):
+        await stopped.drain()  # standby -> draining -> stopped: it can never be active
+        assert state(stopped) == "stopped"
+        await create_pool(kube, pool("bad"))
+        await create_pool(kube, pool("good"))
+        bad_pod = await add_worker_pod(kube, "bad", 0, stopped.ports.grpc)
+        await add_worker_pod(kube, "good", 0, fine.ports.grpc)
+        await eventually(
+            lambda: any(e["reason"] == "WorkerRefused" for e in events(kube, NAMESPACE, "bad"))
+        )
+        (event,) = [e for e in events(kube, NAMESPACE, "bad") if e["reason"] == "WorkerRefused"]
+        assert event["type"] == "Warning"
+        assert "FAILED_PRECONDITION" in event["message"]
+        assert labels(kube)[bad_pod] == "standby"
+        await eventually(lambda: state(fine) == "active")  # the operator goes on
