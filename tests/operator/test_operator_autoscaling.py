@@ -131,7 +131,8 @@ async def test_high_ttft_scales_up_with_reason_event_and_condition(
     assert "ttft p95 1200 ms > 400 ms" in last["reason"], last
     await eventually(lambda: "ScaledUp" in reasons(kube))
     scaled = [e for e in events(kube, NAMESPACE, NAME) if e["reason"] == "ScaledUp"]
-    assert scaled[0]["type"] == "Normal" and "1200 ms" in scaled[0]["message"]
+    assert scaled[0]["type"] == "Normal"
+    assert "1200 ms" in scaled[0]["message"]
     # The reconcile took it from there: the Deployment asks for 3 active pods.
     await eventually(lambda: status(kube).get("desiredReplicas") == 3)
     # The new pods are still to come (kmock has no controllers): warming credit, no
@@ -159,7 +160,8 @@ async def test_stale_metrics_hold_with_a_warning_and_a_condition(
         )
     )
     assert cond["status"] == "False"
-    assert "holding 1" in cond["message"] and "connection refused" in cond["message"], cond
+    assert "holding 1" in cond["message"], cond
+    assert "connection refused" in cond["message"], cond
     await eventually(lambda: "MetricsStale" in reasons(kube))
     warning = [e for e in events(kube, NAMESPACE, NAME) if e["reason"] == "MetricsStale"]
     assert warning[0]["type"] == "Warning"
@@ -192,4 +194,5 @@ async def test_manual_scale_is_honoured_until_a_decision_changes_size(
     # From the manual 2 (1 pod serves: kmock has no controller to start the second).
     await eventually(lambda: (desired(kube) or 0) > 2)
     last = await eventually(lambda: status(kube).get("lastScale"))
-    assert last["from"] == 2 and last["to"] == desired(kube), last
+    assert last["from"] == 2, last
+    assert last["to"] == desired(kube), last

@@ -154,18 +154,25 @@ class PoolLoop:
 @dataclass
 class Autoscaler:
     options: AutoscalerOptions
-    metrics: AutoscalerMetrics
     pools: dict[PoolKey, PoolLoop] = field(default_factory=dict)
+    _metrics: AutoscalerMetrics | None = None
+
+    def metrics(self, runtime: Any) -> AutoscalerMetrics:
+        """``preheat_autoscaler_*`` in the operator's registry (made once)."""
+        if self._metrics is None:
+            self._metrics = AutoscalerMetrics(runtime.metrics.registry)
+        return self._metrics
 
 
 @kopf.on.startup()
 async def autoscaler_startup(memo: kopf.Memo, **_: Any) -> None:
-    """Registered after ``handlers.startup`` (imported at its end): ``memo.runtime`` exists."""
+    """The shared :class:`Autoscaler` (its metrics are made on first use: kopf may run this
+    before ``handlers.startup`` has made ``memo.runtime``)."""
     if getattr(memo, "autoscaler", None) is None:
         options = (
             getattr(memo, "autoscaler_options", None) or _configured or AutoscalerOptions.from_env()
         )
-        memo.autoscaler = Autoscaler(options, AutoscalerMetrics(memo.runtime.metrics.registry))
+        memo.autoscaler = Autoscaler(options)
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
@@ -197,7 +204,7 @@ async def autoscale(
             await stopped.wait(auto.options.interval_s)
     finally:
         auto.pools.pop(key, None)
-        auto.metrics.forget_pool(*key)
+        auto.metrics(memo.runtime).forget_pool(*key)
         if loop.source is not None:
             await asyncio.shield(loop.source.close())
 
@@ -336,7 +343,7 @@ async def evaluate(
     decision, loop.state = decide(ctx)
     loop.decided = decision.active
     stale = decision.cause is Cause.STALE
-    auto.metrics.observe(
+    auto.metrics(runtime).observe(
         namespace,
         name,
         desired=decision.active,
