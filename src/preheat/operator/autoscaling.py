@@ -155,6 +155,7 @@ class PoolLoop:
 class Autoscaler:
     options: AutoscalerOptions
     pools: dict[PoolKey, PoolLoop] = field(default_factory=dict)
+    closing: bool = False  # the operator is stopping (its API client may be closed)
     _metrics: AutoscalerMetrics | None = None
 
     def metrics(self, runtime: Any) -> AutoscalerMetrics:
@@ -173,6 +174,14 @@ async def autoscaler_startup(memo: kopf.Memo, **_: Any) -> None:
             getattr(memo, "autoscaler_options", None) or _configured or AutoscalerOptions.from_env()
         )
         memo.autoscaler = Autoscaler(options)
+
+
+@kopf.on.cleanup()
+async def autoscaler_cleanup(memo: kopf.Memo, **_: Any) -> None:
+    """Loops stop before their next API call (``handlers.cleanup`` closes the client)."""
+    auto: Autoscaler | None = getattr(memo, "autoscaler", None)
+    if auto is not None:
+        auto.closing = True
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
@@ -194,14 +203,20 @@ async def autoscale(
 
     loop = auto.pools.setdefault(key, PoolLoop())
     try:
-        while not stopped:
+        while not stopped and not auto.closing:
             try:
                 await evaluate(memo.runtime, auto, body, pods, loop)
             except (kopf.TemporaryError, kopf.PermanentError) as e:
+                if auto.closing:
+                    break
                 log.warning("autoscaler_write_failed pool=%s/%s error=%s", *key, e)
             except Exception:
+                if auto.closing:
+                    break
                 log.exception("autoscaler_evaluation_failed pool=%s/%s", *key)
-            await stopped.wait(auto.options.interval_s)
+            deadline = time.monotonic() + auto.options.interval_s
+            while not stopped and not auto.closing and time.monotonic() < deadline:
+                await stopped.wait(min(1.0, max(0.0, deadline - time.monotonic())))
     finally:
         auto.pools.pop(key, None)
         auto.metrics(memo.runtime).forget_pool(*key)
