@@ -214,9 +214,12 @@ async def autoscale(
                 if auto.closing:
                     break
                 log.exception("autoscaler_evaluation_failed pool=%s/%s", *key)
+            # Short sleeps that look at ``stopped`` (kopf waits for a deleted pool's daemon
+            # to exit), not ``await stopped.wait(n)``, whose timeout leaks TimeoutErrors
+            # into kopf's shutdown.
             deadline = time.monotonic() + auto.options.interval_s
-            while not stopped and not auto.closing and time.monotonic() < deadline:
-                await stopped.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+            while not stopped and not auto.closing and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
     finally:
         auto.pools.pop(key, None)
         auto.metrics(memo.runtime).forget_pool(*key)
