@@ -196,3 +196,20 @@ async def test_manual_scale_is_honoured_until_a_decision_changes_size(
     last = await eventually(lambda: status(kube).get("lastScale"))
     assert last["from"] == 2, last
     assert last["to"] == desired(kube), last
+
+
+def test_prometheus_options_from_the_environment_fill_the_pool_in() -> None:
+    from preheat.autoscaler.prometheus import PrometheusSource
+    from preheat.operator.autoscaling import AutoscalerOptions, PoolTarget
+
+    options = AutoscalerOptions.from_env(
+        {
+            "PREHEAT_PROMETHEUS_URL": "http://prometheus:9090",
+            "PREHEAT_PROMETHEUS_ROUTER_SELECTOR": 'job="preheat-router",pool="{pool}"',
+        }
+    )
+    source = options.source_for(PoolTarget("serving", "llama", lambda: ()))
+    assert isinstance(source, PrometheusSource)
+    assert source.selector == 'namespace="serving",service="llama-workers"'
+    assert source.router_selector == 'job="preheat-router",pool="llama"'
+    assert AutoscalerOptions.from_env({}).prometheus_router_selector == ""

@@ -21,7 +21,9 @@ A manual ``kubectl scale`` (a ``spec.replicas.desired`` we did not write) is the
 policy starts from: it stands until a decision changes the size (see the README).
 
 Options (:class:`AutoscalerOptions`) come from the environment (``PREHEAT_PROMETHEUS_URL``,
-``PREHEAT_PROMETHEUS_SELECTOR``, ``PREHEAT_AUTOSCALER_INTERVAL_S``), or from
+``PREHEAT_PROMETHEUS_SELECTOR``, ``PREHEAT_PROMETHEUS_ROUTER_SELECTOR`` (the routers'
+``preheat_router_queue_depth`` series: requests they hold wake a pool at zero replicas),
+``PREHEAT_AUTOSCALER_INTERVAL_S``), or from
 ``memo.autoscaler_options`` when whoever builds the memo sets it, or from :func:`configure`
 (the injection point for tests: a ``source_factory`` returning a fake source).
 """
@@ -66,6 +68,7 @@ PoolKey = tuple[str, str]  # (namespace, name)
 
 ENV_PROMETHEUS_URL = "PREHEAT_PROMETHEUS_URL"
 ENV_PROMETHEUS_SELECTOR = "PREHEAT_PROMETHEUS_SELECTOR"
+ENV_PROMETHEUS_ROUTER_SELECTOR = "PREHEAT_PROMETHEUS_ROUTER_SELECTOR"
 ENV_INTERVAL_S = "PREHEAT_AUTOSCALER_INTERVAL_S"
 DEFAULT_SELECTOR = 'namespace="{namespace}",service="{pool}-workers"'
 CONDITION = "Autoscaling"
@@ -105,6 +108,9 @@ class AutoscalerOptions:
     interval_s: float = 15.0
     prometheus_url: str = ""  # "": direct scrape of the workers
     prometheus_selector: str = DEFAULT_SELECTOR  # {namespace} and {pool} are filled in
+    # the routers' queue-depth series for this pool ({namespace}, {pool} filled in); "": none,
+    # and then a pool at zero replicas cannot be woken from Prometheus
+    prometheus_router_selector: str = ""
     tuning: PolicyTuning = field(default_factory=PolicyTuning)
     source_factory: SourceFactory | None = None  # overrides both (tests, ``preheat up``)
     clock: Callable[[], float] = time.monotonic  # the policy's and the sources' clock
@@ -116,6 +122,7 @@ class AutoscalerOptions:
             interval_s=float(env.get(ENV_INTERVAL_S) or 15.0),
             prometheus_url=env.get(ENV_PROMETHEUS_URL, ""),
             prometheus_selector=env.get(ENV_PROMETHEUS_SELECTOR) or DEFAULT_SELECTOR,
+            prometheus_router_selector=env.get(ENV_PROMETHEUS_ROUTER_SELECTOR, ""),
         )
 
     def source_for(self, target: PoolTarget) -> MetricSource:
@@ -123,9 +130,14 @@ class AutoscalerOptions:
             return self.source_factory(target)
         stale = self.tuning.stale_after_s
         if self.prometheus_url:
-            selector = self.prometheus_selector.format(namespace=target.namespace, pool=target.name)
+            fill = {"namespace": target.namespace, "pool": target.name}
+            routers = self.prometheus_router_selector.format(**fill)
             return PrometheusSource(
-                self.prometheus_url, selector=selector, clock=self.clock, stale_after_s=stale
+                self.prometheus_url,
+                selector=self.prometheus_selector.format(**fill),
+                router_selector=routers or None,
+                clock=self.clock,
+                stale_after_s=stale,
             )
         return DirectScrapeSource(target.targets, clock=self.clock, stale_after_s=stale)
 
