@@ -1,74 +1,61 @@
-"""The ``preheat`` command: one entry point, a subcommand per deployable or tool."""
+"""The ``preheat`` command: one entry point, a subcommand per deployable or tool.
+
+Each subcommand is a module with ``add_arguments(parser)`` and ``run(args) -> int``; it is
+imported only when the parser is built, so ``preheat worker`` never imports kopf.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 
 Handler = Callable[[argparse.Namespace], int]
 
-
-def _worker(parser: argparse.ArgumentParser) -> Handler:
-    from preheat.worker.main import add_arguments, run
-
-    add_arguments(parser)
-    return run
-
-
-def _router(parser: argparse.ArgumentParser) -> Handler:
-    from preheat.router.main import add_arguments, run
-
-    add_arguments(parser)
-    return run
-
-
-def _operator(parser: argparse.ArgumentParser) -> Handler:
-    from preheat.operator.main import add_arguments, run
-
-    add_arguments(parser)
-    return run
-
-
-def _bench(parser: argparse.ArgumentParser) -> Handler:
-    from preheat.bench.main import add_arguments, run
-
-    add_arguments(parser)
-    return run
-
-
-def _demo(parser: argparse.ArgumentParser) -> Handler:
-    from preheat.bench.demo import add_arguments, run
-
-    add_arguments(parser)
-    return run
-
-
-_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = {
-    "worker": ("run one worker (gRPC + /metrics) around a sim or vLLM engine", _worker),
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "worker": (
+        "run one worker (gRPC + /metrics) around a sim or vLLM engine",
+        "preheat.worker.main",
+    ),
     "router": (
         "route requests to the worker predicted to give the earliest first token "
         "(gRPC proxy, lookaside Pick, OpenAI-compatible HTTP)",
-        _router,
+        "preheat.router.main",
     ),
-    "operator": ("reconcile InferencePool resources into warm worker pods (kopf)", _operator),
-    "bench": ("benchmarks (not tests): `preheat bench worker|router`", _bench),
-    "demo": ("start a sim worker and stream a few requests, printing TTFT/ITL", _demo),
+    "operator": (
+        "reconcile InferencePool resources into warm worker pods (kopf)",
+        "preheat.operator.main",
+    ),
+    "bench": ("benchmarks (not tests): `preheat bench worker|router`", "preheat.bench.main"),
+    "demo": (
+        "start a sim worker and stream a few requests, printing TTFT/ITL",
+        "preheat.bench.demo",
+    ),
 }
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
+def build_parser(
+    only: str | None = None,
+) -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
+    """The parser; with ``only``, just that subcommand's module is imported."""
     parser = argparse.ArgumentParser(prog="preheat", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     handlers: dict[str, Handler] = {}
-    for name, (help_text, setup) in _COMMANDS.items():
-        handlers[name] = setup(sub.add_parser(name, help=help_text, description=help_text))
+    for name, (help_text, module_name) in _COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if only is None or only == name:
+            module = importlib.import_module(module_name)
+            module.add_arguments(p)
+            handlers[name] = module.run
     return parser, handlers
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser, handlers = build_parser()
-    args = parser.parse_args(argv)
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    wanted = args_in[0] if args_in and args_in[0] in _COMMANDS else None
+    parser, handlers = build_parser(wanted)
+    args = parser.parse_args(args_in)
     return handlers[args.command](args)
 
 
