@@ -16,6 +16,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from preheat.core.lifecycle import WARM_STATES
+from preheat.httpserve import serve
 
 if TYPE_CHECKING:
     from preheat.worker.server import WorkerServer
@@ -60,12 +61,4 @@ def build_app(worker: WorkerServer) -> web.Application:
 async def start_http(worker: WorkerServer, host: str, port: int) -> tuple[web.AppRunner, int]:
     """Starts the app on ``host:port`` (0: ephemeral); returns the runner and the bound port."""
     runner = web.AppRunner(build_app(worker), access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound = port
-    for addr in runner.addresses:
-        if isinstance(addr, tuple) and len(addr) >= 2:
-            bound = int(addr[1])
-            break
-    return runner, bound
+    return runner, await serve(runner, host, port)

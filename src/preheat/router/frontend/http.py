@@ -27,6 +27,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from preheat.core.errors import ErrorCode, PreheatError, http_status
+from preheat.httpserve import serve
 from preheat.logs import fields, request_context
 from preheat.proto.preheat.v1 import inference_pb2
 from preheat.router.frontend.coalesce import CoalesceConfig, coalesce
@@ -374,12 +375,4 @@ async def start_http(frontend: HttpFrontend, host: str, port: int) -> tuple[web.
     runner = web.AppRunner(
         build_app(frontend), access_log=None, handle_signals=False, handler_cancellation=True
     )
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound = port
-    for addr in runner.addresses:
-        if isinstance(addr, tuple) and len(addr) >= 2:
-            bound = int(addr[1])
-            break
-    return runner, bound
+    return runner, await serve(runner, host, port)
