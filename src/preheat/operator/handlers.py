@@ -155,7 +155,12 @@ async def pool_changed(
     memo: Any,
     **kwargs: Any,
 ) -> None:
-    index = kwargs["pods_index"]
+    await _reconcile_pool(namespace, name, body, memo, kwargs["pods_index"])
+
+
+async def _reconcile_pool(
+    namespace: str | None, name: str, body: kopf.Body, memo: Any, index: Any
+) -> None:
     pods = lambda: _pods(index, namespace, name)  # noqa: E731  (read under the pool's lock)
     await reconcile(memo.runtime, _plain(body), pods, children=True)
 
@@ -168,9 +173,8 @@ async def pool_resync(
     memo: Any,
     **kwargs: Any,
 ) -> None:
-    index = kwargs["pods_index"]
-    pods = lambda: _pods(index, namespace, name)  # noqa: E731  (read under the pool's lock)
-    await reconcile(memo.runtime, _plain(body), pods, children=True)
+    """The same level-based reconcile as :func:`pool_changed`, on a timer."""
+    await _reconcile_pool(namespace, name, body, memo, kwargs["pods_index"])
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
