@@ -1,0 +1,244 @@
+"""The run record: one folder per run, the contract between the things that produce runs
+(`preheat load` against a live pool, `preheat up`'s runtime, `preheat simulate`) and the
+one thing that reads them (`preheat report`).
+
+A run folder holds:
+
+- ``meta.json``: :class:`RunMeta` (what ran, against what, live or simulated, objectives).
+- ``requests.jsonl``: one :class:`RequestOutcome` per request sent, whatever its outcome.
+- ``events.jsonl``: :class:`ScaleEvent` lines (scaling decisions with their reasons, worker
+  starts, promotions, crashes, restarts).
+- ``replicas.jsonl``: :class:`ReplicaSample` lines (replicas by state over time).
+
+Times are seconds since the run started (``t_s``), on the producer's clock: the wall clock for
+a live run, the virtual clock for a simulated one. Latencies are milliseconds. Every line is a
+JSON object; unknown keys are ignored on reading, so producers may add fields.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, TextIO, TypeVar
+
+Outcome = Literal["ok", "rejected", "error"]
+OUTCOMES: tuple[Outcome, ...] = ("ok", "rejected", "error")
+
+META_FILE = "meta.json"
+REQUESTS_FILE = "requests.jsonl"
+EVENTS_FILE = "events.jsonl"
+REPLICAS_FILE = "replicas.jsonl"
+
+
+@dataclass
+class RunMeta:
+    """What ran. ``simulated`` marks a report as coming from ``preheat simulate``."""
+
+    name: str
+    simulated: bool = False
+    started_at: str = ""  # ISO 8601 wall-clock time the run started (informational)
+    duration_s: float = 0.0
+    pool: str = ""  # pool name (or the pool file)
+    trace: str = ""  # trace file and the options it was replayed with
+    target: str = ""  # router address, or "simulated"
+    ttft_objective_ms: float = 0.0  # 0 = no objective
+    e2e_objective_ms: float = 0.0
+    command: str = ""  # the command line that produced the run
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RequestOutcome:
+    """One request as its client saw it.
+
+    ``outcome`` is ``ok`` (finished), ``rejected`` (admission said no: 429 / RESOURCE_EXHAUSTED)
+    or ``error`` (anything else, with ``error`` saying what). ``stages_ms`` breaks TTFT down
+    as the server reported it (e.g. ``queue``, ``prefill``, ``route``, ``network``).
+    """
+
+    request_id: str
+    t_s: float  # when it was sent
+    outcome: Outcome
+    ttft_ms: float = 0.0
+    e2e_ms: float = 0.0
+    itl_ms: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    session_id: str = ""
+    endpoint: str = ""  # the pod/worker that served it, where known
+    region: str = ""  # the client's region, where the run has several
+    error: str = ""
+    stages_ms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ScaleEvent:
+    """Something the control plane did, and why (``kind``: scale_up, scale_down, promote,
+    demote, start, ready, drain, stop, crash, restart)."""
+
+    t_s: float
+    kind: str
+    reason: str = ""
+    pool: str = ""
+    worker: str = ""
+    from_replicas: int = 0
+    to_replicas: int = 0
+
+
+@dataclass
+class ReplicaSample:
+    """Replicas by state at ``t_s`` (each worker counted once)."""
+
+    t_s: float
+    active: int = 0
+    standby: int = 0
+    starting: int = 0
+    draining: int = 0
+
+
+@dataclass
+class Run:
+    """A whole run, read back."""
+
+    meta: RunMeta
+    requests: list[RequestOutcome]
+    events: list[ScaleEvent]
+    replicas: list[ReplicaSample]
+
+
+T = TypeVar("T")
+
+
+def _from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _dump(obj: object) -> str:
+    return json.dumps(asdict(obj), separators=(",", ":"))  # type: ignore[call-overload]
+
+
+class RunWriter:
+    """Appends a run's lines as they happen (a live run may be cut short: what was written
+    stays readable). Use as a context manager, or call :meth:`close`."""
+
+    def __init__(self, folder: Path | str, meta: RunMeta) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.meta = meta
+        self.write_meta()
+        self._files: dict[str, TextIO] = {
+            name: (self.folder / name).open("w", encoding="utf-8")
+            for name in (REQUESTS_FILE, EVENTS_FILE, REPLICAS_FILE)
+        }
+
+    def write_meta(self) -> None:
+        """(Re)writes meta.json, e.g. with the final duration."""
+        (self.folder / META_FILE).write_text(
+            json.dumps(asdict(self.meta), indent=2) + "\n", encoding="utf-8"
+        )
+
+    def request(self, outcome: RequestOutcome) -> None:
+        self._files[REQUESTS_FILE].write(_dump(outcome) + "\n")
+
+    def event(self, event: ScaleEvent) -> None:
+        self._files[EVENTS_FILE].write(_dump(event) + "\n")
+
+    def replicas(self, sample: ReplicaSample) -> None:
+        self._files[REPLICAS_FILE].write(_dump(sample) + "\n")
+
+    def flush(self) -> None:
+        for f in self._files.values():
+            f.flush()
+
+    def close(self) -> None:
+        self.write_meta()
+        for f in self._files.values():
+            f.close()
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_run(folder: Path | str, run: Run) -> None:
+    """Writes a whole run at once (the simulator's way)."""
+    with RunWriter(folder, run.meta) as w:
+        for r in run.requests:
+            w.request(r)
+        for e in run.events:
+            w.event(e)
+        for s in run.replicas:
+            w.replicas(s)
+
+
+class RunFormatError(ValueError):
+    """A run folder that cannot be read, saying which file and line."""
+
+
+def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    if not path.exists():
+        return
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as err:
+                # A live run killed mid-write leaves a partial last line: tolerate only that.
+                rest = f.read()
+                if rest.strip():
+                    raise RunFormatError(f"{path}:{n}: not JSON ({err.msg})") from None
+                return
+            if not isinstance(data, dict):
+                raise RunFormatError(f"{path}:{n}: expected a JSON object")
+            yield n, data
+
+
+def _read(path: Path, cls: type[T]) -> list[T]:
+    out: list[T] = []
+    for n, data in _lines(path):
+        try:
+            out.append(_from_dict(cls, data))
+        except TypeError as err:
+            raise RunFormatError(f"{path}:{n}: {err}") from None
+    return out
+
+
+def read_run(folder: Path | str) -> Run:
+    """Reads a run folder; raises :class:`RunFormatError` with the file and line at fault."""
+    root = Path(folder)
+    meta_path = root / META_FILE
+    if not meta_path.exists():
+        raise RunFormatError(f"{root}: not a run folder (no {META_FILE})")
+    try:
+        meta = _from_dict(RunMeta, json.loads(meta_path.read_text(encoding="utf-8")))
+    except (json.JSONDecodeError, TypeError) as err:
+        raise RunFormatError(f"{meta_path}: {err}") from None
+    requests = _read(root / REQUESTS_FILE, RequestOutcome)
+    for r in requests:
+        if r.outcome not in OUTCOMES:
+            raise RunFormatError(
+                f"{root / REQUESTS_FILE}: request {r.request_id}: outcome {r.outcome!r} "
+                f"is not one of {', '.join(OUTCOMES)}"
+            )
+    return Run(
+        meta=meta,
+        requests=requests,
+        events=_read(root / EVENTS_FILE, ScaleEvent),
+        replicas=_read(root / REPLICAS_FILE, ReplicaSample),
+    )
+
+
+def count_outcomes(requests: Iterable[RequestOutcome]) -> dict[Outcome, int]:
+    """Requests by outcome (every outcome present, zero where none)."""
+    counts: dict[Outcome, int] = dict.fromkeys(OUTCOMES, 0)
+    for r in requests:
+        counts[r.outcome] += 1
+    return counts
