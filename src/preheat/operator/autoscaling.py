@@ -42,6 +42,7 @@ from typing import Any
 import kopf
 
 from preheat.api.pool import PoolSpecError, to_config
+from preheat.autoscaler.describe import describe_signals, signal_label, signals_seen
 from preheat.autoscaler.prometheus import PrometheusSource
 from preheat.autoscaler.scrape import DirectScrapeSource
 from preheat.autoscaler.source import MetricSource, SignalQuery
@@ -53,10 +54,9 @@ from preheat.core.autoscaling import (
     PolicyState,
     PolicyTuning,
     ReplicaCounts,
-    Signals,
     decide,
 )
-from preheat.core.pool import AutoscalingConfig, Objective, PoolConfig
+from preheat.core.pool import AutoscalingConfig, PoolConfig
 from preheat.core.reconcile import GROUP, HTTP_PORT, PLURAL, VERSION
 from preheat.operator.kube import POOLS
 from preheat.operator.metrics import AutoscalerMetrics
@@ -263,35 +263,6 @@ def ready_targets(pods: Sequence[Mapping[str, Any]]) -> list[str]:
     return sorted(out)
 
 
-def signal_label(objective: Objective) -> str:
-    """``ttft_p95``, ``queueDepth``: the ``signal`` label of the autoscaler's metrics."""
-    s = objective.signal
-    return f"{s.value}_p{objective.percentile:g}" if s.is_latency else s.value
-
-
-def signals_seen(
-    config: AutoscalingConfig, signals: Signals
-) -> dict[str, tuple[float | None, float]]:
-    out: dict[str, tuple[float | None, float]] = {}
-    for obj in config.objectives:
-        sv = signals.find(obj)
-        value = None if sv is None or sv.stale else sv.value
-        out[signal_label(obj)] = (value, obj.target)
-    return out
-
-
-def _shown(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.0f}" if abs(value) >= 10 else f"{value:.2f}"
-
-
-def describe_signals(config: AutoscalingConfig, signals: Signals) -> str:
-    """``ttft_p95 612/400, queueDepth 3/4`` (observed/target; ``-``: none)."""
-    seen = signals_seen(config, signals)
-    return ", ".join(f"{k} {_shown(v)}/{t:g}" for k, (v, t) in seen.items())
-
-
 def condition_for(decision: Decision, config: AutoscalingConfig, active: int) -> dict[str, str]:
     stale = decision.cause is Cause.STALE
     message = (
@@ -473,6 +444,9 @@ __all__ = [
     "PoolTarget",
     "SourceFactory",
     "configure",
+    "describe_signals",
     "evaluate",
     "ready_targets",
+    "signal_label",
+    "signals_seen",
 ]

@@ -1,0 +1,42 @@
+"""How the autoscaler's signals read to a person: ``ttft_p95 612/400, queueDepth 3/4``.
+
+Shared by the operator (the ``Autoscaling`` condition, its metrics' ``signal`` label) and
+``preheat up`` (the live view, the run's events). Pure.
+"""
+
+from __future__ import annotations
+
+from preheat.core.autoscaling import Signals
+from preheat.core.pool import AutoscalingConfig, Objective
+
+__all__ = ["describe_signals", "signal_label", "signals_seen"]
+
+
+def signal_label(objective: Objective) -> str:
+    """``ttft_p95``, ``queueDepth``: the ``signal`` label of the autoscaler's metrics."""
+    s = objective.signal
+    return f"{s.value}_p{objective.percentile:g}" if s.is_latency else s.value
+
+
+def signals_seen(
+    config: AutoscalingConfig, signals: Signals
+) -> dict[str, tuple[float | None, float]]:
+    """``{label: (observed or None, target)}`` per objective."""
+    out: dict[str, tuple[float | None, float]] = {}
+    for obj in config.objectives:
+        sv = signals.find(obj)
+        value = None if sv is None or sv.stale else sv.value
+        out[signal_label(obj)] = (value, obj.target)
+    return out
+
+
+def _shown(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
+def describe_signals(config: AutoscalingConfig, signals: Signals) -> str:
+    """``ttft_p95 612/400, queueDepth 3/4`` (observed/target; ``-``: none)."""
+    seen = signals_seen(config, signals)
+    return ", ".join(f"{k} {_shown(v)}/{t:g}" for k, (v, t) in seen.items())
