@@ -13,6 +13,13 @@ A run folder holds:
 Times are seconds since the run started (``t_s``), on the producer's clock: the wall clock for
 a live run, the virtual clock for a simulated one. Latencies are milliseconds. Every line is a
 JSON object; unknown keys are ignored on reading, so producers may add fields.
+
+Two live producers may share one folder (``preheat up --out RUN`` writes the events and
+replicas, ``preheat load --out RUN`` the requests): each opens only its own files
+(``RunWriter(..., parts=...)``), and the one that joins an existing folder reads its
+``meta.json`` (:func:`read_meta`) and keeps its ``t0_unix`` (the wall-clock second that
+``t_s = 0`` stands for) so that both files share one time axis; :func:`update_meta` changes
+some fields of ``meta.json`` without dropping what the other producer wrote.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ class RunMeta:
     e2e_objective_ms: float = 0.0
     command: str = ""  # the command line that produced the run
     extra: dict[str, Any] = field(default_factory=dict)
+    t0_unix: float = 0.0  # wall-clock time (time.time()) of t_s = 0; 0 = not recorded
 
 
 @dataclass
@@ -121,18 +129,30 @@ def _dump(obj: object) -> str:
     return json.dumps(asdict(obj), separators=(",", ":"))  # type: ignore[call-overload]
 
 
+RUN_FILES = (REQUESTS_FILE, EVENTS_FILE, REPLICAS_FILE)
+
+
 class RunWriter:
     """Appends a run's lines as they happen (a live run may be cut short: what was written
-    stays readable). Use as a context manager, or call :meth:`close`."""
+    stays readable). Use as a context manager, or call :meth:`close`.
 
-    def __init__(self, folder: Path | str, meta: RunMeta) -> None:
+    ``parts``: the line files this writer owns (truncated at start); the others are left
+    alone, for another producer writing into the same folder. Writing a line of a file it
+    does not own is a ``KeyError``.
+    """
+
+    def __init__(
+        self, folder: Path | str, meta: RunMeta, *, parts: tuple[str, ...] = RUN_FILES
+    ) -> None:
+        unknown = set(parts) - set(RUN_FILES)
+        if unknown:
+            raise ValueError(f"unknown run files {sorted(unknown)}; one of {RUN_FILES}")
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.meta = meta
         self.write_meta()
         self._files: dict[str, TextIO] = {
-            name: (self.folder / name).open("w", encoding="utf-8")
-            for name in (REQUESTS_FILE, EVENTS_FILE, REPLICAS_FILE)
+            name: (self.folder / name).open("w", encoding="utf-8") for name in parts
         }
 
     def write_meta(self) -> None:
@@ -164,6 +184,33 @@ class RunWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def read_meta(folder: Path | str) -> RunMeta | None:
+    """The folder's ``meta.json``, or None when there is none (or it cannot be read)."""
+    path = Path(folder) / META_FILE
+    try:
+        return _from_dict(RunMeta, json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, json.JSONDecodeError, TypeError):
+        return None
+
+
+def update_meta(folder: Path | str, **changes: Any) -> RunMeta:
+    """Sets some fields of ``meta.json`` (``extra`` is merged), keeping the others."""
+    root = Path(folder)
+    meta = read_meta(root) or RunMeta(name=root.name)
+    extra = changes.pop("extra", None)
+    for key, value in changes.items():
+        if not hasattr(meta, key):
+            raise TypeError(f"RunMeta has no field {key!r}")
+        setattr(meta, key, value)
+    if extra:
+        meta.extra = {**meta.extra, **extra}
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / (META_FILE + ".tmp")
+    tmp.write_text(json.dumps(asdict(meta), indent=2) + "\n", encoding="utf-8")
+    tmp.replace(root / META_FILE)
+    return meta
 
 
 def write_run(folder: Path | str, run: Run) -> None:
