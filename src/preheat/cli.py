@@ -32,6 +32,11 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "start a sim worker and stream a few requests, printing TTFT/ITL",
         "preheat.bench.demo",
     ),
+    "report": (
+        "print a run's figures (TTFT/ITL/e2e percentiles, SLO attainment, cache hits, "
+        "replica-seconds) and write its plots",
+        "preheat.report.main",
+    ),
 }
 
 

@@ -120,9 +120,44 @@ class Run:
 T = TypeVar("T")
 
 
+def _type_ok(annotation: str, value: object) -> bool:
+    """Whether a JSON value fits a field's (string) annotation; ints pass for floats."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if annotation == "float":
+        return number
+    if annotation == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation in ("str", "Outcome"):
+        return isinstance(value, str)
+    if annotation == "bool":
+        return isinstance(value, bool)
+    if annotation == "list[float]":
+        return isinstance(value, list) and all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in value
+        )
+    if annotation == "dict[str, float]":
+        return isinstance(value, dict) and all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()
+        )
+    if annotation.startswith("dict["):
+        return isinstance(value, dict)
+    return True
+
+
 def _from_dict(cls: type[T], data: dict[str, Any]) -> T:
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    return cls(**{k: v for k, v in data.items() if k in names})
+    """Builds ``cls`` from a JSON object, ignoring unknown keys; a known key with a value of
+    the wrong type raises TypeError naming it."""
+    if not isinstance(data, dict):
+        raise TypeError(f"expected a JSON object, got {type(data).__name__}")
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        if not _type_ok(str(f.type), value):
+            raise TypeError(f"field {f.name!r} must be {f.type}, got {value!r}")
+        kwargs[f.name] = value
+    return cls(**kwargs)
 
 
 def _dump(obj: object) -> str:

@@ -1,0 +1,182 @@
+"""The figures of a run: :func:`summarize` turns a :class:`~preheat.report.record.Run` into a
+:class:`RunSummary` (pure, no I/O), which the report table, the simulator's sweep table and
+tests read.
+
+Definitions (what the report's columns mean):
+
+- **Latency percentiles** (p50/p95/p99) are sample quantiles (linear interpolation between
+  closest ranks, :func:`preheat.core.percentiles.sample_quantile`) over the requests that
+  finished (``ok``): TTFT and end-to-end one value per request; ITL pools every inter-token
+  gap of every ok request.
+- **SLO attainment** is the share of *all* requests that finished within the objective:
+  a rejected or failed request counts as a miss. ``None`` when the run has no objective.
+  ``slo_attainment`` asks for both objectives that are set.
+- **Cache hit rate** is the sum of cached prompt tokens over the sum of prompt tokens (ok
+  requests; the others have no usage).
+- **Replica-seconds** by state integrate ``replicas.jsonl`` as a step function: each sample
+  holds until the next one, the last one until the end of the run (``meta.duration_s``
+  when it is later than the last sample, else the last sample ends it).
+- **Scaling events** are events of kind ``scale_up`` and ``scale_down``; every kind is also
+  counted in ``events_by_kind``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from preheat.core.percentiles import sample_quantile
+from preheat.report.record import ReplicaSample, RequestOutcome, Run, count_outcomes
+
+REPLICA_STATES: tuple[str, ...] = ("active", "standby", "starting", "draining")
+SCALING_KINDS: tuple[str, ...] = ("scale_up", "scale_down")
+
+
+@dataclass(frozen=True)
+class Quantiles:
+    """p50/p95/p99 of ``count`` samples; all three ``None`` when there are none."""
+
+    count: int = 0
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    mean: float | None = None
+
+    @classmethod
+    def of(cls, samples: Sequence[float]) -> Quantiles:
+        if not samples:
+            return cls()
+        return cls(
+            count=len(samples),
+            p50=sample_quantile(0.50, samples),
+            p95=sample_quantile(0.95, samples),
+            p99=sample_quantile(0.99, samples),
+            mean=sum(samples) / len(samples),
+        )
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """Everything the report prints about one run."""
+
+    name: str
+    simulated: bool
+    target: str
+    duration_s: float
+    requests: int
+    ok: int
+    rejected: int
+    error: int
+    ttft_ms: Quantiles
+    itl_ms: Quantiles
+    e2e_ms: Quantiles
+    ttft_objective_ms: float
+    e2e_objective_ms: float
+    ttft_attainment: float | None
+    e2e_attainment: float | None
+    slo_attainment: float | None
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    cache_hit_rate: float | None
+    output_tokens_per_s: float | None
+    replica_seconds: dict[str, float] = field(default_factory=dict)
+    peak_replicas: int = 0
+    scaling_events: int = 0
+    events_by_kind: dict[str, int] = field(default_factory=dict)
+    errors_by_message: dict[str, int] = field(default_factory=dict)
+
+
+def run_end_s(run: Run) -> float:
+    """The run's length: ``meta.duration_s`` if set, else the last thing that happened."""
+    if run.meta.duration_s > 0:
+        return run.meta.duration_s
+    ends = [r.t_s + r.e2e_ms / 1e3 for r in run.requests]
+    ends += [e.t_s for e in run.events]
+    ends += [s.t_s for s in run.replicas]
+    return max(ends, default=0.0)
+
+
+def replica_seconds(samples: Sequence[ReplicaSample], end_s: float) -> dict[str, float]:
+    """Replica-seconds per state, each sample holding until the next (the last one until
+    ``end_s`` when that is later). Samples are taken in time order."""
+    out = dict.fromkeys(REPLICA_STATES, 0.0)
+    ordered = sorted(samples, key=lambda s: s.t_s)
+    for i, s in enumerate(ordered):
+        until = ordered[i + 1].t_s if i + 1 < len(ordered) else max(end_s, s.t_s)
+        span = until - s.t_s
+        for state in REPLICA_STATES:
+            out[state] += span * getattr(s, state)
+    return out
+
+
+def _attainment(requests: Sequence[RequestOutcome], ok_within: int) -> float | None:
+    return ok_within / len(requests) if requests else None
+
+
+def _short_error(message: str) -> str:
+    head = message.split(":", 1)[0].strip()
+    return head[:60] or "unknown"
+
+
+def summarize(run: Run) -> RunSummary:
+    """The figures of ``run`` (see the module docstring for each definition)."""
+    reqs = run.requests
+    counts = count_outcomes(reqs)
+    ok = [r for r in reqs if r.outcome == "ok"]
+    ttft = [r.ttft_ms for r in ok]
+    e2e = [r.e2e_ms for r in ok]
+    itl = [gap for r in ok for gap in r.itl_ms]
+    meta = run.meta
+    ttft_obj, e2e_obj = meta.ttft_objective_ms, meta.e2e_objective_ms
+
+    ttft_att = (
+        _attainment(reqs, sum(1 for r in ok if r.ttft_ms <= ttft_obj)) if ttft_obj > 0 else None
+    )
+    e2e_att = _attainment(reqs, sum(1 for r in ok if r.e2e_ms <= e2e_obj)) if e2e_obj > 0 else None
+    slo_att: float | None = None
+    if ttft_obj > 0 or e2e_obj > 0:
+        both = sum(
+            1
+            for r in ok
+            if (ttft_obj <= 0 or r.ttft_ms <= ttft_obj) and (e2e_obj <= 0 or r.e2e_ms <= e2e_obj)
+        )
+        slo_att = _attainment(reqs, both)
+
+    prompt = sum(r.prompt_tokens for r in ok)
+    cached = sum(r.cached_tokens for r in ok)
+    output = sum(r.output_tokens for r in ok)
+    end = run_end_s(run)
+    kinds = Counter(e.kind for e in run.events)
+    errors = Counter(_short_error(r.error) for r in reqs if r.outcome == "error")
+    return RunSummary(
+        name=meta.name,
+        simulated=meta.simulated,
+        target=meta.target,
+        duration_s=end,
+        requests=len(reqs),
+        ok=counts["ok"],
+        rejected=counts["rejected"],
+        error=counts["error"],
+        ttft_ms=Quantiles.of(ttft),
+        itl_ms=Quantiles.of(itl),
+        e2e_ms=Quantiles.of(e2e),
+        ttft_objective_ms=ttft_obj,
+        e2e_objective_ms=e2e_obj,
+        ttft_attainment=ttft_att,
+        e2e_attainment=e2e_att,
+        slo_attainment=slo_att,
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        output_tokens=output,
+        cache_hit_rate=cached / prompt if prompt > 0 else None,
+        output_tokens_per_s=output / end if end > 0 else None,
+        replica_seconds=replica_seconds(run.replicas, end),
+        peak_replicas=max(
+            (s.active + s.standby + s.starting + s.draining for s in run.replicas), default=0
+        ),
+        scaling_events=sum(kinds[k] for k in SCALING_KINDS),
+        events_by_kind=dict(sorted(kinds.items())),
+        errors_by_message=dict(errors.most_common()),
+    )

@@ -1,0 +1,98 @@
+"""The plots are real PNGs; `preheat report` prints the table, writes plots, and refuses bad
+input with one clear message and exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from preheat.cli import main
+from preheat.report.plots import write_plots
+from preheat.report.record import META_FILE, REQUESTS_FILE, Run, RunMeta, write_run
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _is_png(path: Path) -> bool:
+    data = path.read_bytes()
+    return data.startswith(PNG_MAGIC) and len(data) > 5_000
+
+
+def test_plots_are_written_as_pngs(tmp_path: Path, run_known: Run) -> None:
+    paths = write_plots(run_known, tmp_path / "plots")
+    assert sorted(p.name for p in paths) == [
+        "latency_cdf.png",
+        "replicas.png",
+        "ttft_over_time.png",
+    ]
+    for p in paths:
+        assert _is_png(p), p
+
+
+def test_a_run_without_replicas_gets_no_replica_plot(tmp_path: Path, run_known: Run) -> None:
+    bare = replace(run_known, events=[], replicas=[])
+    names = [p.name for p in write_plots(bare, tmp_path)]
+    assert names == ["latency_cdf.png", "ttft_over_time.png"]
+
+
+def test_an_empty_run_still_plots(tmp_path: Path) -> None:
+    paths = write_plots(Run(RunMeta(name="empty"), [], [], []), tmp_path)
+    assert all(_is_png(p) for p in paths)
+
+
+def test_report_cli_prints_table_and_writes_plots(
+    tmp_path: Path, run_known: Run, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_run(tmp_path / "run", run_known)
+    assert main(["report", str(tmp_path / "run"), "--plots", str(tmp_path / "p")]) == 0
+    out = capsys.readouterr().out
+    assert "TTFT <= 250 ms 33.3%" in out
+    assert _is_png(tmp_path / "p" / "replicas.png")
+
+
+def _report(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "preheat.cli", "report", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_missing_folder_is_a_clear_error_with_exit_2(tmp_path: Path) -> None:
+    proc = _report(str(tmp_path / "nope"))
+    assert proc.returncode == 2
+    assert "no such run folder" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_not_a_run_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tmp_path)]) == 2
+    assert f"not a run folder (no {META_FILE})" in capsys.readouterr().err
+
+
+def test_malformed_line_names_the_file_and_line(tmp_path: Path, run_known: Run) -> None:
+    write_run(tmp_path, run_known)
+    path = tmp_path / REQUESTS_FILE
+    lines = path.read_text().splitlines()
+    lines.insert(2, "{oops")
+    path.write_text("\n".join(lines) + "\n")
+    proc = _report(str(tmp_path), "--no-plots")
+    assert proc.returncode == 2
+    assert f"{REQUESTS_FILE}:3: not JSON" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "latency_cdf.png").exists()
+
+
+def test_a_field_of_the_wrong_shape_is_a_clear_error(tmp_path: Path, run_known: Run) -> None:
+    write_run(tmp_path, run_known)
+    (tmp_path / META_FILE).write_text('["not", "an object"]\n')
+    proc = _report(str(tmp_path))
+    assert proc.returncode == 2
+    assert META_FILE in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,68 @@
+"""The run record survives a write/read round trip, and a live run cut short stays readable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from preheat.report.record import (
+    REQUESTS_FILE,
+    RequestOutcome,
+    Run,
+    RunFormatError,
+    RunMeta,
+    RunWriter,
+    read_run,
+    write_run,
+)
+
+
+def test_round_trip_keeps_every_field(tmp_path: Path, run_known: Run) -> None:
+    write_run(tmp_path / "run", run_known)
+    back = read_run(tmp_path / "run")
+    assert back == run_known
+
+
+def test_a_partial_last_line_is_tolerated(tmp_path: Path) -> None:
+    with RunWriter(tmp_path, RunMeta(name="cut")) as w:
+        w.request(RequestOutcome("a", 0.0, "ok", ttft_ms=5.0))
+    with (tmp_path / REQUESTS_FILE).open("a") as f:
+        f.write('{"request_id": "b", "t_s": 1')  # killed mid-write
+    back = read_run(tmp_path)
+    assert [r.request_id for r in back.requests] == ["a"]
+
+
+def test_a_malformed_line_in_the_middle_names_file_and_line(tmp_path: Path) -> None:
+    with RunWriter(tmp_path, RunMeta(name="bad")) as w:
+        w.request(RequestOutcome("a", 0.0, "ok"))
+    with (tmp_path / REQUESTS_FILE).open("a") as f:
+        f.write("not json\n")
+        f.write('{"request_id": "c", "t_s": 2, "outcome": "ok"}\n')
+    with pytest.raises(RunFormatError, match=rf"{REQUESTS_FILE}:2: not JSON"):
+        read_run(tmp_path)
+
+
+def test_unknown_outcome_is_refused(tmp_path: Path) -> None:
+    with RunWriter(tmp_path, RunMeta(name="bad")) as w:
+        w.request(RequestOutcome("a", 0.0, "maybe"))  # type: ignore[arg-type]
+    with pytest.raises(RunFormatError, match="outcome 'maybe'"):
+        read_run(tmp_path)
+
+
+def test_a_field_of_the_wrong_type_names_it(tmp_path: Path) -> None:
+    with RunWriter(tmp_path, RunMeta(name="bad")):
+        pass
+    (tmp_path / REQUESTS_FILE).write_text('{"request_id": "a", "t_s": "soon", "outcome": "ok"}\n')
+    with pytest.raises(RunFormatError, match=rf"{REQUESTS_FILE}:1: field 't_s' must be float"):
+        read_run(tmp_path)
+
+
+def test_ints_are_accepted_for_floats_and_unknown_keys_ignored(tmp_path: Path) -> None:
+    with RunWriter(tmp_path, RunMeta(name="ok")):
+        pass
+    (tmp_path / REQUESTS_FILE).write_text(
+        '{"request_id": "a", "t_s": 1, "outcome": "ok", "ttft_ms": 7, "new_field": [1]}\n'
+    )
+    (r,) = read_run(tmp_path).requests
+    assert (r.t_s, r.ttft_ms) == (1, 7)
