@@ -29,6 +29,9 @@ class StreamRecord:
     server_prefill_ms: float = 0.0
     server_decode_ms: float = 0.0
     error: str = ""
+    status_code: str = ""  # the gRPC status name on failure (e.g. RESOURCE_EXHAUSTED)
+    worker_id: str = ""  # the worker that served it, as the server said
+    server_e2e_ms: float = 0.0
     text: str = ""
     last_token_at: float = 0.0
 
@@ -56,6 +59,8 @@ async def stream_generate(
             parts.append(chunk.text)
             if chunk.request_id:
                 rec.request_id = chunk.request_id
+            if chunk.worker_id:
+                rec.worker_id = chunk.worker_id
             if chunk.finish_reason != pb.FINISH_REASON_UNSPECIFIED:
                 rec.finish_reason = pb.FinishReason.Name(chunk.finish_reason)
                 rec.prompt_tokens = chunk.usage.prompt_tokens
@@ -64,12 +69,14 @@ async def stream_generate(
                 rec.server_queue_ms = chunk.timing.queue_ms
                 rec.server_prefill_ms = chunk.timing.prefill_ms
                 rec.server_decode_ms = chunk.timing.decode_ms
+                rec.server_e2e_ms = chunk.timing.e2e_ms
         rec.e2e_s = time.monotonic() - start
         rec.ok = bool(rec.finish_reason)
         if not rec.ok:
             rec.error = "stream ended without a finish reason"
     except grpc.aio.AioRpcError as err:
         rec.e2e_s = time.monotonic() - start
+        rec.status_code = err.code().name
         rec.error = f"{err.code().name}: {err.details()}"
     rec.text = "".join(parts)
     return rec

@@ -1,0 +1,371 @@
+"""``preheat load --target HOST:PORT --trace FILE``: replay a trace against a router or a
+worker (gRPC, or the OpenAI HTTP API with ``--api openai``) and record every request's
+outcome into a run folder that ``preheat report`` reads.
+
+Exit codes: 0 the replay ran (whatever the server answered); 1 the target cannot be
+reached; 2 bad input (options, trace); 130 stopped by Ctrl-C (what was sent is still
+recorded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from preheat.bench.traces import FORMATS, TraceError, TraceOptions, TraceRequest, load_trace
+from preheat.load.clients import ConnectError
+from preheat.load.replay import APIS, LoadOptions, LoadSummary, replay
+from preheat.report.record import REQUESTS_FILE, RequestOutcome, RunMeta, RunWriter, read_meta
+
+LOAD_KEY = "load"  # meta.extra[LOAD_KEY]: what this replay did
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("target")
+    g.add_argument(
+        "--target",
+        required=True,
+        help="gRPC HOST:PORT of a router or worker; with --api openai, http://HOST:PORT",
+    )
+    g.add_argument("--api", choices=APIS, default="grpc", help="wire to use (default grpc)")
+    g.add_argument("--model", default="", help="model name to send (default: the pool's)")
+    t = parser.add_argument_group("trace")
+    t.add_argument("--trace", type=Path, required=True, help="trace file (JSONL or Azure CSV)")
+    t.add_argument("--format", choices=FORMATS, default="auto", help="trace format (default auto)")
+    t.add_argument("--start-s", type=float, default=0.0, help="skip this much of the trace")
+    t.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="multiply every arrival time (0.1 = ten times faster)",
+    )
+    t.add_argument(
+        "--rate-scale", type=float, default=1.0, help="divide every arrival time (10 = 10x rate)"
+    )
+    t.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="seconds of replay (after scaling); the rest of the trace is not sent",
+    )
+    t.add_argument("--max-requests", type=int, default=None, help="send at most N requests")
+    t.add_argument(
+        "--token-scale",
+        type=float,
+        default=1.0,
+        help="prompt tokens per trace token, block by block (shared prefixes stay shared)",
+    )
+    t.add_argument("--max-input-tokens", type=int, default=None, help="clip prompt lengths")
+    t.add_argument("--max-output-tokens", type=int, default=None, help="clip output lengths")
+    t.add_argument(
+        "--sessions",
+        choices=("keep", "root", "none"),
+        default="root",
+        help="session ids: keep the trace's, derive from the conversation root when the "
+        "trace has none (default), or none",
+    )
+    s = parser.add_argument_group("sending")
+    s.add_argument(
+        "--concurrency",
+        type=int,
+        default=1024,
+        help="most requests in flight; one due beyond it is dropped and recorded as such",
+    )
+    s.add_argument("--timeout-s", type=float, default=300.0, help="per-request deadline")
+    s.add_argument(
+        "--drain-s",
+        type=float,
+        default=10.0,
+        help="after Ctrl-C, how long requests in flight may finish",
+    )
+    s.add_argument(
+        "--ttft-deadline-ms",
+        type=int,
+        default=0,
+        help="TTFT budget sent with each request, for the server's admission (0: none)",
+    )
+    o = parser.add_argument_group("output")
+    o.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="run folder (default runs/load-<time>). A folder that `preheat up` is "
+        "recording into is joined: requests go next to its events, on its time axis",
+    )
+    o.add_argument("--name", default="", help="run name (default: the folder's name)")
+    o.add_argument(
+        "--ttft-objective-ms",
+        type=float,
+        default=0.0,
+        help="TTFT objective the report measures attainment against (0: none)",
+    )
+    o.add_argument("--e2e-objective-ms", type=float, default=0.0, help="end-to-end objective")
+    o.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _fail(message: str) -> int:
+    print(f"preheat load: {message}", file=sys.stderr)
+    return 2
+
+
+def trace_options(args: argparse.Namespace) -> TraceOptions:
+    factor = args.time_scale / args.rate_scale if args.rate_scale > 0 else 1.0
+    duration = None
+    if args.duration is not None:
+        if args.duration <= 0:
+            raise ValueError(f"--duration must be > 0, got {args.duration}")
+        duration = args.duration / factor if factor > 0 else args.duration
+    return TraceOptions(
+        fmt=args.format,
+        start_s=args.start_s,
+        duration_s=duration,
+        time_scale=args.time_scale,
+        rate_scale=args.rate_scale,
+        max_requests=args.max_requests,
+        max_input_tokens=args.max_input_tokens,
+        token_scale=args.token_scale,
+        sessions=args.sessions,
+    )
+
+
+def _describe(args: argparse.Namespace) -> str:
+    """The trace and the options it was replayed with, for meta.json."""
+    parts = [str(args.trace)]
+    defaults: dict[str, object] = {
+        "format": "auto",
+        "start_s": 0.0,
+        "time_scale": 1.0,
+        "rate_scale": 1.0,
+        "duration": None,
+        "max_requests": None,
+        "token_scale": 1.0,
+        "max_input_tokens": None,
+        "max_output_tokens": None,
+        "sessions": "root",
+    }
+    for key, default in defaults.items():
+        value = getattr(args, key)
+        if value != default:
+            parts.append(f"--{key.replace('_', '-')} {value}")
+    return " ".join(parts)
+
+
+def open_writer(folder: Path, meta: RunMeta) -> tuple[RunWriter, float, bool]:
+    """The writer for ``folder``: joins a run another producer (``preheat up``) is recording
+    there (its meta has a ``t0_unix`` and no earlier replay of ours), writing only
+    ``requests.jsonl`` on its time axis; otherwise starts a fresh run. Returns the writer,
+    ``t0_unix`` and whether it joined."""
+    existing = read_meta(folder)
+    if existing is not None and existing.t0_unix > 0 and LOAD_KEY not in existing.extra:
+        joined = existing
+        for key in ("trace", "target", "command"):
+            setattr(joined, key, getattr(meta, key))
+        if meta.ttft_objective_ms > 0 or joined.ttft_objective_ms <= 0:
+            joined.ttft_objective_ms = meta.ttft_objective_ms
+        if meta.e2e_objective_ms > 0:
+            joined.e2e_objective_ms = meta.e2e_objective_ms
+        return RunWriter(folder, joined, parts=(REQUESTS_FILE,)), joined.t0_unix, True
+    meta.t0_unix = time.time()
+    return RunWriter(folder, meta), meta.t0_unix, False
+
+
+class _Progress:
+    """A rich progress bar over recorded outcomes (or nothing)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.counts = {"ok": 0, "rejected": 0, "error": 0}
+        self._bar: Any = None
+        if enabled:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self._bar = Progress(
+                TextColumn("replay"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[status]}"),
+                transient=False,
+            )
+            self._task = self._bar.add_task("replay", total=total, status="")
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        if self._bar is None:
+            yield
+            return
+        with self._bar:
+            yield
+
+    def __call__(self, outcome: RequestOutcome) -> None:
+        self.counts[outcome.outcome] += 1
+        if self._bar is not None:
+            c = self.counts
+            status = f"ok {c['ok']}  rejected {c['rejected']}  error {c['error']}"
+            self._bar.update(self._task, advance=1, status=status)
+
+
+async def _run(
+    args: argparse.Namespace,
+    requests: list[TraceRequest],
+    options: LoadOptions,
+    writer: RunWriter,
+    progress: _Progress,
+) -> LoadSummary:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    presses = 0
+
+    def on_signal() -> None:
+        nonlocal presses
+        presses += 1
+        if presses == 1:
+            print(
+                f"\nstopping: no more requests; waiting up to {options.drain_s:g} s for those "
+                "in flight (Ctrl-C again to stop now)",
+                file=sys.stderr,
+            )
+            stop.set()
+        elif main_task is not None:
+            main_task.cancel()
+
+    with contextlib.suppress(NotImplementedError):
+        loop.add_signal_handler(signal.SIGINT, on_signal)
+        loop.add_signal_handler(signal.SIGTERM, on_signal)
+    try:
+        with progress.running():
+            return await replay(
+                args.target, requests, options, writer, stop=stop, on_result=progress
+            )
+    finally:
+        with contextlib.suppress(NotImplementedError):
+            loop.remove_signal_handler(signal.SIGINT)
+            loop.remove_signal_handler(signal.SIGTERM)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        topts = trace_options(args)
+        options = LoadOptions(
+            api=args.api,
+            concurrency=args.concurrency,
+            max_output_tokens=args.max_output_tokens,
+            request_timeout_s=args.timeout_s,
+            drain_s=args.drain_s,
+            model=args.model,
+            ttft_deadline_ms=args.ttft_deadline_ms,
+        )
+    except ValueError as err:
+        return _fail(str(err))
+    if args.api == "grpc" and "://" in args.target:
+        return _fail(f"--target {args.target}: gRPC wants HOST:PORT (or use --api openai)")
+    if args.api == "openai" and not args.target.startswith(("http://", "https://")):
+        return _fail(f"--target {args.target}: --api openai wants http://HOST:PORT")
+    if args.ttft_objective_ms < 0 or args.e2e_objective_ms < 0:
+        return _fail("objectives must be >= 0")
+    try:
+        requests = load_trace(args.trace, topts)
+    except TraceError as err:
+        return _fail(str(err))
+    if not requests:
+        return _fail(f"{args.trace}: no request in the selected slice")
+
+    stamp = datetime.now(UTC)
+    folder: Path = args.out or Path("runs") / f"load-{stamp:%Y%m%d-%H%M%S}"
+    meta = RunMeta(
+        name=args.name or folder.name,
+        started_at=stamp.isoformat(timespec="seconds"),
+        trace=_describe(args),
+        target=f"{args.api} {args.target}",
+        ttft_objective_ms=args.ttft_objective_ms,
+        e2e_objective_ms=args.e2e_objective_ms,
+        command=shlex.join(["preheat", *sys.argv[1:]]),
+    )
+    try:
+        writer, t0, joined = open_writer(folder, meta)
+    except OSError as err:
+        return _fail(f"cannot write the run folder {folder}: {err.strerror}")
+    options = replace(options, t0_unix=t0)
+    span = requests[-1].arrival_s
+    how = "joining the run being recorded in" if joined else "recording into"
+    print(
+        f"replaying {len(requests)} requests over {span:.1f} s against {args.api} "
+        f"{args.target}; {how} {folder}",
+        flush=True,
+    )
+    progress = _Progress(len(requests), enabled=not args.no_progress and sys.stdout.isatty())
+    interrupted = False
+    summary: LoadSummary | None = None
+    try:
+        summary = asyncio.run(_run(args, requests, options, writer, progress))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        interrupted = True
+    except ConnectError as err:
+        print(f"preheat load: {err}", file=sys.stderr)
+        return 1
+    finally:
+        _finish(writer, folder, joined, summary, time.time() - t0)
+    if summary is None:
+        print("stopped: requests in flight were abandoned", file=sys.stderr)
+        return 130
+    print(summary.line())
+    if summary.errors:
+        print("errors: " + ", ".join(f"{k} x{n}" for k, n in summary.errors.items()))
+    print(f"run folder: {folder}  (preheat report {folder})")
+    return 130 if interrupted or summary.stopped else 0
+
+
+def _finish(
+    writer: RunWriter,
+    folder: Path,
+    joined: bool,
+    summary: LoadSummary | None,
+    end_s: float,
+) -> None:
+    """Closes the writer with the final meta. A joined run's meta is re-read first, so what
+    the other producer wrote meanwhile is kept; only this replay's fields are set."""
+    if joined:
+        current = read_meta(folder)
+        if current is not None:
+            for key in ("trace", "target", "command", "ttft_objective_ms", "e2e_objective_ms"):
+                setattr(current, key, getattr(writer.meta, key))
+            writer.meta = current
+    if summary is not None:
+        writer.meta.extra = {**writer.meta.extra, LOAD_KEY: summary_dict(summary)}
+    else:
+        writer.meta.extra = {**writer.meta.extra, LOAD_KEY: {"interrupted": True}}
+    writer.meta.duration_s = max(writer.meta.duration_s, end_s)
+    writer.close()
+
+
+def summary_dict(s: LoadSummary) -> dict[str, Any]:
+    return {
+        "scheduled": s.scheduled,
+        "sent": s.sent,
+        "ok": s.ok,
+        "rejected": s.rejected,
+        "error": s.error,
+        "cancelled": s.cancelled,
+        "dropped": s.dropped,
+        "late": s.late,
+        "not_sent": s.not_sent,
+        "max_lag_ms": round(s.max_lag_ms, 3),
+        "wall_s": round(s.wall_s, 3),
+    }
