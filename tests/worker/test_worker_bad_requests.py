@@ -92,6 +92,26 @@ CASES = [
         INVALID,
         "stop strings must not be empty",
     ),
+    (
+        "coalescing delay over a second",
+        R(
+            prompt="hi",
+            sampling=S(max_tokens=1),
+            coalesce=inference_pb2.Coalesce(max_tokens=8, max_delay_ms=5000),
+        ),
+        INVALID,
+        "coalesce delay must be in [0, 1000] ms, got 5000 ms",
+    ),
+    (
+        "coalescing too many tokens",
+        R(
+            prompt="hi",
+            sampling=S(max_tokens=1),
+            coalesce=inference_pb2.Coalesce(max_tokens=5000, max_delay_ms=5),
+        ),
+        INVALID,
+        "coalesce tokens must be in [1, 1024], got 5000",
+    ),
 ]
 
 
@@ -135,3 +155,15 @@ async def test_refusals_are_counted_as_invalid(client: Client) -> None:
     async with client.http.get(client.http_url + "/metrics") as resp:
         text = await resp.text()
     assert 'preheat_worker_requests_total{outcome="invalid"} 1.0' in text
+
+
+async def test_requested_coalescing_merges_tokens_and_loses_none(client: Client) -> None:
+    req = gen_request(max_tokens=12)
+    req.coalesce.CopyFrom(inference_pb2.Coalesce(max_tokens=4, max_delay_ms=1000))
+    chunks = await client.generate(req)
+    sizes = [len(c.token_ids) for c in chunks]
+    assert sum(sizes) == 12
+    assert sizes[0] == 1  # the first token is not held
+    assert all(n >= 4 for n in sizes[1:-1])
+    assert chunks[-1].finish_reason == inference_pb2.FINISH_REASON_LENGTH
+    assert chunks[-1].usage.completion_tokens == 12

@@ -99,8 +99,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t = parser.add_argument_group("throughput")
     t.add_argument(
         "--coalesce",
-        default="1:0,8:5,8:40",
-        help="coalescing settings to compare, TOKENS:MS comma-separated (1 = off)",
+        default="1:0,8:5@router,8:40@router,8:5,8:40",
+        help="coalescing settings to compare, TOKENS:MS[@worker|router] comma-separated "
+        "(1 = off; @ = where tokens are merged, the router's --coalesce-at, default worker)",
     )
     t.add_argument("--streams", type=int, default=64, help="concurrent streams")
     t.add_argument("--stream-tokens", type=int, default=512, help="max_tokens per stream")
@@ -445,9 +446,11 @@ async def part_throughput(args: argparse.Namespace) -> PartResult:
         worker_args += ["--sim-max-num-seqs", str(max(256, args.streams))]
         best_coalesced = 0.0
         for setting in args.coalesce.split(","):
-            n_tok, _, ms = setting.partition(":")
+            spec, _, where = setting.partition("@")
+            n_tok, _, ms = spec.partition(":")
+            where = where or "worker"
             router_args = ["--policy", "round-robin", "--coalesce-tokens", n_tok]
-            router_args += ["--coalesce-ms", ms or "5", *args.router_arg]
+            router_args += ["--coalesce-ms", ms or "5", "--coalesce-at", where, *args.router_arg]
             async with (
                 cluster(worker_args, 1, router_args) as c,
                 grpc.aio.insecure_channel(c.router.grpc_target) as ch,
@@ -466,7 +469,7 @@ async def part_throughput(args: argparse.Namespace) -> PartResult:
             per_core = tokens / r_cpu if r_cpu > 0 else float("nan")
             if int(n_tok) > 1:
                 best_coalesced = max(best_coalesced, per_core)
-            label = "off" if int(n_tok) <= 1 else f"{n_tok} tokens / {ms} ms"
+            label = "off" if int(n_tok) <= 1 else f"{n_tok} tokens / {ms} ms at the {where}"
             rows.append(
                 f"| {scale} | {label} | {len(recs)} | {wall:.1f} | {tokens / wall:,.0f}"
                 f" | {frames / wall:,.0f} | {tokens / max(frames, 1):.1f} | {r_cpu:.2f}"
@@ -503,6 +506,12 @@ async def part_throughput(args: argparse.Namespace) -> PartResult:
             "the gRPC path and packs many tokens into each message, so the router handles "
             "fewer, larger",
             "messages. Tokens per client frame with coalescing off = tokens per worker message.",
+            "Coalescing *at the router* merges only what reaches it, one message per token; *at "
+            "the worker*",
+            "(the default, `--coalesce-at worker`) the router asks each worker in the request's "
+            "`coalesce` field,",
+            "so the worker -> router hop carries the merged messages too and the router reads "
+            "fewer of them.",
             "",
             "| sim time scale | coalescing | streams done | wall s | tokens/s (wall)"
             " | client frames/s | tokens per frame | router CPU s | router CPU ms per frame"

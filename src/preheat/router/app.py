@@ -28,13 +28,13 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
+from preheat.coalesce import CoalesceConfig
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.types import PrefillCost
 from preheat.engine.costmodel import CostModel
 from preheat.logs import fields
 from preheat.proto.preheat.v1 import inference_pb2_grpc, router_pb2_grpc
 from preheat.router.endpoints import DiscoverySource, EndpointStore
-from preheat.router.frontend.coalesce import CoalesceConfig
 from preheat.router.frontend.dispatch import DispatchConfig, Dispatcher
 from preheat.router.frontend.grpc_service import InferenceProxy, RouterService
 from preheat.router.frontend.http import HttpFrontend, start_http
@@ -60,6 +60,9 @@ class RouterConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     tokenizer: str = "sim"  # sim, sim:VOCAB or hf:PATH
     coalesce: CoalesceConfig = field(default_factory=CoalesceConfig)
+    # "worker": the router asks each worker to coalesce (fewer messages on both hops);
+    # "router": the router's front ends coalesce what the worker sends one token at a time
+    coalesce_at: str = "worker"
     max_retries: int = 2
     max_queue: int = 256
     queue_timeout_s: float = 10.0
@@ -67,6 +70,10 @@ class RouterConfig:
     refresh_interval_s: float = 1.0  # the store's Status poll / scrape interval
     region_rtt_ms: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     stop_grace_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.coalesce_at not in ("worker", "router"):
+            raise ValueError(f"coalesce_at must be worker or router, got {self.coalesce_at!r}")
 
     def dispatch_config(self) -> DispatchConfig:
         return DispatchConfig(
@@ -77,7 +84,12 @@ class RouterConfig:
             queue_timeout_s=self.queue_timeout_s,
             slo_deadlines_ms=dict(self.slo_deadlines_ms),
             model=self.model,
+            upstream_coalesce=self.coalesce if self.coalesce_at == "worker" else None,
         )
+
+    def frontend_coalesce(self) -> CoalesceConfig:
+        """What the front ends do themselves: nothing when the workers coalesce."""
+        return self.coalesce if self.coalesce_at == "router" else CoalesceConfig()
 
 
 @dataclass(frozen=True)
@@ -142,7 +154,7 @@ class RouterServer:
             await self._health.set(svc, health_pb2.HealthCheckResponse.NOT_SERVING)
         server = grpc.aio.server()
         inference_pb2_grpc.add_InferenceServicer_to_server(
-            InferenceProxy(self.dispatcher, self.config.coalesce), server
+            InferenceProxy(self.dispatcher, self.config.frontend_coalesce()), server
         )
         router_pb2_grpc.add_RouterServicer_to_server(RouterService(self.dispatcher), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -153,7 +165,7 @@ class RouterServer:
         self._grpc = server
         frontend = HttpFrontend(
             self.dispatcher,
-            self.config.coalesce,
+            self.config.frontend_coalesce(),
             ready=self.ready,
             models=self.models,
             registries=[self.metrics.registry],

@@ -34,13 +34,13 @@ import yaml
 
 from preheat import aio
 from preheat.api.routing import load_routing_config
+from preheat.coalesce import CoalesceConfig
 from preheat.core.errors import PreheatError
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.scheduler import POLICIES
 from preheat.logs import LOG_FORMATS, fields, setup_logging
 from preheat.router.app import RouterConfig, RouterServer, describe
 from preheat.router.endpoints import DiscoverySource, StaticDiscovery
-from preheat.router.frontend.coalesce import CoalesceConfig
 from preheat.router.frontend.tokenizer import build_tokenizer
 
 log = logging.getLogger("preheat.router")
@@ -99,6 +99,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=5.0,
         help="proxy: flush buffered tokens after T ms at the latest (default 5)",
+    )
+    g.add_argument(
+        "--coalesce-at",
+        choices=("worker", "router"),
+        default="worker",
+        help="where tokens are merged: worker (the router asks each worker, so both hops "
+        "carry fewer messages; the default) or router (the front ends merge what arrives)",
     )
     g.add_argument(
         "--max-queue",
@@ -221,6 +228,7 @@ def build_config(args: argparse.Namespace) -> RouterConfig:
         scheduler=sched,
         tokenizer=args.tokenizer,
         coalesce=coalesce,
+        coalesce_at=args.coalesce_at,
         max_retries=args.max_retries,
         max_queue=args.max_queue,
         queue_timeout_s=args.queue_timeout_s,

@@ -31,6 +31,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
+from preheat.coalesce import CoalesceConfig, coalesce
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.lifecycle import WARM_STATES, LifecycleState, transition_error
 from preheat.core.validation import GenerateSpec, ModelLimits, check_generate
@@ -489,13 +490,28 @@ class WorkerServer:
                 # in between, so a drain cannot slip past the state check.
                 self._check_active()
                 engine_req = self._engine_request(request_id, req)
+                coalescing = _coalesce_config(req)
                 handle = self._admit(request_id)
                 stream = self._stream(engine_req, req, handle, received)
-                async with contextlib.aclosing(stream):
-                    async for chunk, final_outcome in stream:
-                        if final_outcome is not None:
-                            outcome = final_outcome
-                        yield chunk
+                if coalescing is None:
+                    async with contextlib.aclosing(stream):
+                        async for chunk, final_outcome in stream:
+                            if final_outcome is not None:
+                                outcome = final_outcome
+                            yield chunk
+                else:
+                    outcomes: list[Outcome] = []
+                    chunks = _chunks(stream, outcomes)
+                    async with (
+                        contextlib.aclosing(chunks),
+                        contextlib.aclosing(coalesce(chunks, coalescing)) as merged,
+                    ):
+                        async for chunk in merged:
+                            if outcomes:
+                                outcome = outcomes[-1]
+                            yield chunk
+                    if outcomes:
+                        outcome = outcomes[-1]
             except PreheatError as e:
                 outcome = _OUTCOME.get(e.code, Outcome.ERROR)
                 log.info(
@@ -650,6 +666,28 @@ class WorkerServer:
             aclose = getattr(gen, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+
+def _coalesce_config(req: inference_pb2.GenerateRequest) -> CoalesceConfig | None:
+    """The request's coalescing, or None when it asks for none."""
+    if not req.HasField("coalesce") or req.coalesce.max_tokens <= 1:
+        return None
+    try:
+        return CoalesceConfig.from_pb(req.coalesce)
+    except ValueError as e:
+        raise PreheatError(ErrorCode.INVALID_ARGUMENT, str(e)) from None
+
+
+async def _chunks(
+    stream: AsyncGenerator[tuple[inference_pb2.GenerateResponse, Outcome | None], None],
+    outcomes: list[Outcome],
+) -> AsyncGenerator[inference_pb2.GenerateResponse, None]:
+    """The chunks of ``stream``; its final outcome is appended to ``outcomes``."""
+    async with contextlib.aclosing(stream):
+        async for chunk, final_outcome in stream:
+            if final_outcome is not None:
+                outcomes.append(final_outcome)
+            yield chunk
 
 
 def describe(ports: Ports, worker_id: str) -> Mapping[str, Any]:

@@ -6,8 +6,8 @@ import grpc
 import pytest
 from frontendkit import BLOCK, MODEL, gen, router, words, workers
 
+from preheat.coalesce import CoalesceConfig
 from preheat.proto.preheat.v1 import inference_pb2, router_pb2
-from preheat.router.frontend.coalesce import CoalesceConfig
 
 
 async def test_generate_streams_like_a_worker() -> None:
@@ -22,11 +22,14 @@ async def test_generate_streams_like_a_worker() -> None:
         assert last.timing.ttft_ms > 0  # the worker's timing passes through
 
 
-async def test_coalescing_merges_tokens_without_losing_any() -> None:
+@pytest.mark.parametrize("where", ["worker", "router"])
+async def test_coalescing_merges_tokens_without_losing_any(where: str) -> None:
     async with (
         workers([{"id": "w-1"}]) as ws,
         router(
-            [w.endpoint for w in ws], coalesce=CoalesceConfig(max_tokens=4, max_delay_s=10.0)
+            [w.endpoint for w in ws],
+            coalesce=CoalesceConfig(max_tokens=4, max_delay_s=1.0),
+            coalesce_at=where,
         ) as r,
     ):
         chunks = await r.generate(gen(max_tokens=9))

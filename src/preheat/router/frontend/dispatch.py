@@ -29,6 +29,7 @@ from typing import Any
 
 import grpc
 
+from preheat.coalesce import CoalesceConfig
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.scheduler import SchedulerState, schedule
@@ -59,6 +60,8 @@ class DispatchConfig:
     queue_timeout_s: float = 10.0  # how long one may wait for a routable endpoint
     slo_deadlines_ms: Mapping[str, float] = field(default_factory=dict)  # class -> TTFT budget
     model: str = ""  # the served model when the endpoints do not say; "" = any
+    # asked of the worker on every request that does not say (None: no coalescing upstream)
+    upstream_coalesce: CoalesceConfig | None = None
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
@@ -113,6 +116,8 @@ class Dispatcher:
         self._state = SchedulerState()
         self._stubs: dict[int, Any] = {}
         self._waiting = 0
+        uc = config.upstream_coalesce
+        self._upstream_coalesce = uc.to_pb() if uc is not None and uc.enabled else None
 
     @property
     def pool(self) -> str:
@@ -169,6 +174,8 @@ class Dispatcher:
         )
         check_generate(spec, self.pool_limits(req.model))
         assert tokens is not None
+        if self._upstream_coalesce is not None and not req.HasField("coalesce"):
+            req.coalesce.CopyFrom(self._upstream_coalesce)
         bs = self.block_size(self._snapshot())
         deadline_ms: float | None = float(req.ttft_deadline_ms) if req.ttft_deadline_ms else None
         if deadline_ms is None and req.slo_class:
@@ -329,6 +336,7 @@ class Dispatcher:
                 self.store.request_started(ep.id)
                 remaining = None if deadline is None else max(0.001, deadline - loop.time())
                 call = self._stub(ep).Generate(prep.request, timeout=remaining)
+                itl_hist = self.metrics.itl.labels(ep.pool, decision.reason)
                 try:
                     async for chunk in call:
                         n = len(chunk.token_ids)
@@ -339,9 +347,8 @@ class Dispatcher:
                                 self._on_first_token(prep, st, ep, decision, now)
                             elif n and st.last_token_at is not None:
                                 itl = (now - st.last_token_at) / n
-                                h = self.metrics.itl.labels(ep.pool, decision.reason)
                                 for _ in range(n):
-                                    h.observe(itl)
+                                    itl_hist.observe(itl)
                             st.last_token_at = now
                             st.tokens += n
                         if chunk.HasField("usage"):
@@ -428,6 +435,7 @@ class Dispatcher:
                 request_id=prep.info.request_id,
                 worker=ep.id,
                 reason=decision.reason,
+                session_id=prep.info.session_id or None,
                 attempts=st.attempts,
                 predicted_ttft_ms=_r(decision.predicted_ttft_ms),
                 observed_ttft_ms=_r(ttft_ms),
@@ -442,8 +450,14 @@ class Dispatcher:
         )
 
     def _log_routed(self, prep: Prepared, decision: Decision, attempt: int) -> None:
+        # DEBUG on the first attempt (request_done carries the decision once the request
+        # ends; one line per request keeps logging off the TTFT path), INFO on a retry
+        level = logging.INFO if attempt > 1 else logging.DEBUG
+        if not log.isEnabledFor(level):
+            return
         ep = decision.endpoint
-        log.info(
+        log.log(
+            level,
             "request_routed",
             extra=fields(
                 request_id=prep.info.request_id,

@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 
+from preheat.coalesce import CoalesceConfig, coalesce
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.routing.types import Candidate, Endpoint
 from preheat.grpc_errors import abort
@@ -27,7 +28,6 @@ from preheat.proto.preheat.v1 import (
     router_pb2,
     router_pb2_grpc,
 )
-from preheat.router.frontend.coalesce import CoalesceConfig, coalesce
 from preheat.router.frontend.dispatch import Dispatcher
 from preheat.router.frontend.metrics import Outcome
 
@@ -84,6 +84,11 @@ class InferenceProxy(inference_pb2_grpc.InferenceServicer):
         with request_context(prep.info.request_id):
             stream = self._d.generate(prep, api="grpc", timeout_s=context.time_remaining())
             try:
+                if not self._coalesce.enabled:  # the common case: no extra layer per chunk
+                    async with contextlib.aclosing(stream):
+                        async for chunk in stream:
+                            yield chunk
+                    return
                 async with (
                     contextlib.aclosing(stream),
                     contextlib.aclosing(coalesce(stream, self._coalesce)) as chunks,

@@ -26,11 +26,11 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from preheat.coalesce import CoalesceConfig, coalesce
 from preheat.core.errors import ErrorCode, PreheatError, http_status
 from preheat.httpserve import serve
 from preheat.logs import fields, request_context
 from preheat.proto.preheat.v1 import inference_pb2
-from preheat.router.frontend.coalesce import CoalesceConfig, coalesce
 from preheat.router.frontend.dispatch import Dispatcher, StreamStats
 from preheat.router.frontend.metrics import Outcome
 from preheat.router.frontend.openai_schema import (
