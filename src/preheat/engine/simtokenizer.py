@@ -1,14 +1,15 @@
 """The sim engine's tokenizer: deterministic and word-level.
 
 Every whitespace-separated word is one token, so a prompt of exactly N tokens is N words
-(what a trace replayer needs). A word's id is a stable hash of the word (BLAKE2b, not
-Python's salted ``hash``) modulo the vocabulary. Generated ids detokenize to readable
+(what a trace replayer needs). A word's id is a stable hash of the word (CRC-32, which is
+the same in every process, unlike Python's salted ``hash``, and cheap enough for the
+router's hot path) modulo the vocabulary. Generated ids detokenize to readable
 pseudo-words (``" w1a2b"``), one per token, so text deltas have one word per token.
 """
 
 from __future__ import annotations
 
-import hashlib
+import zlib
 from collections.abc import Iterable
 
 DEFAULT_VOCAB_SIZE = 32000  # Llama-2-sized vocabulary; any size works
@@ -23,21 +24,23 @@ class SimTokenizer:
         self._ids: dict[str, int] = {}
 
     def token_id(self, word: str) -> int:
-        digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
-        return int.from_bytes(digest, "little") % self.vocab_size
+        return zlib.crc32(word.encode("utf-8")) % self.vocab_size
 
     def encode(self, text: str) -> list[int]:
         """One id per word; ids of recently seen words come from a bounded cache (the router
         tokenizes every prompt on its hot path)."""
         ids = self._ids
+        vocab = self.vocab_size
+        crc = zlib.crc32
         out: list[int] = []
+        append = out.append
         for w in text.split():
             i = ids.get(w)
             if i is None:
                 if len(ids) >= _CACHE_WORDS:
                     ids.clear()
-                i = ids[w] = self.token_id(w)
-            out.append(i)
+                i = ids[w] = crc(w.encode("utf-8")) % vocab  # = token_id(w), inlined
+            append(i)
         return out
 
     @staticmethod

@@ -128,6 +128,7 @@ class EndpointStore:
         self._entries: dict[str, EndpointEntry] = {}
         self._order: tuple[str, ...] = ()
         self._snapshot: tuple[Endpoint, ...] | None = None
+        self._limits: tuple[ModelLimits | None] | None = None  # cached model_limits()
         self._changed = asyncio.Event()
         self._tg: asyncio.TaskGroup | None = None
         self._http: aiohttp.ClientSession | None = None
@@ -229,6 +230,7 @@ class EndpointStore:
 
     def _invalidate(self) -> None:
         self._snapshot = None
+        self._limits = None
         self._changed.set()
         self._changed = asyncio.Event()
 
@@ -267,6 +269,11 @@ class EndpointStore:
     def model_limits(self) -> ModelLimits | None:
         """The pool's model and context window as its routable workers report them (the
         smallest window when they differ); None until one has answered Status."""
+        if self._limits is None:
+            self._limits = (self._model_limits(),)
+        return self._limits[0]
+
+    def _model_limits(self) -> ModelLimits | None:
         statuses = [
             e.status
             for k in self._order
