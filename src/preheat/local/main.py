@@ -1,0 +1,164 @@
+"""``preheat up -f POOL.yaml``: run an InferencePool on this machine.
+
+Exit status: 0 after a clean drain (Ctrl-C / SIGTERM), 2 for a bad pool file or flags
+(one message listing every problem; nothing is started).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import shlex
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from preheat.local.poolfile import PoolFileError, load_pool
+from preheat.local.runtime import LocalPool, UpOptions
+from preheat.local.view import LiveView, LogView
+from preheat.logs import LOG_FORMATS, fields, setup_logging
+
+log = logging.getLogger("preheat.local")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-f", "--file", required=True, metavar="POOL.yaml", help="the InferencePool file"
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        metavar="RUN_DIR",
+        help="run folder: events and replicas for `preheat report`, logs, endpoints "
+        "(default runs/up-<time>)",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("sim", "vllm"),
+        default="sim",
+        help="the workers' engine (default sim, whatever the pool says)",
+    )
+    parser.add_argument("--router-grpc-port", type=int, default=0, help="0: a free port")
+    parser.add_argument("--router-http-port", type=int, default=0, help="0: a free port")
+    parser.add_argument(
+        "--interval-s", type=float, default=2.0, help="autoscaler evaluation period (default 2)"
+    )
+    parser.add_argument(
+        "--drain-grace-s",
+        type=float,
+        default=10.0,
+        help="a draining worker's in-flight requests get this long (default 10)",
+    )
+    parser.add_argument(
+        "--prometheus",
+        default="",
+        metavar="URL",
+        help="read signals from this Prometheus (it scrapes the workers listed in "
+        "RUN_DIR/prometheus-targets.json); unreachable: direct scrape",
+    )
+    parser.add_argument(
+        "--worker-arg",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="extra `preheat worker` flag for every worker, e.g. --worker-arg=--sim-time-scale=2",
+    )
+    parser.add_argument(
+        "--router-arg",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="extra `preheat router` flag, e.g. --router-arg=--policy=round_robin",
+    )
+    parser.add_argument(
+        "--no-ui",
+        action="store_true",
+        help="structured logs instead of the live view (the default when not a terminal)",
+    )
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default="kv")
+
+
+def _problems(args: argparse.Namespace) -> list[str]:
+    out = []
+    if args.interval_s <= 0:
+        out.append(f"--interval-s must be > 0 (got {args.interval_s:g})")
+    if args.drain_grace_s < 0:
+        out.append(f"--drain-grace-s must be >= 0 (got {args.drain_grace_s:g})")
+    for flag in ("router_grpc_port", "router_http_port"):
+        v = getattr(args, flag)
+        if not 0 <= v < 65536:
+            out.append(f"--{flag.replace('_', '-')} must be a port (got {v})")
+    return out
+
+
+def _prometheus_ok(url: str) -> str:
+    """ "" when ``url`` answers /-/ready, else why not."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/-/ready", timeout=2.0) as resp:
+            return "" if resp.status == 200 else f"status {resp.status}"
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        return str(getattr(e, "reason", e))
+
+
+def run(args: argparse.Namespace) -> int:
+    ui = not args.no_ui and sys.stdout.isatty()
+    if ui:
+        logging.basicConfig(level=logging.WARNING)  # the view shows what matters
+    else:
+        setup_logging(args.log_format, level=logging.INFO)
+    problems = _problems(args)
+    try:
+        pool = load_pool(args.file)
+    except PoolFileError as e:
+        print(f"preheat up: {e.message}", file=sys.stderr)
+        if problems:
+            print("  and the flags: " + "; ".join(problems), file=sys.stderr)
+        return 2
+    if problems:
+        print("preheat up: " + "; ".join(problems) + "; nothing was started", file=sys.stderr)
+        return 2
+    prometheus = args.prometheus
+    if prometheus:
+        why = _prometheus_ok(prometheus)
+        if why:
+            log.warning(
+                "prometheus_unreachable",
+                extra=fields(url=prometheus, error=why, using="direct scrape"),
+            )
+            prometheus = ""
+    out = Path(args.out or f"runs/up-{time.strftime('%Y%m%d-%H%M%S')}")
+    options = UpOptions(
+        out=out,
+        engine=args.engine,
+        router_grpc_port=args.router_grpc_port,
+        router_http_port=args.router_http_port,
+        interval_s=args.interval_s,
+        drain_grace_s=args.drain_grace_s,
+        worker_args=tuple(args.worker_arg),
+        router_args=tuple(args.router_arg),
+        prometheus_url=prometheus,
+        command=shlex.join(["preheat", "up", *sys.argv[2:]]),
+    )
+    view: LiveView | LogView = LiveView() if ui else LogView()
+    with view:
+        return asyncio.run(_serve(LocalPool(pool, options, view), prometheus))
+
+
+async def _serve(runtime: LocalPool, prometheus: str) -> int:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, runtime.stop)
+    log.info(
+        "up_started",
+        extra=fields(pool=runtime.pool.name, router=runtime.router_address, out=str(runtime.out)),
+    )
+    try:
+        return await runtime.run()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        log.info("up_stopped", extra=fields(pool=runtime.pool.name, out=str(runtime.out)))

@@ -1,0 +1,132 @@
+"""Local child processes that cannot outlive ``preheat up``.
+
+Every child (worker or router) is started
+
+- in its own process group (a Ctrl-C in the terminal reaches only ``preheat up``, which
+  then drains the children in order), and
+- with ``PR_SET_PDEATHSIG`` = SIGTERM (Linux ``prctl``, set in the child before ``exec``):
+  if ``preheat up`` dies, even by SIGKILL, the kernel sends every child SIGTERM and each
+  drains and exits. A child whose parent died before the ``prctl`` took effect exits at
+  once (it checks its parent id right after).
+
+Output goes to one log file per child. Ports are chosen here (:func:`free_port`) and passed
+on the command line, so a child's address is known before it is ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free now on ``host`` (the child binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    name = ctypes.util.find_library("c") or "libc.so.6"
+    try:
+        return ctypes.CDLL(name, use_errno=True)
+    except OSError:
+        return None
+
+
+def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets ``sig`` when ``parent_pid`` dies (Linux only)."""
+    libc = _libc()
+
+    def preexec() -> None:
+        os.setpgid(0, 0)  # its own process group: a terminal's Ctrl-C is not for it
+        if libc is not None:
+            libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl: nobody to serve
+            os._exit(1)
+
+    return preexec
+
+
+@dataclass
+class Child:
+    """A running child process."""
+
+    name: str
+    argv: list[str]
+    proc: asyncio.subprocess.Process
+    log_path: Path
+    started_at: float
+    signalled: list[int] = field(default_factory=list)  # signals we sent it
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.returncode is None
+
+    def send(self, sig: int) -> None:
+        """Signal the child (never its group: a stray signal must not reach others)."""
+        if self.proc.returncode is None:
+            self.signalled.append(sig)
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
+
+    async def stop(self, grace_s: float) -> int:
+        """SIGTERM, then SIGKILL after ``grace_s``; returns the exit status."""
+        self.send(signal.SIGTERM)
+        try:
+            return await asyncio.wait_for(self.proc.wait(), grace_s)
+        except TimeoutError:
+            self.send(signal.SIGKILL)
+            return await self.proc.wait()
+
+
+async def spawn(
+    name: str,
+    argv: Sequence[str],
+    log_path: Path,
+    *,
+    now: float,
+    env: dict[str, str] | None = None,
+) -> Child:
+    """Starts ``argv`` in its own process group, dying with this process, output to
+    ``log_path`` (appended: a restarted child keeps its earlier lines)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as out:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            preexec_fn=die_with_parent(os.getpid()),
+        )
+    return Child(name=name, argv=list(argv), proc=proc, log_path=log_path, started_at=now)
+
+
+def preheat_argv(command: str, *args: str) -> list[str]:
+    """``python -m preheat.cli COMMAND ARGS`` with this interpreter."""
+    return [sys.executable, "-m", "preheat.cli", command, *args]
+
+
+__all__ = ["Child", "die_with_parent", "free_port", "preheat_argv", "spawn"]

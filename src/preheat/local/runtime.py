@@ -1,0 +1,750 @@
+"""The local runtime: an InferencePool as local processes, reconciled like the operator.
+
+One loop, every ``tick_s``:
+
+1. **observe**: each worker's ``Status`` over gRPC (its lifecycle state and load) and
+   whether its process is still running;
+2. **supervise**: a worker that exited without being told to is recorded (``crash``) and
+   restarted (``restart``) under the same name, with back-off if it keeps crashing; the
+   router likewise;
+3. **autoscale** (every ``interval_s``): the pool's signals from the metric source
+   (:class:`~preheat.autoscaler.scrape.DirectScrapeSource` on the warm workers' /metrics,
+   or :class:`~preheat.autoscaler.prometheus.PrometheusSource`) into
+   :func:`preheat.local.plan.autoscale` (``core.autoscaling.decide``);
+4. **reconcile**: :func:`preheat.local.plan.reconcile` (``core.reconcile.assign_roles``)
+   into actions: Promote/Demote over gRPC (:func:`preheat.workerctl.set_role`), drain
+   (out of the router's set, then SIGTERM: the worker finishes its streams and exits),
+   start new workers (they come up as standby);
+5. **publish**: the router's static discovery file (rewritten atomically when it
+   changes), the state file, the run record (events, replicas by state), the view.
+
+Shutdown (SIGINT, SIGTERM): nothing routable in the discovery file, SIGTERM to every worker
+(each drains within ``drain_grace_s``, SIGKILL after), then the router.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+
+from preheat import workerctl
+from preheat.autoscaler.describe import describe_signals
+from preheat.autoscaler.prometheus import PrometheusSource
+from preheat.autoscaler.scrape import DirectScrapeSource
+from preheat.autoscaler.source import MetricSource, SignalQuery
+from preheat.core.autoscaling import (
+    Decision,
+    Direction,
+    PolicyState,
+    PolicyTuning,
+    ReplicaCounts,
+    Signals,
+)
+from preheat.core.pool import EngineConfig, PoolConfig
+from preheat.core.reconcile import BuildOptions, worker_args
+from preheat.local import plan
+from preheat.local.poolfile import PoolFile
+from preheat.local.procs import Child, free_port, preheat_argv, spawn
+from preheat.local.stats import LiveStats, TrafficView, scrape_into
+from preheat.logs import fields
+from preheat.report.record import ReplicaSample, RunMeta, RunWriter, ScaleEvent, read_meta
+
+log = logging.getLogger("preheat.local")
+
+STATE_FILE = "up.json"
+DISCOVERY_FILE = "endpoints.yaml"
+ROUTING_FILE = "routing.yaml"
+PROMETHEUS_TARGETS_FILE = "prometheus-targets.json"
+LOG_DIR = "logs"
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    """How ``preheat up`` runs a pool (the pool itself is in the :class:`PoolFile`)."""
+
+    out: Path  # run folder: record, logs, discovery file, state file
+    engine: str = "sim"  # the workers' engine: sim, or vllm when asked
+    host: str = "127.0.0.1"
+    router_grpc_port: int = 0  # 0: a free port
+    router_http_port: int = 0
+    interval_s: float = 2.0  # autoscaler evaluation period
+    tick_s: float = 0.5  # observe/reconcile period
+    drain_grace_s: float = 10.0  # a draining worker's in-flight streams get this long
+    status_timeout_s: float = 1.0
+    worker_args: tuple[str, ...] = ()  # extra `preheat worker` flags for every worker
+    router_args: tuple[str, ...] = ()  # extra `preheat router` flags
+    prometheus_url: str = ""  # "": direct scrape
+    stale_after_s: float = 30.0
+    restart_backoff_s: tuple[float, ...] = (0.0, 1.0, 2.0, 5.0, 10.0, 30.0)
+    sample_every_s: float = 1.0  # replicas.jsonl cadence
+    command: str = ""  # the command line (for the record)
+
+
+@dataclass
+class LocalWorker:
+    """One worker process and what the runtime knows of it."""
+
+    name: str
+    grpc_port: int
+    http_port: int
+    child: Child
+    state: str = plan.STARTING
+    leaving: bool = False  # drained or stopping: out of the router's set
+    answered: bool = False  # its Status answered at least once
+    in_flight: int = 0
+    running: int = 0
+    waiting: int = 0
+    kv_usage: float = 0.0
+    restarts: int = 0
+    ready_seen: bool = False
+    role_error: str = ""
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}/metrics"
+
+    def view(self) -> plan.WorkerView:
+        return plan.WorkerView(
+            name=self.name,
+            state=self.state,
+            leaving=self.leaving,
+            in_flight=self.in_flight,
+            started_at=self.child.started_at,
+        )
+
+
+@dataclass(frozen=True)
+class EventLine:
+    """A recorded event as the view shows it."""
+
+    t_s: float
+    kind: str
+    worker: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class PoolSnapshot:
+    """Everything the view shows, at one tick."""
+
+    pool: str
+    engine: str
+    t_s: float
+    desired: int
+    standby_wanted: int
+    counts: ReplicaCounts
+    workers: tuple[dict[str, Any], ...]
+    traffic: TrafficView
+    signals: str
+    decision: str
+    source: str
+    router: str
+    router_http: str
+    out: str
+    events: tuple[EventLine, ...]
+    stopping: bool
+
+
+class View(Protocol):
+    def update(self, snapshot: PoolSnapshot) -> None: ...
+
+    def event(self, line: EventLine) -> None: ...
+
+
+class LocalPool:
+    """Runs one pool until :meth:`stop` (or a signal) and drains it."""
+
+    def __init__(
+        self,
+        pool: PoolFile,
+        options: UpOptions,
+        view: View,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pool = pool
+        self.config: PoolConfig = _local_config(pool.config, options.engine)
+        self.options = options
+        self.view = view
+        self.clock = clock
+        self.out = options.out
+        self.workers: dict[str, LocalWorker] = {}
+        self.router: Child | None = None
+        self.router_grpc = options.router_grpc_port or free_port()
+        self.router_http = options.router_http_port or free_port()
+        self.desired = self.config.replicas.desired
+        self.policy = PolicyState()
+        self.tuning = PolicyTuning(stale_after_s=options.stale_after_s)
+        self.decision: Decision | None = None
+        self.signals = Signals()
+        self.source: MetricSource | None = None
+        self.source_name = ""
+        self.stats = LiveStats(window_s=self.config.autoscaling.window_s)
+        self.events: deque[EventLine] = deque(maxlen=12)
+        self.pids: list[int] = []
+        self.started = clock()
+        self.t0_unix = time.time()
+        self._stop = asyncio.Event()
+        self._counter = 0
+        self._crashes: dict[str, list[float]] = {}
+        self._restart_at: dict[str, tuple[float, int]] = {}  # name -> (when, restarts)
+        self._router_restarts = 0
+        self._discovery: str | None = None
+        self._state: str | None = None
+        self._targets: str | None = None
+        self._next_decide = 0.0
+        self._next_sample = 0.0
+        self._http: aiohttp.ClientSession | None = None
+        self.writer = RunWriter(
+            self.out,
+            RunMeta(
+                name=self.out.name,
+                started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.t0_unix)),
+                pool=f"{pool.name} ({pool.path})",
+                target=f"127.0.0.1:{self.router_grpc}",
+                ttft_objective_ms=_ttft_objective(self.config),
+                command=options.command,
+                extra={"engine": options.engine, "producer": "preheat up"},
+                t0_unix=self.t0_unix,
+            ),
+            parts=("events.jsonl", "replicas.jsonl"),
+        )
+
+    # --- public --------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def t_s(self) -> float:
+        return round(self.clock() - self.started, 3)
+
+    async def run(self) -> int:
+        """Runs until stopped; returns 0 after a clean drain."""
+        self._http = aiohttp.ClientSession()
+        try:
+            self._write_routing()
+            self._write_discovery(force=True)
+            await self._start_router()
+            self.source = self._make_source()
+            await self._tick()
+            while not self._stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), self.options.tick_s)
+                if self._stop.is_set():
+                    break
+                await self._tick()
+        finally:
+            await self._shutdown()
+        return 0
+
+    # --- the loop ------------------------------------------------------------------------
+
+    async def _tick(self) -> None:
+        now = self.clock()
+        await self._observe()
+        await self._supervise(now)
+        if now >= self._next_decide:
+            self._next_decide = now + self.options.interval_s
+            await self._autoscale(now)
+        await self._reconcile(now)
+        self._write_discovery()
+        self._write_state()
+        if self.options.prometheus_url:
+            self.write_prometheus_targets()
+        await self._scrape_view(now)
+        if now >= self._next_sample:
+            self._next_sample = now + self.options.sample_every_s
+            self._sample()
+        self.view.update(self.snapshot())
+
+    async def _observe(self) -> None:
+        live = [w for w in self.workers.values() if w.child.alive]
+        answers = await asyncio.gather(
+            *(workerctl.status(w.address, timeout_s=self.options.status_timeout_s) for w in live),
+            return_exceptions=True,
+        )
+        for w, answer in zip(live, answers, strict=True):
+            if isinstance(answer, BaseException):
+                if w.answered and w.state not in (plan.DRAINING, plan.STOPPED):
+                    w.state = plan.UNREACHABLE
+                continue
+            w.answered = True
+            w.state = workerctl.state_name(answer.state)
+            w.in_flight = answer.in_flight
+            w.running = answer.num_running
+            w.waiting = answer.num_waiting
+            w.kv_usage = answer.kv_cache_usage
+            if w.state in plan.WARM and not w.ready_seen:
+                w.ready_seen = True
+                self._event("ready", w.name, f"warm as {w.state} (pid {w.child.pid})")
+
+    async def _supervise(self, now: float) -> None:
+        for w in list(self.workers.values()):
+            code = w.child.returncode
+            if code is None:
+                continue
+            del self.workers[w.name]
+            if w.leaving:
+                self._event("stop", w.name, f"exited ({code}) after draining")
+                continue
+            how = _exit_text(code)
+            self._event("crash", w.name, f"pid {w.child.pid} {how} while {w.state}")
+            recent = [t for t in self._crashes.get(w.name, []) if now - t < 60.0]
+            recent.append(now)
+            self._crashes[w.name] = recent
+            steps = self.options.restart_backoff_s
+            delay = steps[min(len(recent) - 1, len(steps) - 1)]
+            self._restart_at[w.name] = (now + delay, w.restarts + 1)
+        for name, (when, restarts) in list(self._restart_at.items()):
+            if now >= when and not self._stop.is_set():
+                del self._restart_at[name]
+                w = await self._start_worker(name, restarts=restarts)
+                self._event("restart", name, f"restart #{restarts} as pid {w.child.pid}")
+        if self.router is not None and not self.router.alive and not self._stop.is_set():
+            code = self.router.returncode or 0
+            self._event("crash", "router", f"router pid {self.router.pid} {_exit_text(code)}")
+            self._router_restarts += 1
+            await self._start_router()
+            self._event("restart", "router", f"restart #{self._router_restarts}")
+
+    async def _autoscale(self, now: float) -> None:
+        assert self.source is not None
+        cfg = self.config.autoscaling
+        if cfg.objectives:
+            query = SignalQuery(
+                objectives=cfg.objectives,
+                window_s=cfg.window_s,
+                short_window_s=cfg.panic.window_s if cfg.panic.enabled else 0.0,
+            )
+            self.signals = await self.source.read(query)
+        decision, self.policy = plan.autoscale(
+            now=now,
+            config=self.config,
+            desired=self.desired,
+            workers=self._views(),
+            signals=self.signals,
+            state=self.policy,
+            tuning=self.tuning,
+        )
+        self.decision = decision
+        if decision.active != self.desired:
+            up = decision.direction is Direction.UP or decision.active > self.desired
+            self._event(
+                "scale_up" if up else "scale_down",
+                "",
+                decision.reason,
+                from_replicas=self.desired,
+                to_replicas=decision.active,
+            )
+            self.desired = decision.active
+
+    def _views(self) -> list[plan.WorkerView]:
+        views = [w.view() for w in self.workers.values()]
+        # a crashed worker waiting for its restart still holds its slot (as a pod would)
+        views += [
+            plan.WorkerView(name=n, state=plan.STARTING, started_at=when)
+            for n, (when, _) in self._restart_at.items()
+        ]
+        return views
+
+    def _standby_wanted(self) -> int:
+        if self.decision is not None:
+            return self.decision.standby
+        return self.config.replicas.warm_standby if self.desired > 0 else 0
+
+    async def _reconcile(self, now: float) -> None:
+        if self._stop.is_set():
+            return
+        actions = plan.reconcile(self._views(), self.desired, self._standby_wanted())
+        if actions.empty:
+            return
+        for name in actions.drain:
+            await self._drain(name, actions.plan.reason)
+        jobs = [(n, "active") for n in actions.promote] + [(n, "standby") for n in actions.demote]
+        results = await asyncio.gather(
+            *(self._set_role(n, role) for n, role in jobs), return_exceptions=True
+        )
+        for (name, role), result in zip(jobs, results, strict=True):
+            if isinstance(result, BaseException):
+                w = self.workers.get(name)
+                if w is not None and w.role_error != str(result):
+                    w.role_error = str(result)
+                    log.warning(
+                        "worker_role_failed", extra=fields(worker=name, role=role, error=result)
+                    )
+                continue
+            kind = "promote" if role == "active" else "demote"
+            was = "standby" if role == "active" else "active"
+            self._event(kind, name, f"{was} -> {role}: {actions.plan.reason}")
+        for _ in range(actions.start):
+            w = await self._start_worker(self._new_name())
+            self._event("start", w.name, f"pid {w.child.pid}: {actions.plan.reason}")
+
+    async def _set_role(self, name: str, role: str) -> None:
+        w = self.workers[name]
+        await workerctl.set_role(w.address, role, timeout_s=self.options.status_timeout_s * 2)
+        w.state = role
+        w.role_error = ""
+
+    async def _drain(self, name: str, reason: str) -> None:
+        if name in self._restart_at:  # not running: just do not restart it
+            del self._restart_at[name]
+            self._event("stop", name, f"not restarted: {reason}")
+            return
+        w = self.workers.get(name)
+        if w is None or w.leaving:
+            return
+        w.leaving = True
+        self._write_discovery()  # out of the router's set before it stops taking work
+        w.child.send(signal.SIGTERM)
+        self._event("drain", name, f"SIGTERM pid {w.child.pid}: {reason}")
+
+    # --- processes -----------------------------------------------------------------------
+
+    def _new_name(self) -> str:
+        while True:
+            self._counter += 1
+            name = f"w-{self._counter}"
+            if name not in self.workers and name not in self._restart_at:
+                return name
+
+    def _worker_argv(self, name: str, grpc_port: int, http_port: int) -> list[str]:
+        build = BuildOptions(drain_grace_s=int(self.options.drain_grace_s), log_format="json")
+        args = worker_args(self.config, build)
+        src = self.config.model.source
+        if src.kind == "hostPath":
+            args[args.index("--model") + 1] = src.path
+        return preheat_argv(
+            "worker",
+            *args,
+            "--host",
+            "127.0.0.1",
+            "--grpc-port",
+            str(grpc_port),
+            "--http-port",
+            str(http_port),
+            "--worker-id",
+            name,
+            *self.options.worker_args,
+        )
+
+    async def _start_worker(self, name: str, *, restarts: int = 0) -> LocalWorker:
+        grpc_port, http_port = free_port(), free_port()
+        argv = self._worker_argv(name, grpc_port, http_port)
+        child = await spawn(
+            name,
+            argv,
+            self.out / LOG_DIR / f"{name}.log",
+            now=self.clock(),
+            env={"PREHEAT_POOL": self.pool.name},
+        )
+        self.pids.append(child.pid)
+        w = LocalWorker(name, grpc_port, http_port, child, restarts=restarts)
+        self.workers[name] = w
+        log.info(
+            "worker_started",
+            extra=fields(worker=name, pid=child.pid, grpc=w.address, restarts=restarts),
+        )
+        return w
+
+    async def _start_router(self) -> None:
+        argv = preheat_argv(
+            "router",
+            "--discovery",
+            f"static:{self.out / DISCOVERY_FILE}",
+            "--pool",
+            self.pool.name,
+            "--model",
+            self.config.model.name,
+            "--routing-config",
+            str(self.out / ROUTING_FILE),
+            "--host",
+            "127.0.0.1",
+            "--grpc-port",
+            str(self.router_grpc),
+            "--http-port",
+            str(self.router_http),
+            "--log-format",
+            "json",
+            *self.options.router_args,
+        )
+        self.router = await spawn("router", argv, self.out / LOG_DIR / "router.log", now=0.0)
+        self.pids.append(self.router.pid)
+        log.info("router_started", extra=fields(pid=self.router.pid, grpc=self.router_address))
+
+    @property
+    def router_address(self) -> str:
+        return f"127.0.0.1:{self.router_grpc}"
+
+    def _make_source(self) -> MetricSource:
+        url = self.options.prometheus_url
+        if url:
+            self.source_name = f"prometheus {url}"
+            return PrometheusSource(
+                url,
+                selector=f'pool="{self.pool.name}"',
+                clock=self.clock,
+                stale_after_s=self.options.stale_after_s,
+            )
+        self.source_name = "direct scrape"
+        return DirectScrapeSource(
+            self._metric_targets, clock=self.clock, stale_after_s=self.options.stale_after_s
+        )
+
+    def _metric_targets(self) -> list[str]:
+        return sorted(
+            f"http://127.0.0.1:{w.http_port}"
+            for w in self.workers.values()
+            if w.state in plan.WARM and not w.leaving and w.child.alive
+        )
+
+    async def _shutdown(self) -> None:
+        self._event("shutdown", "", "stopping: draining every worker, then the router")
+        for w in self.workers.values():
+            w.leaving = True
+        self._restart_at.clear()
+        self._write_discovery(force=True)
+        grace = self.options.drain_grace_s + 5.0
+        stops = [w.child.stop(grace) for w in self.workers.values()]
+        codes = await asyncio.gather(*stops, return_exceptions=True)
+        for w, code in zip(list(self.workers.values()), codes, strict=True):
+            self._event("stop", w.name, f"exited ({code}) at shutdown")
+        self.workers.clear()
+        if self.router is not None:
+            await self.router.stop(10.0)
+        if self.source is not None:
+            with contextlib.suppress(Exception):
+                await self.source.close()
+        if self._http is not None:
+            await self._http.close()
+        self._sample()
+        self._write_state(stopped=True)
+        # `preheat load` may have joined this folder and added to meta.json: keep its fields
+        joined = read_meta(self.out)
+        if joined is not None and joined.t0_unix == self.t0_unix:
+            self.writer.meta = joined
+        self.writer.meta.duration_s = max(self.writer.meta.duration_s, self.t_s())
+        self.writer.close()
+        self.view.update(self.snapshot(stopping=True))
+
+    # --- publishing ----------------------------------------------------------------------
+
+    def _write_routing(self) -> None:
+        text = f"hotspotMarginMs: {self.config.routing.hotspot_margin_ms:g}\n"
+        _atomic_write(self.out / ROUTING_FILE, text)
+
+    def _write_discovery(self, *, force: bool = False) -> None:
+        entries = []
+        for w in sorted(self.workers.values(), key=lambda w: w.name):
+            if not w.child.alive:
+                continue
+            role = "draining" if w.leaving else w.state
+            entries.append(
+                {
+                    "address": w.address,
+                    "id": w.name,
+                    "ready": w.state in plan.WARM and not w.leaving,
+                    "role": role,
+                    "metrics_url": w.metrics_url,
+                }
+            )
+        text = json.dumps(entries, indent=1) + "\n"
+        if force or text != self._discovery:
+            _atomic_write(self.out / DISCOVERY_FILE, text)
+            self._discovery = text
+
+    def write_prometheus_targets(self) -> None:
+        """``prometheus-targets.json`` (file_sd): the warm workers, labelled ``pool``."""
+        targets = [t.removeprefix("http://") for t in self._metric_targets()]
+        text = json.dumps([{"targets": targets, "labels": {"pool": self.pool.name}}]) + "\n"
+        if text != self._targets:
+            _atomic_write(self.out / PROMETHEUS_TARGETS_FILE, text)
+            self._targets = text
+
+    def _write_state(self, *, stopped: bool = False) -> None:
+        counts = plan.counts(self._views())
+        state = {
+            "pid": os.getpid(),
+            "pool": self.pool.name,
+            "router": {
+                "grpc": self.router_address,
+                "http": f"http://127.0.0.1:{self.router_http}",
+                "pid": self.router.pid if self.router is not None else 0,
+            },
+            "ready": (not stopped) and counts.active >= max(self.desired, 1),
+            "stopped": stopped,
+            "desired": self.desired,
+            "counts": asdict(counts),
+            "workers": {
+                w.name: {"pid": w.child.pid, "state": w.state, "grpc": w.address}
+                for w in self.workers.values()
+            },
+            "pids": self.pids,
+            "t0_unix": self.t0_unix,
+        }
+        text = json.dumps(state, indent=1) + "\n"
+        if text != self._state:
+            _atomic_write(self.out / STATE_FILE, text)
+            self._state = text
+
+    def _event(
+        self,
+        kind: str,
+        worker: str,
+        reason: str,
+        *,
+        from_replicas: int = 0,
+        to_replicas: int = 0,
+    ) -> None:
+        t = self.t_s()
+        self.writer.event(
+            ScaleEvent(
+                t_s=t,
+                kind=kind,
+                reason=reason,
+                pool=self.pool.name,
+                worker=worker,
+                from_replicas=from_replicas,
+                to_replicas=to_replicas,
+            )
+        )
+        self.writer.flush()
+        line = EventLine(t, kind, worker, reason)
+        self.events.append(line)
+        self.view.event(line)
+
+    def _sample(self) -> None:
+        c = plan.counts(self._views())
+        self.writer.replicas(
+            ReplicaSample(
+                t_s=self.t_s(),
+                active=c.active,
+                standby=c.standby,
+                starting=c.warming,
+                draining=c.draining,
+            )
+        )
+        self.writer.flush()
+
+    async def _scrape_view(self, now: float) -> None:
+        if self._http is None:
+            return
+        targets = {
+            w.name: w.metrics_url
+            for w in self.workers.values()
+            if w.answered and w.child.alive and w.state not in (plan.STOPPED,)
+        }
+        targets["router"] = f"http://127.0.0.1:{self.router_http}/metrics"
+        await scrape_into(self.stats, self._http, targets, now)
+
+    def snapshot(self, *, stopping: bool = False) -> PoolSnapshot:
+        workers = tuple(
+            {
+                "name": w.name,
+                "state": "draining" if w.leaving and w.state in plan.WARM else w.state,
+                "pid": w.child.pid,
+                "in_flight": w.in_flight,
+                "running": w.running,
+                "waiting": w.waiting,
+                "kv": w.kv_usage,
+                "restarts": w.restarts,
+            }
+            for w in sorted(self.workers.values(), key=lambda w: _name_key(w.name))
+        )
+        decision = self.decision
+        return PoolSnapshot(
+            pool=self.pool.name,
+            engine=self.options.engine,
+            t_s=self.t_s(),
+            desired=self.desired,
+            standby_wanted=self._standby_wanted(),
+            counts=plan.counts(self._views()),
+            workers=workers,
+            traffic=self.stats.view(self.clock()),
+            signals=describe_signals(self.config.autoscaling, self.signals)
+            if self.config.autoscaling.objectives
+            else "",
+            decision="" if decision is None else decision.reason,
+            source=self.source_name,
+            router=self.router_address,
+            router_http=f"http://127.0.0.1:{self.router_http}",
+            out=str(self.out),
+            events=tuple(self.events),
+            stopping=stopping or self._stop.is_set(),
+        )
+
+
+def _name_key(name: str) -> tuple[int, str]:
+    head, _, num = name.rpartition("-")
+    return (int(num), head) if num.isdigit() else (0, name)
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _ttft_objective(config: PoolConfig) -> float:
+    for o in config.autoscaling.objectives:
+        if o.signal.value == "ttft":
+            return o.target
+    return 0.0
+
+
+def _local_config(config: PoolConfig, engine: str) -> PoolConfig:
+    """The pool as it runs here: ``engine`` (sim unless asked), keeping only the engine
+    args that apply to it (a cluster pool's vLLM args mean nothing to the sim)."""
+    if engine == config.engine.kind:
+        return config
+    from preheat.core.reconcile import WORKER_FLAGS
+
+    keep = tuple((k, v) for k, v in config.engine.args if k in WORKER_FLAGS[engine])
+    dropped = sorted(k for k, _ in config.engine.args if k not in WORKER_FLAGS[engine])
+    if dropped:
+        log.info(
+            "engine_args_dropped",
+            extra=fields(engine=engine, spec_engine=config.engine.kind, args=",".join(dropped)),
+        )
+    return replace(config, engine=EngineConfig(kind=engine, image="", args=keep))
+
+
+def describe_counts(c: ReplicaCounts) -> str:
+    return f"{c.active} active, {c.standby} standby, {c.warming} starting, {c.draining} draining"
+
+
+__all__ = [
+    "DISCOVERY_FILE",
+    "STATE_FILE",
+    "EventLine",
+    "LocalPool",
+    "PoolSnapshot",
+    "UpOptions",
+    "View",
+    "describe_counts",
+]
