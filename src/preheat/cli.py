@@ -27,10 +27,20 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "reconcile InferencePool resources into warm worker pods (kopf)",
         "preheat.operator.main",
     ),
+    "up": (
+        "run an InferencePool on this machine: sim workers and a router as local processes, "
+        "autoscaled like the operator does (live view; Ctrl-C drains)",
+        "preheat.local.main",
+    ),
     "bench": ("benchmarks (not tests): `preheat bench worker|router`", "preheat.bench.main"),
     "demo": (
         "start a sim worker and stream a few requests, printing TTFT/ITL",
         "preheat.bench.demo",
+    ),
+    "load": (
+        "replay a trace against a router or worker (gRPC or OpenAI HTTP), recording every "
+        "request's outcome into a run folder",
+        "preheat.load.main",
     ),
     "report": (
         "print a run's figures (TTFT/ITL/e2e percentiles, SLO attainment, cache hits, "
