@@ -105,3 +105,12 @@ def test_comparison_has_one_row_per_run(run_known: Run) -> None:
     text = render_comparison([s, s], ["a", "b"])
     rows = text.splitlines()[2:]
     assert [r.split()[0] for r in rows] == ["a", "b"]
+
+
+def test_stages_are_summarized_per_stage(run_known: Run) -> None:
+    s = summarize(run_known)
+    assert set(s.stages_ms) == {"queue", "prefill"}
+    assert s.stages_ms["queue"].p50 == pytest.approx(1.0)
+    assert s.stages_ms["prefill"].p50 == pytest.approx(249.0)
+    prefill = next(line for line in render_table(s).splitlines() if "prefill" in line)
+    assert prefill.split()[:3] == ["prefill", "4", "249.0"]

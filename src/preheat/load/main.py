@@ -323,7 +323,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         _finish(writer, folder, joined, summary, time.time() - t0)
     if summary is None:
-        print("stopped: requests in flight were abandoned", file=sys.stderr)
+        print("stopped at once: requests in flight were recorded as cancelled", file=sys.stderr)
         return 130
     print(summary.line())
     if summary.errors:

@@ -16,6 +16,9 @@ Definitions (what the report's columns mean):
 - **Replica-seconds** by state integrate ``replicas.jsonl`` as a step function: each sample
   holds until the next one, the last one until the end of the run (``meta.duration_s``
   when it is later than the last sample, else the last sample ends it).
+- **Stages** (``stages_ms``): per stage the server reported (queue, prefill, decode, the
+  engine's own TTFT, the time outside the engine), its quantiles over the ok requests that
+  carry it.
 - **Scaling events** are events of kind ``scale_up`` and ``scale_down``; every kind is also
   counted in ``events_by_kind``.
 """
@@ -86,6 +89,7 @@ class RunSummary:
     scaling_events: int = 0
     events_by_kind: dict[str, int] = field(default_factory=dict)
     errors_by_message: dict[str, int] = field(default_factory=dict)
+    stages_ms: dict[str, Quantiles] = field(default_factory=dict)
 
 
 def run_end_s(run: Run) -> float:
@@ -149,6 +153,10 @@ def summarize(run: Run) -> RunSummary:
     output = sum(r.output_tokens for r in ok)
     end = run_end_s(run)
     kinds = Counter(e.kind for e in run.events)
+    stage_samples: dict[str, list[float]] = {}
+    for r in ok:
+        for stage, ms in r.stages_ms.items():
+            stage_samples.setdefault(stage, []).append(ms)
     errors = Counter(_short_error(r.error) for r in reqs if r.outcome == "error")
     return RunSummary(
         name=meta.name,
@@ -179,4 +187,5 @@ def summarize(run: Run) -> RunSummary:
         scaling_events=sum(kinds[k] for k in SCALING_KINDS),
         events_by_kind=dict(sorted(kinds.items())),
         errors_by_message=dict(errors.most_common()),
+        stages_ms={k: Quantiles.of(v) for k, v in stage_samples.items()},
     )

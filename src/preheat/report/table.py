@@ -18,7 +18,7 @@ def _pct(v: float | None) -> str:
 
 def _quantile_row(label: str, q: Quantiles) -> str:
     return (
-        f"  {label:<6} {q.count:>8} {_ms(q.p50):>9} {_ms(q.p95):>9} {_ms(q.p99):>9}"
+        f"  {label:<18} {q.count:>7} {_ms(q.p50):>9} {_ms(q.p95):>9} {_ms(q.p99):>9}"
         f" {_ms(q.mean):>9}"
     )
 
@@ -42,10 +42,14 @@ def render_table(s: RunSummary) -> str:
         kinds = ", ".join(f"{msg} x{n}" for msg, n in s.errors_by_message.items())
         lines.append(f"  errors: {kinds}")
     lines.append("")
-    lines.append(f"  {'ms':<6} {'n':>8} {'p50':>9} {'p95':>9} {'p99':>9} {'mean':>9}")
+    lines.append(f"  {'ms':<18} {'n':>7} {'p50':>9} {'p95':>9} {'p99':>9} {'mean':>9}")
     lines.append(_quantile_row("TTFT", s.ttft_ms))
     lines.append(_quantile_row("ITL", s.itl_ms))
     lines.append(_quantile_row("e2e", s.e2e_ms))
+    if s.stages_ms:
+        lines.append("  stages (server-reported; outside_engine = client TTFT - engine TTFT):")
+        for stage, q in s.stages_ms.items():
+            lines.append(_quantile_row("  " + stage, q))
     lines.append("")
     if s.slo_attainment is None:
         lines.append("SLO attainment: - (the run has no objective)")
