@@ -160,7 +160,26 @@ def plot_replicas(run: Run, path: Path) -> Path:
     ax.set_ylabel("replicas")
     ax.set_xlim(0, max(end, 1e-3))
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    if run.requests:
+        rate = ax.twinx()
+        width = max(end, 1e-3) / _WINDOWS
+        counts = [0] * _WINDOWS
+        for r in run.requests:
+            counts[min(_WINDOWS - 1, max(0, int(r.t_s / width)))] += 1
+        (line,) = rate.step(
+            [i * width for i in range(_WINDOWS + 1)],
+            [c / width for c in counts] + [counts[-1] / width],
+            where="post",
+            color="#333333",
+            linewidth=1.2,
+            label="requests/s sent",
+        )
+        rate.set_ylabel("requests/s")
+        rate.set_ylim(0, max(counts) / width * 1.3 + 1e-9)
+        handles.append(line)
+        labels.append("requests/s sent")
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.06, 1.0), fontsize=8)
     ax.set_title(_title(run, "replicas by state (dashed: scaling decisions, ticks: events)"))
     return _save(fig, path)
 
