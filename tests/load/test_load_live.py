@@ -15,7 +15,7 @@ import aiohttp
 
 from preheat.bench.traces import TraceOptions, load_trace
 from preheat.bench.workerproc import ServiceProcess, spawn_router, spawn_worker
-from preheat.load.replay import LoadOptions, replay
+from preheat.load.replay import Api, LoadOptions, replay
 from preheat.report.record import RunMeta, RunWriter, read_run
 from preheat.report.summary import summarize
 
@@ -180,3 +180,21 @@ async def test_bad_input_is_one_clear_message(tmp_path: Path) -> None:
     )
     assert rc == 2
     assert "time_scale must be > 0" in err
+
+
+async def test_router_admission_rejections_are_recorded_on_both_wires(tmp_path: Path) -> None:
+    # a router with no endpoint and no room to wait refuses at once: 429 / RESOURCE_EXHAUSTED
+    trace = write_trace(tmp_path / "t.jsonl", 3, gap_ms=0)
+    endpoints = tmp_path / "endpoints.json"
+    endpoints.write_text("[]")
+    async with spawn_router(["--discovery", f"static:{endpoints}", "--max-queue", "0"]) as r:
+        wires: list[tuple[Api, str]] = [("grpc", r.grpc_target), ("openai", r.http_url)]
+        for api, target in wires:
+            with RunWriter(tmp_path / api, RunMeta(name=api)) as writer:
+                summary = await replay(target, small(trace), LoadOptions(api=api), writer)
+            run = read_run(tmp_path / api)
+            assert (summary.rejected, summary.ok, summary.error) == (3, 0, 0), run.requests
+            assert [r.outcome for r in run.requests] == ["rejected"] * 3
+            prefix = "RESOURCE_EXHAUSTED" if api == "grpc" else "HTTP 429"
+            assert all(r.error.startswith(prefix) for r in run.requests), run.requests
+            assert "router queue is full" in run.requests[0].error

@@ -1,0 +1,44 @@
+"""The CLI's trace options: --duration counts replay seconds (after scaling)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from preheat.bench.traces import load_trace
+from preheat.load.main import add_arguments, trace_options
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return p.parse_args(["--target", "h:1", "--trace", "t.jsonl", *argv])
+
+
+def _trace(path: Path, n: int) -> Path:
+    rows = [{"timestamp_ms": i * 1000, "input_tokens": 8, "output_tokens": 2} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("argv", "arrivals"),
+    [
+        ((), [float(i) for i in range(10)]),
+        (("--duration", "4"), [0.0, 1.0, 2.0, 3.0]),
+        (("--time-scale", "0.5", "--duration", "2"), [0.0, 0.5, 1.0, 1.5]),
+        (("--rate-scale", "2", "--duration", "2"), [0.0, 0.5, 1.0, 1.5]),
+        (("--start-s", "5", "--max-requests", "2"), [0.0, 1.0]),
+    ],
+)
+def test_slicing_and_scaling(tmp_path: Path, argv: tuple[str, ...], arrivals: list[float]) -> None:
+    reqs = load_trace(_trace(tmp_path / "t.jsonl", 10), trace_options(_args(*argv)))
+    assert [r.arrival_s for r in reqs] == pytest.approx(arrivals)
+
+
+def test_a_non_positive_duration_is_refused() -> None:
+    with pytest.raises(ValueError, match="--duration must be > 0"):
+        trace_options(_args("--duration", "0"))
