@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import matplotlib.image
 import pytest
 
 from preheat.cli import main
@@ -18,8 +19,12 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _is_png(path: Path) -> bool:
-    data = path.read_bytes()
-    return data.startswith(PNG_MAGIC) and len(data) > 5_000
+    """A PNG that decodes to a picture of a sensible size (not a blank stub)."""
+    if not path.read_bytes().startswith(PNG_MAGIC):
+        return False
+    pixels = matplotlib.image.imread(path)
+    height, width = pixels.shape[:2]
+    return bool(height >= 300 and width >= 600 and pixels.std() > 0.01)
 
 
 def test_plots_are_written_as_pngs(tmp_path: Path, run_known: Run) -> None:
