@@ -71,3 +71,31 @@ def sample_quantile(q: float, samples: Sequence[float]) -> float:
     lo = math.floor(pos)
     hi = min(lo + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def weighted_sample_quantile(q: float, runs: Sequence[tuple[float, float]]) -> float:
+    """:func:`sample_quantile` of the samples that ``runs`` stand for, without expanding them.
+
+    ``runs`` are ``(value, count)`` pairs (a run-length encoding: ``count`` whole samples of
+    ``value``, in any order); the answer equals ``sample_quantile(q, expanded)``.
+    """
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile must be within [0, 1], got {q}")
+    ordered = sorted((v, int(c)) for v, c in runs if c >= 1)
+    total = sum(c for _, c in ordered)
+    if total == 0:
+        raise ValueError("no samples")
+    pos = q * (total - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, total - 1)
+    lo_value = hi_value = ordered[-1][0]
+    seen = 0
+    found_lo = False
+    for value, count in ordered:
+        seen += count
+        if not found_lo and lo < seen:
+            lo_value, found_lo = value, True
+        if hi < seen:
+            hi_value = value
+            break
+    return lo_value + (hi_value - lo_value) * (pos - lo)
