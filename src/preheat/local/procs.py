@@ -92,8 +92,10 @@ class Child:
                 self.proc.send_signal(sig)
 
     async def stop(self, grace_s: float) -> int:
-        """SIGTERM, then SIGKILL after ``grace_s``; returns the exit status."""
-        self.send(signal.SIGTERM)
+        """SIGTERM (once: a second one would cut a drain short), then SIGKILL after
+        ``grace_s``; returns the exit status."""
+        if signal.SIGTERM not in self.signalled:
+            self.send(signal.SIGTERM)
         try:
             return await asyncio.wait_for(self.proc.wait(), grace_s)
         except TimeoutError:

@@ -1,0 +1,153 @@
+"""The local pool's decisions: core reconcile and autoscaling on local workers (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from preheat.core.autoscaling import (
+    Cause,
+    Direction,
+    PolicyState,
+    PolicyTuning,
+    Signals,
+    SignalValue,
+)
+from preheat.core.pool import Signal
+from preheat.local import plan
+from preheat.local.plan import WorkerView
+from preheat.local.poolfile import parse_pool
+
+
+def w(name: str, state: str, *, leaving: bool = False, in_flight: int = 0, t: float = 0.0):
+    return WorkerView(name=name, state=state, leaving=leaving, in_flight=in_flight, started_at=t)
+
+
+CASES = [
+    # (workers, active, standby) -> (promote, demote, drain, start)
+    pytest.param([], 1, 1, ((), (), (), 2), id="empty pool starts active+standby"),
+    pytest.param(
+        [w("w-1", "starting"), w("w-2", "loading")], 1, 1, ((), (), (), 0), id="cold: wait"
+    ),
+    pytest.param(
+        [w("w-1", "standby", t=1), w("w-2", "standby", t=2)],
+        1,
+        1,
+        (("w-1",), (), (), 0),
+        id="warm standbys: one promoted",
+    ),
+    pytest.param(
+        [w("w-1", "active"), w("w-2", "standby")],
+        3,
+        1,
+        (("w-2",), (), (), 2),
+        id="scale up: standby promoted first, two started behind it",
+    ),
+    pytest.param(
+        [w("w-1", "active", t=1), w("w-2", "active", t=2), w("w-3", "standby", t=3)],
+        1,
+        1,
+        ((), ("w-2",), ("w-3",), 0),
+        id="scale down: the cheapest removed, an active demoted",
+    ),
+    pytest.param(
+        [
+            w("w-1", "active", in_flight=2, t=1),
+            w("w-2", "active", in_flight=1, t=2),
+            w("w-3", "active", in_flight=3, t=3),
+        ],
+        1,
+        0,
+        ((), ("w-2", "w-3"), (), 0),
+        id="busy workers are not drained (demoted instead, retried later)",
+    ),
+    pytest.param(
+        [w("w-1", "active"), w("w-2", "standby", leaving=True), w("w-3", "draining")],
+        1,
+        1,
+        ((), (), (), 1),
+        id="leaving workers do not count",
+    ),
+    pytest.param(
+        [w("w-1", "active"), w("w-2", "warming")],
+        2,
+        0,
+        ((), (), (), 0),
+        id="a warming worker fills the slot: nothing promoted or started",
+    ),
+]
+
+
+@pytest.mark.parametrize(("workers", "active", "standby", "want"), CASES)
+def test_reconcile(workers, active, standby, want):
+    got = plan.reconcile(workers, active, standby)
+    assert (got.promote, got.demote, got.drain, got.start) == want
+
+
+def test_counts_by_bucket():
+    views = [
+        w("a", "active"),
+        w("b", "standby"),
+        w("c", "starting"),
+        w("d", "unreachable"),
+        w("e", "active", leaving=True),
+        w("f", "draining"),
+    ]
+    c = plan.counts(views)
+    assert (c.active, c.standby, c.warming, c.draining) == (1, 1, 2, 2)
+
+
+POOL = {
+    "apiVersion": "preheat.dev/v1alpha1",
+    "kind": "InferencePool",
+    "metadata": {"name": "t"},
+    "spec": {
+        "model": {"name": "m"},
+        "engine": {"kind": "sim"},
+        "replicas": {"min": 1, "max": 4, "warmStandby": 1},
+        "autoscaling": {
+            "objectives": [{"signal": "ttft", "percentile": 95, "targetMs": 500}],
+            "window": "10s",
+            "scaleUp": {"cooldown": "0s", "maxStep": 2},
+            "scaleDown": {"stabilization": "0s", "cooldown": "0s"},
+        },
+    },
+}
+
+
+def _signals(value: float | None, now: float, *, stale: bool = False) -> Signals:
+    v = SignalValue(Signal.TTFT, 95.0, value, now, stale=stale, samples=10)
+    return Signals(values=(v,), observed_at=now, stale=stale, requests=10)
+
+
+def _decide(value: float | None, desired: int, *, stale: bool = False):
+    config = parse_pool(POOL, "t.yaml").config
+    now = 100.0
+    return plan.autoscale(
+        now=now,
+        config=config,
+        desired=desired,
+        workers=[w("w-1", "active"), w("w-2", "standby")][: desired + 1],
+        signals=_signals(value, now, stale=stale),
+        state=PolicyState(),
+        tuning=PolicyTuning(),
+    )
+
+
+def test_autoscale_over_target_scales_up_with_a_reason():
+    decision, state = _decide(1500.0, 1)
+    assert decision.direction is Direction.UP
+    assert decision.active == 3  # 3x over target, capped by maxStep 2
+    assert "ttft p95" in decision.reason
+    assert state.last_scale_at == 100.0
+
+
+def test_autoscale_under_target_scales_down():
+    decision, _ = _decide(100.0, 3)
+    assert decision.direction is Direction.DOWN
+    assert decision.active < 3
+
+
+def test_autoscale_stale_metrics_hold():
+    decision, _ = _decide(1500.0, 1, stale=True)
+    assert decision.cause is Cause.STALE
+    assert decision.active == 1

@@ -1,0 +1,100 @@
+"""`preheat up -f`: the pool file is validated first; a bad one lists every problem, exits 2
+and starts nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from preheat.local.poolfile import PoolFileError, load_pool
+
+REPO = Path(__file__).resolve().parents[2]
+
+BAD = """\
+apiVersion: preheat.dev/v1
+kind: InferencePool
+metadata: {}
+spec:
+  model: {name: m}
+  engine: {kind: sim, args: {maxNumSeqs: 0}}
+  replicas: {min: 1, max: 2, spare: 3}
+  autoscaling: {window: 10 seconds}
+"""
+
+
+def test_examples_pool_is_valid_and_sized_for_the_demo():
+    pool = load_pool(REPO / "examples" / "pool.yaml")
+    r = pool.config.replicas
+    assert pool.config.engine.kind == "sim"
+    assert (r.min, r.warm_standby) == (1, 1)
+    assert 3 <= r.max <= 4
+    assert pool.config.autoscaling.objectives  # it autoscales
+    assert pool.config.autoscaling.scale_down.stabilization_s <= 30
+
+
+def test_every_problem_is_listed(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(BAD)
+    with pytest.raises(PoolFileError) as err:
+        load_pool(path)
+    problems = err.value.problems
+    assert any(p.startswith("apiVersion") for p in problems)
+    assert any(p.startswith("metadata.name") for p in problems)
+    assert any("spec.engine.args.maxNumSeqs" in p for p in problems)
+    assert any("spec.replicas.spare: unknown field" in p for p in problems)
+    assert any("spec.autoscaling.window" in p for p in problems)
+    assert len(problems) == 5
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("a: [1, 2", "not valid YAML"),
+        ("", "exactly one InferencePool document, found 0"),
+        ("---\na: 1\n---\nb: 2\n", "found 2 documents"),
+        ("- 1\n- 2\n", "expected an InferencePool object"),
+        (
+            "apiVersion: preheat.dev/v1alpha1\nkind: InferencePool\nmetadata: {name: x}\n"
+            "spec: {model: {name: m}, replicas: {min: 3, max: 2}}\n",
+            "replicas.min (3) must be <= replicas.max (2)",
+        ),
+    ],
+)
+def test_bad_shapes_say_what_is_wrong(tmp_path, text, needle):
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(PoolFileError) as err:
+        load_pool(path)
+    assert needle in err.value.message
+
+
+def test_cli_bad_file_exits_2_with_one_message_and_starts_nothing(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(BAD)
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "preheat.cli", "up", "-f", str(path), "--out", str(out), "--no-ui"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert "5 problems; nothing was started" in proc.stderr
+    assert "spec.replicas.spare: unknown field" in proc.stderr
+    assert not out.exists()  # no run folder: no router, no worker was started
+
+
+def test_cli_missing_file(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "preheat.cli", "up", "-f", str(tmp_path / "nope.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "cannot read the file" in proc.stderr
+    assert "Traceback" not in proc.stderr
