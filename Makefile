@@ -10,7 +10,7 @@ PY_VLLM := $(VENV_VLLM)/bin/python
 
 help:
 	@echo "make test    build .venv and .venv-vllm, lint, type-check and run every test"
-	@echo "make demo    start a sim worker and stream a few requests (TTFT/ITL per request)"
+	@echo "make demo    preheat up on examples/pool.yaml, a Mooncake burst through it, the report (~2 min)"
 	@echo "make bench   benchmarks (not tests): worker and router overhead, router policies (~10 min)"
 	@echo "make proto   regenerate the gRPC modules from src/preheat/proto/**/*.proto"
 	@echo "make crd     regenerate crds/ and the chart's CRD from src/preheat/api/pool.py"
@@ -65,8 +65,10 @@ test-main: venv $(HELM) prometheus
 
 test: lint test-vllm test-main
 
+# preheat up (sim workers + router, autoscaled) under a burst of the Mooncake trace, then
+# preheat report: tables on the terminal, plots in runs/demo/ (see scripts/demo.sh).
 demo: venv
-	$(VENV)/bin/preheat demo
+	PREHEAT=$(VENV)/bin/preheat PY=$(PY) scripts/demo.sh
 
 # A real kind cluster (skipped with the reason where Docker or kind are missing).
 e2e: venv $(HELM)
