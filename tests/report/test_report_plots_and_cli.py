@@ -12,7 +12,7 @@ import matplotlib.image
 import pytest
 
 from preheat.cli import main
-from preheat.report.plots import write_plots
+from preheat.report.plots import cdf_points, write_plots
 from preheat.report.record import META_FILE, REQUESTS_FILE, Run, RunMeta, write_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -101,3 +101,16 @@ def test_a_field_of_the_wrong_shape_is_a_clear_error(tmp_path: Path, run_known: 
     assert proc.returncode == 2
     assert META_FILE in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_cdf_points_are_thinned_and_end_at_one() -> None:
+    runs = [(float(i), 1) for i in range(10_000, 0, -1)]
+    xs, ys = cdf_points(runs)
+    assert len(xs) <= 2001
+    assert xs == sorted(xs)
+    assert ys == sorted(ys)
+    assert (xs[0], xs[-1], ys[-1]) == (1.0, 10_000.0, 1.0)
+
+
+def test_cdf_points_weigh_runs_by_count() -> None:
+    assert cdf_points([(2.0, 3), (1.0, 1)]) == ([1.0, 2.0], [0.25, 1.0])

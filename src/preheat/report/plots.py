@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from preheat.core.percentiles import sample_quantile
 from preheat.report.record import Run
-from preheat.report.summary import REPLICA_STATES, run_end_s
+from preheat.report.summary import REPLICA_STATES, itl_runs, run_end_s
 
 _STATE_COLORS = {
     "active": "#2b7bba",
@@ -35,16 +35,37 @@ def _title(run: Run, what: str) -> str:
     return f"{'SIMULATED: ' if run.meta.simulated else ''}{run.meta.name}: {what}"
 
 
-def _cdf(ax: Axes, values: Sequence[float], label: str, objective: float = 0.0) -> None:
+_CDF_POINTS = 2000
+
+
+def cdf_points(runs: Sequence[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """(values, cumulative share) of ``(value, count)`` runs, thinned to at most
+    ``_CDF_POINTS`` steps (the largest value always kept)."""
+    ordered = sorted((v, c) for v, c in runs if c > 0)
+    total = sum(c for _, c in ordered)
+    xs: list[float] = []
+    ys: list[float] = []
+    seen = 0.0
+    for value, count in ordered:
+        seen += count
+        xs.append(value)
+        ys.append(seen / total)
+    if len(xs) > _CDF_POINTS:
+        step = len(xs) / _CDF_POINTS
+        keep = sorted({int(i * step) for i in range(_CDF_POINTS)} | {len(xs) - 1})
+        xs, ys = [xs[i] for i in keep], [ys[i] for i in keep]
+    return xs, ys
+
+
+def _cdf(ax: Axes, runs: Sequence[tuple[float, float]], label: str, objective: float = 0.0) -> None:
     ax.set_title(label)
     ax.set_xlabel("ms")
     ax.grid(True, alpha=0.3)
-    if not values:
+    xs, ys = cdf_points(runs)
+    if not xs:
         ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
         return
-    xs = sorted(values)
-    n = len(xs)
-    ax.step(xs, [(i + 1) / n for i in range(n)], where="post")
+    ax.step(xs, ys, where="post")
     ax.set_ylim(0, 1.02)
     if xs[0] > 0 and xs[-1] / xs[0] > 50:
         ax.set_xscale("log")
@@ -63,9 +84,9 @@ def plot_latency_cdf(run: Run, path: Path) -> Path:
     ok = [r for r in run.requests if r.outcome == "ok"]
     fig = Figure(figsize=(13, 4))
     axes = fig.subplots(1, 3)
-    _cdf(axes[0], [r.ttft_ms for r in ok], "TTFT", run.meta.ttft_objective_ms)
-    _cdf(axes[1], [g for r in ok for g in r.itl_ms], "inter-token latency")
-    _cdf(axes[2], [r.e2e_ms for r in ok], "end-to-end", run.meta.e2e_objective_ms)
+    _cdf(axes[0], [(r.ttft_ms, 1) for r in ok], "TTFT", run.meta.ttft_objective_ms)
+    _cdf(axes[1], itl_runs(ok), "inter-token latency")
+    _cdf(axes[2], [(r.e2e_ms, 1) for r in ok], "end-to-end", run.meta.e2e_objective_ms)
     axes[0].set_ylabel("share of requests (ITL: of gaps)")
     fig.suptitle(_title(run, f"latency CDFs ({len(ok)} ok of {len(run.requests)} requests)"))
     return _save(fig, path)

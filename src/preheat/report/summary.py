@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from preheat.core.percentiles import sample_quantile
+from preheat.core.percentiles import sample_quantile, weighted_sample_quantile
 from preheat.report.record import ReplicaSample, RequestOutcome, Run, count_outcomes
 
 REPLICA_STATES: tuple[str, ...] = ("active", "standby", "starting", "draining")
@@ -57,6 +57,28 @@ class Quantiles:
             p99=sample_quantile(0.99, samples),
             mean=sum(samples) / len(samples),
         )
+
+    @classmethod
+    def of_runs(cls, runs: Sequence[tuple[float, float]]) -> Quantiles:
+        """The same from ``(value, count)`` runs, without expanding them."""
+        total = sum(c for _, c in runs)
+        if total <= 0:
+            return cls()
+        return cls(
+            count=int(total),
+            p50=weighted_sample_quantile(0.50, runs),
+            p95=weighted_sample_quantile(0.95, runs),
+            p99=weighted_sample_quantile(0.99, runs),
+            mean=sum(v * c for v, c in runs) / total,
+        )
+
+
+def itl_runs(requests: Sequence[RequestOutcome]) -> list[tuple[float, float]]:
+    """Every inter-token gap of ``requests`` as ``(ms, count)`` runs."""
+    counts: Counter[float] = Counter()
+    for r in requests:
+        counts.update(r.itl_ms)
+    return list(counts.items())
 
 
 @dataclass(frozen=True)
@@ -131,7 +153,6 @@ def summarize(run: Run) -> RunSummary:
     ok = [r for r in reqs if r.outcome == "ok"]
     ttft = [r.ttft_ms for r in ok]
     e2e = [r.e2e_ms for r in ok]
-    itl = [gap for r in ok for gap in r.itl_ms]
     meta = run.meta
     ttft_obj, e2e_obj = meta.ttft_objective_ms, meta.e2e_objective_ms
 
@@ -168,7 +189,7 @@ def summarize(run: Run) -> RunSummary:
         rejected=counts["rejected"],
         error=counts["error"],
         ttft_ms=Quantiles.of(ttft),
-        itl_ms=Quantiles.of(itl),
+        itl_ms=Quantiles.of_runs(itl_runs(ok)),
         e2e_ms=Quantiles.of(e2e),
         ttft_objective_ms=ttft_obj,
         e2e_objective_ms=e2e_obj,
