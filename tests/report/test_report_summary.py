@@ -114,3 +114,16 @@ def test_stages_are_summarized_per_stage(run_known: Run) -> None:
     assert s.stages_ms["prefill"].p50 == pytest.approx(249.0)
     prefill = next(line for line in render_table(s).splitlines() if "prefill" in line)
     assert prefill.split()[:3] == ["prefill", "4", "249.0"]
+
+
+def test_by_endpoint(run_known: Run) -> None:
+    reqs = list(run_known.requests)
+    reqs[3] = replace(reqs[3], endpoint="w1")  # the 400 ms one, fully cached
+    s = summarize(replace(run_known, requests=reqs))
+    assert list(s.by_endpoint) == ["w0", "w1"]
+    w0, w1 = s.by_endpoint["w0"], s.by_endpoint["w1"]
+    assert (w0.requests, w0.ttft_ms.p50) == (3, 200.0)
+    assert w0.cache_hit_rate == pytest.approx(1 / 3)
+    assert (w1.requests, w1.ttft_ms.p50, w1.cache_hit_rate) == (1, 400.0, 1.0)
+    rows = [line.split() for line in render_table(s).splitlines() if line.startswith("  w")]
+    assert rows == [["w0", "3", "200.0", "290.0", "33.3%"], ["w1", "1", "400.0", "400.0", "100.0%"]]

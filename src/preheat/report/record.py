@@ -72,6 +72,9 @@ class RequestOutcome:
     ttft_ms: float = 0.0
     e2e_ms: float = 0.0
     itl_ms: list[float] = field(default_factory=list)
+    # the same, run-length encoded: [[ms, count], ...] (the simulator's compact form; a
+    # reader wants :meth:`itl_values`, which expands whichever is present)
+    itl_runs_ms: list[list[float]] = field(default_factory=list)
     prompt_tokens: int = 0
     cached_tokens: int = 0
     output_tokens: int = 0
@@ -80,6 +83,15 @@ class RequestOutcome:
     region: str = ""  # the client's region, where the run has several
     error: str = ""
     stages_ms: dict[str, float] = field(default_factory=dict)
+
+    def itl_values(self) -> list[float]:
+        """Every inter-token latency (ms), from ``itl_ms`` or expanded from ``itl_runs_ms``."""
+        if self.itl_ms or not self.itl_runs_ms:
+            return list(self.itl_ms)
+        out: list[float] = []
+        for value, count in self.itl_runs_ms:
+            out.extend([value] * int(count))
+        return out
 
 
 @dataclass

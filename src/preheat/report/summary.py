@@ -19,6 +19,8 @@ Definitions (what the report's columns mean):
 - **Stages** (``stages_ms``): per stage the server reported (queue, prefill, decode, the
   engine's own TTFT, the time outside the engine), its quantiles over the ok requests that
   carry it.
+- **By endpoint**: ok requests per worker that served them (where the server said), with
+  their TTFT quantiles and cache hit rate.
 - **Scaling events** are events of kind ``scale_up`` and ``scale_down``; every kind is also
   counted in ``events_by_kind``.
 """
@@ -82,6 +84,15 @@ def itl_runs(requests: Sequence[RequestOutcome]) -> list[tuple[float, float]]:
 
 
 @dataclass(frozen=True)
+class EndpointSummary:
+    """The ok requests one endpoint (worker) served."""
+
+    requests: int
+    ttft_ms: Quantiles
+    cache_hit_rate: float | None
+
+
+@dataclass(frozen=True)
 class RunSummary:
     """Everything the report prints about one run."""
 
@@ -112,6 +123,7 @@ class RunSummary:
     events_by_kind: dict[str, int] = field(default_factory=dict)
     errors_by_message: dict[str, int] = field(default_factory=dict)
     stages_ms: dict[str, Quantiles] = field(default_factory=dict)
+    by_endpoint: dict[str, EndpointSummary] = field(default_factory=dict)
 
 
 def run_end_s(run: Run) -> float:
@@ -209,4 +221,22 @@ def summarize(run: Run) -> RunSummary:
         events_by_kind=dict(sorted(kinds.items())),
         errors_by_message=dict(errors.most_common()),
         stages_ms={k: Quantiles.of(v) for k, v in stage_samples.items()},
+        by_endpoint=_by_endpoint(ok),
     )
+
+
+def _by_endpoint(ok: Sequence[RequestOutcome]) -> dict[str, EndpointSummary]:
+    groups: dict[str, list[RequestOutcome]] = {}
+    for r in ok:
+        if r.endpoint:
+            groups.setdefault(r.endpoint, []).append(r)
+    out: dict[str, EndpointSummary] = {}
+    for name in sorted(groups):
+        rs = groups[name]
+        prompt = sum(r.prompt_tokens for r in rs)
+        out[name] = EndpointSummary(
+            requests=len(rs),
+            ttft_ms=Quantiles.of([r.ttft_ms for r in rs]),
+            cache_hit_rate=sum(r.cached_tokens for r in rs) / prompt if prompt else None,
+        )
+    return out

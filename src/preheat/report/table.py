@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 from preheat.report.summary import REPLICA_STATES, SCALING_KINDS, Quantiles, RunSummary
 
+MAX_ENDPOINT_ROWS = 16
+
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
@@ -69,6 +71,18 @@ def render_table(s: RunSummary) -> str:
     )
     if s.output_tokens_per_s is not None:
         lines.append(f"output: {s.output_tokens} tokens, {s.output_tokens_per_s:.1f} tokens/s")
+    if s.by_endpoint:
+        lines.append("")
+        lines.append(f"  {'endpoint':<18} {'ok':>7} {'TTFT p50':>9} {'p95':>9} {'hit':>9}")
+        shown = list(s.by_endpoint.items())
+        for name, e in shown[:MAX_ENDPOINT_ROWS]:
+            lines.append(
+                f"  {name[:18]:<18} {e.requests:>7} {_ms(e.ttft_ms.p50):>9}"
+                f" {_ms(e.ttft_ms.p95):>9} {_pct(e.cache_hit_rate):>9}"
+            )
+        if len(shown) > MAX_ENDPOINT_ROWS:
+            lines.append(f"  ... and {len(shown) - MAX_ENDPOINT_ROWS} more endpoints")
+        lines.append("")
     total = sum(s.replica_seconds.values())
     if total > 0:
         per = ", ".join(f"{st} {s.replica_seconds.get(st, 0.0):.1f}" for st in REPLICA_STATES)
