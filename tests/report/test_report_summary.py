@@ -127,3 +127,13 @@ def test_by_endpoint(run_known: Run) -> None:
     assert (w1.requests, w1.ttft_ms.p50, w1.cache_hit_rate) == (1, 400.0, 1.0)
     rows = [line.split() for line in render_table(s).splitlines() if line.startswith("  w")]
     assert rows == [["w0", "3", "200.0", "290.0", "33.3%"], ["w1", "1", "400.0", "400.0", "100.0%"]]
+
+
+def test_itl_runs_from_a_simulator_weigh_like_the_expanded_gaps(run_known: Run) -> None:
+    reqs = list(run_known.requests)
+    # request 0's gaps [10, 20] as runs, plus two more 20s: ITL samples 10, 20, 20, 20, 30, 40
+    reqs[0] = replace(reqs[0], itl_ms=[], itl_runs_ms=[[10.0, 1], [20.0, 3]])
+    s = summarize(replace(run_known, requests=reqs))
+    assert s.itl_ms.count == 6
+    assert s.itl_ms.p50 == pytest.approx(20.0)
+    assert s.itl_ms.mean == pytest.approx(140 / 6)

@@ -66,3 +66,13 @@ def test_ints_are_accepted_for_floats_and_unknown_keys_ignored(tmp_path: Path) -
     )
     (r,) = read_run(tmp_path).requests
     assert (r.t_s, r.ttft_ms) == (1, 7)
+
+
+def test_itl_runs_must_be_pairs_of_numbers(tmp_path: Path) -> None:
+    with RunWriter(tmp_path, RunMeta(name="bad")):
+        pass
+    (tmp_path / REQUESTS_FILE).write_text(
+        '{"request_id": "a", "t_s": 0, "outcome": "ok", "itl_runs_ms": ["x"]}\n'
+    )
+    with pytest.raises(RunFormatError, match="field 'itl_runs_ms'"):
+        read_run(tmp_path)

@@ -151,6 +151,10 @@ def _type_ok(annotation: str, value: object) -> bool:
         return isinstance(value, dict) and all(
             isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()
         )
+    if annotation == "list[list[float]]":
+        return isinstance(value, list) and all(
+            isinstance(v, list) and _type_ok("list[float]", v) for v in value
+        )
     if annotation.startswith("dict["):
         return isinstance(value, dict)
     return True

@@ -79,7 +79,11 @@ def itl_runs(requests: Sequence[RequestOutcome]) -> list[tuple[float, float]]:
     """Every inter-token gap of ``requests`` as ``(ms, count)`` runs."""
     counts: Counter[float] = Counter()
     for r in requests:
-        counts.update(r.itl_ms)
+        if r.itl_ms:
+            counts.update(r.itl_ms)
+        else:  # the simulator's run-length form
+            for value, count in r.itl_runs_ms:
+                counts[value] += int(count)
     return list(counts.items())
 
 
