@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import random
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, KeysView, Sequence
 from dataclasses import dataclass, field
 
 from preheat.core.blocks import ROOT_HASH, block_hash
@@ -258,12 +258,21 @@ class SimCore:
     def num_waiting(self) -> int:
         return len(self._waiting)
 
+    def has_work(self) -> bool:
+        """Requests running or waiting (False: idle, nothing will happen until an add)."""
+        return bool(self._running or self._waiting)
+
     @property
     def kv_cache_usage(self) -> float:
         return self._pool.usage
 
     def cached_blocks(self) -> frozenset[int]:
         return frozenset(self._pool.cached)
+
+    def cached_view(self) -> KeysView[int]:
+        """The prefix cache's block hashes as a live, read-only view (no copy): what a
+        ``WatchCache`` subscriber would hold after applying every event so far."""
+        return self._pool.cached.keys()
 
     def has_request(self, request_id: str) -> bool:
         return request_id in self._seqs
@@ -273,8 +282,18 @@ class SimCore:
         return 0 if s is None else len(s.blocks)
 
     # --- inputs -------------------------------------------------------------------------
-    def add(self, request: EngineRequest, now: float) -> Emissions:
-        """Queue ``request`` arriving at ``now``; returns what ``advance(now)`` committed."""
+    def add(
+        self,
+        request: EngineRequest,
+        now: float,
+        block_hashes: Sequence[int] | None = None,
+    ) -> Emissions:
+        """Queue ``request`` arriving at ``now``; returns what ``advance(now)`` committed.
+
+        ``block_hashes``: the names of the prompt's full blocks (``len(prompt) //
+        block_size`` of them), when the caller already has them (the discrete-event
+        simulator names blocks without hashing token ids); None: hashed from the tokens.
+        """
         cfg = self.config
         if request.request_id in self._seqs:
             raise PreheatError(
@@ -309,7 +328,16 @@ class SimCore:
             if n_eos < max_tokens:
                 stop_at, reason = n_eos, FinishReason.STOP
         seq = _Seq(request.request_id, request.prompt_token_ids, now, stop_at, reason, rng)
-        seq.hash_upto(n_prompt // cfg.block_size, cfg.block_size)
+        n_full = n_prompt // cfg.block_size
+        if block_hashes is not None:
+            if len(block_hashes) != n_full:
+                raise PreheatError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"{len(block_hashes)} block hashes given for a prompt of {n_prompt} tokens "
+                    f"({n_full} full blocks of {cfg.block_size})",
+                )
+            seq.hashes = list(block_hashes)
+        seq.hash_upto(n_full, cfg.block_size)
         self._seqs[seq.request_id] = seq
         self._waiting.append(seq)
         self._interrupt(now)

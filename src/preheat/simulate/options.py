@@ -1,0 +1,358 @@
+"""What a simulation runs with: the network, worker start-up, the knobs of the simulated
+control plane, and the ``--set`` / ``--sweep`` overrides of a pool spec.
+
+Start-up phases (``Startup``), and where each number comes from:
+
+- ``image_pull_s`` (default 30 s): **assumed**; nothing on this machine measures a registry
+  pull of a multi-GB worker image. Set it from your cluster's pod events.
+- engine initialisation 5.7 s (``import torch`` 5.3 s + CUDA init 0.4 s) and weight load
+  10.0 s from a cold page cache / 2.2 s from a warm one: **measured** on the H100 host
+  (``/work/shared/calibration/README.md``), via ``CostModel.loading_s()``.
+- warm-up 10 s (memory profiling, CUDA-graph capture, a first request): **assumed**
+  (``costmodel.WARMUP_S``), via ``CostModel.warming_s()``.
+- ``promote_s`` (default 1 s): standby -> active (a gRPC ``Promote``, the role label, the
+  router's next Status poll): **assumed**.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from preheat.api.pool import InferencePoolSpec, PoolSpecError, to_config
+from preheat.core.autoscaling import Context, Decision, PolicyState, PolicyTuning
+from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.pool import PoolConfig
+from preheat.core.routing.baselines import SchedulerState
+from preheat.core.routing.config import SchedulerConfig
+from preheat.core.routing.types import Decision as RouteDecision
+from preheat.core.routing.types import PrefillCost, RoutingContext
+
+RouteFn = Callable[
+    [RoutingContext, SchedulerConfig, PrefillCost, SchedulerState],
+    tuple[RouteDecision, SchedulerState],
+]
+DecideFn = Callable[[Context], tuple[Decision, PolicyState]]
+
+
+class SimInputError(PreheatError):
+    """Bad simulation input (pool file, --set, --sweep, network file): the message says what."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.INVALID_ARGUMENT, message)
+
+
+@dataclass(frozen=True)
+class Network:
+    """Round-trip times between regions (ms). A client in region ``a`` talks to its
+    region's router; the router reaches a pod in region ``b`` in ``rtt(a, b)``. The client
+    sees one RTT on its TTFT (request out, first token back) plus ``router_overhead_ms``.
+
+    ``region_rtt_ms`` is symmetric (a missing ``b -> a`` is read from ``a -> b``); a pair in
+    neither direction costs ``remote_region_ms``; within a region ``local_ms``. A pod's region
+    is ``zone_regions[zone]``, else the zone name without its trailing letter
+    (``us-east-1a`` -> ``us-east-1``), else the zone itself.
+    """
+
+    region_rtt_ms: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    zone_regions: Mapping[str, str] = field(default_factory=dict)
+    local_ms: float = 0.5
+    remote_region_ms: float = 60.0
+    router_overhead_ms: float = 1.5  # the router's own work per request (docs/benchmarks.md)
+
+    def region_of(self, zone: str) -> str:
+        if zone in self.zone_regions:
+            return self.zone_regions[zone]
+        m = re.fullmatch(r"(.*\d)[a-z]", zone)
+        return m.group(1) if m else zone
+
+    def rtt_ms(self, a: str, b: str) -> float:
+        if a == b:
+            return self.local_ms
+        row = self.region_rtt_ms.get(a, {})
+        if b in row:
+            return float(row[b])
+        back = self.region_rtt_ms.get(b, {})
+        if a in back:
+            return float(back[a])
+        return self.remote_region_ms
+
+
+def load_network(path: Path | str) -> Network:
+    """A network YAML/JSON file::
+
+    rttMs: {us-east: {eu-west: 80, ap-south: 200}, eu-west: {ap-south: 150}}
+    zoneRegions: {use1-az1: us-east}     # optional
+    localMs: 0.5                         # optional
+    remoteRegionMs: 60                   # optional
+    routerOverheadMs: 1.5                # optional
+    """
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise SimInputError(f"network file {p}: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise SimInputError(f"network file {p}: not valid YAML: {e}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise SimInputError(f"network file {p}: expected a mapping")
+    known = {"rttMs", "zoneRegions", "localMs", "remoteRegionMs", "routerOverheadMs"}
+    problems = [
+        f"unknown key {k!r} (known: {', '.join(sorted(known))})" for k in data if k not in known
+    ]
+    rtt: dict[str, dict[str, float]] = {}
+    for a, row in (data.get("rttMs") or {}).items():
+        if not isinstance(row, dict):
+            problems.append(f"rttMs.{a} must map regions to milliseconds")
+            continue
+        for b, v in row.items():
+            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+                problems.append(f"rttMs.{a}.{b} must be a number >= 0, got {v!r}")
+            else:
+                rtt.setdefault(str(a), {})[str(b)] = float(v)
+    zones = data.get("zoneRegions") or {}
+    if not isinstance(zones, dict):
+        problems.append("zoneRegions must map zone names to region names")
+        zones = {}
+    scalars: dict[str, float] = {}
+    for key, attr in (
+        ("localMs", "local_ms"),
+        ("remoteRegionMs", "remote_region_ms"),
+        ("routerOverheadMs", "router_overhead_ms"),
+    ):
+        if key in data:
+            v = data[key]
+            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+                problems.append(f"{key} must be a number >= 0, got {v!r}")
+            else:
+                scalars[attr] = float(v)
+    if problems:
+        raise SimInputError(f"network file {p}: " + "; ".join(problems))
+    return Network(
+        region_rtt_ms=rtt,
+        zone_regions={str(k): str(v) for k, v in zones.items()},
+        **scalars,
+    )
+
+
+@dataclass(frozen=True)
+class Startup:
+    """Cold start by phase (see the module docstring for which are measured)."""
+
+    image_pull_s: float = 30.0
+    load_s: float | None = None  # None: the cost model's engine init + weight load
+    warmup_s: float | None = None  # None: the cost model's warm-up
+    page_cache: bool = False  # weights already in the node's page cache (2.2 s, not 10 s)
+    promote_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """The simulated control plane around the pool (defaults: the live defaults).
+
+    ``route`` and ``autoscale`` replace the policy functions (benchmarks plug baselines and
+    an oracle in here); None means ``preheat.core.routing.schedule`` and
+    ``preheat.core.autoscaling.decide``, looked up at every call.
+    """
+
+    routing: SchedulerConfig = field(default_factory=SchedulerConfig)
+    network: Network = field(default_factory=Network)
+    startup: Startup = field(default_factory=Startup)
+    # client region -> share of requests; () = every client in the first pod's region
+    client_regions: tuple[tuple[str, float], ...] = ()
+    seed: int = 0
+    refresh_interval_s: float = 1.0  # router: Status poll / metrics scrape (live default)
+    autoscale_interval_s: float = 15.0  # operator's evaluation interval (live default)
+    sample_interval_s: float = 10.0  # replica samples in the run record
+    ttft_deadline_ms: float | None = None  # admission deadline sent with every request
+    ttft_objective_ms: float = 0.0  # SLO for attainment; 0: the pool's TTFT objective if any
+    max_retries: int = 2  # router re-routes before the first token (live default)
+    queue_timeout_s: float = 10.0  # router holds requests this long with no endpoint
+    max_queue: int = 256
+    watch_cache: bool = True  # the router sees each pod's prefix cache (WatchCache)
+    history_ttl_s: float = 600.0  # router prefix history (used without watch_cache)
+    tuning: PolicyTuning = field(default_factory=PolicyTuning)
+    cold_start: bool = False  # pods start cold at t=0 instead of warm
+    engine_options: Mapping[str, object] = field(default_factory=dict)  # SimConfig options
+    record_itl: bool = True  # per-request ITL (run-length encoded) in the record
+    route: RouteFn | None = None
+    autoscale: DecideFn | None = None
+    name: str = "simulate"
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        for attr in ("refresh_interval_s", "autoscale_interval_s", "sample_interval_s"):
+            if not getattr(self, attr) > 0:
+                problems.append(f"{attr} must be > 0, got {getattr(self, attr)}")
+        if self.max_retries < 0:
+            problems.append(f"max_retries must be >= 0, got {self.max_retries}")
+        if any(w < 0 for _, w in self.client_regions) or (
+            self.client_regions and sum(w for _, w in self.client_regions) <= 0
+        ):
+            problems.append("client region shares must be >= 0 and not all 0")
+        if problems:
+            raise SimInputError("; ".join(problems))
+
+
+# --- pool files and overrides -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolFile:
+    name: str
+    namespace: str
+    spec: Mapping[str, Any]  # the raw spec (camelCase), before validation
+
+
+def read_pool(path: Path | str) -> PoolFile:
+    """The InferencePool in a YAML file (a whole resource, or just its spec)."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise SimInputError(f"pool file {p}: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise SimInputError(f"pool file {p}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise SimInputError(f"pool file {p}: expected an InferencePool mapping")
+    if "spec" in data:
+        meta = data.get("metadata") or {}
+        spec = data["spec"]
+        if not isinstance(spec, dict):
+            raise SimInputError(f"pool file {p}: spec must be a mapping")
+        return PoolFile(
+            str(meta.get("name") or p.stem), str(meta.get("namespace") or "default"), spec
+        )
+    return PoolFile(p.stem, "default", data)
+
+
+def _fields(model: type[BaseModel]) -> dict[str, tuple[str, Any]]:
+    """Accepted key (alias and python name) -> (alias, field annotation)."""
+    out: dict[str, tuple[str, Any]] = {}
+    for name, info in model.model_fields.items():
+        alias = info.alias or name
+        out[alias] = (alias, info.annotation)
+        out[name] = (alias, info.annotation)
+    return out
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def _resolve(key: str) -> list[str]:
+    """``autoscaling.scale_down.stabilization`` -> the spec's alias path, or an error that
+    lists the keys known where the path goes wrong."""
+    if not key or any(not part for part in key.split(".")):
+        raise SimInputError(f"--set key {key!r} is not a dotted path like autoscaling.window")
+    model: type[BaseModel] | None = InferencePoolSpec
+    path: list[str] = []
+    for part in key.split("."):
+        if model is None:
+            raise SimInputError(f"--set {key}: {'.'.join(path)} has no sub-keys")
+        known = _fields(model)
+        if part not in known:
+            aliases = sorted({a for a, _ in known.values()})
+            where = ".".join(path) or "the pool spec"
+            raise SimInputError(
+                f"--set {key}: unknown key {part!r} in {where}; known: {', '.join(aliases)}"
+            )
+        alias, annotation = known[part]
+        path.append(alias)
+        model = _submodel(annotation)
+    return path
+
+
+def parse_assignment(text: str, flag: str = "--set") -> tuple[str, str]:
+    if "=" not in text:
+        raise SimInputError(f"{flag} {text!r}: expected KEY=VALUE")
+    key, value = text.split("=", 1)
+    return key.strip(), value.strip()
+
+
+def _value(raw: str) -> Any:
+    try:
+        return yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError:
+        return raw
+
+
+def apply_overrides(
+    spec: Mapping[str, Any], overrides: Sequence[tuple[str, str]]
+) -> dict[str, Any]:
+    """A copy of ``spec`` with each ``key=value`` set (values read as YAML scalars)."""
+    out: dict[str, Any] = _deep_copy(spec)
+    for key, raw in overrides:
+        path = _resolve(key)
+        node = out
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[path[-1]] = _value(raw)
+    return out
+
+
+def _deep_copy(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return {k: _deep_copy(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_deep_copy(v) for v in obj]
+    return obj
+
+
+def pool_config(pool: PoolFile, overrides: Sequence[tuple[str, str]] = ()) -> PoolConfig:
+    """The validated pool with overrides; every problem at once, naming the overrides."""
+    spec = apply_overrides(pool.spec, overrides)
+    try:
+        return to_config(spec, name=pool.name, namespace=pool.namespace)
+    except PoolSpecError as e:
+        extra = ""
+        if overrides:
+            extra = " (with " + ", ".join(f"{k}={v}" for k, v in overrides) + ")"
+        raise SimInputError(f"pool {pool.name}{extra}: " + "; ".join(e.problems)) from None
+
+
+def parse_sweep(text: str) -> tuple[str, tuple[str, ...]]:
+    """``KEY=V1,V2,...`` -> (key, values); the key must be a pool spec path."""
+    key, raw = parse_assignment(text, "--sweep")
+    values = tuple(v.strip() for v in raw.split(",") if v.strip())
+    if len(values) < 1:
+        raise SimInputError(f"--sweep {text!r}: expected KEY=V1,V2,... with at least one value")
+    _resolve(key)
+    return key, values
+
+
+def client_region_of(regions: Sequence[tuple[str, float]], key: str, seed: int) -> str:
+    """The region a client belongs to: a stable hash of its key over the shares."""
+    import hashlib
+
+    total = sum(w for _, w in regions)
+    h = hashlib.blake2b(f"{seed}:{key}".encode(), digest_size=8).digest()
+    u = int.from_bytes(h, "little") / 2.0**64 * total
+    acc = 0.0
+    for name, w in regions:
+        acc += w
+        if u < acc:
+            return name
+    return regions[-1][0]
+
+
+def finite(x: float) -> bool:
+    return math.isfinite(x)

@@ -1,0 +1,884 @@
+"""The discrete-event simulator: a pool of simulated GPUs on a virtual clock, driven by the
+unchanged policies of :mod:`preheat.core`.
+
+One event heap orders everything by virtual time (ties by insertion order, so a run is
+reproducible). Per pod a :class:`~preheat.engine.simcore.SimCore` batches, caches and costs
+its requests; the simulator wakes it only when its batch changes (a prefill ends, a request
+finishes, a decode stretch is re-costed), so a request costs a handful of events, not one
+per token. What each part sees, and how stale it is, follows the live system:
+
+- **routers**, one per client region: the engine gauges of every pod as of the last
+  refresh (every ``refresh_interval_s``, like the live Status poll / scrape), their own
+  in-flight counts and TTFT EWMA (updated at once, like the live data path), each pod's
+  prefix cache through a live view (the live ``WatchCache`` stream is near real time), and
+  the RTT to each pod. They call ``preheat.core.routing.scheduler.schedule`` (or
+  ``SimOptions.route``) on a ``RoutingContext`` built exactly like the live dispatcher's.
+- **the autoscaler**: every ``autoscale_interval_s`` it scrapes the warm pods' cumulative
+  vLLM histograms and gauges into :class:`~preheat.autoscaler.scrape.Scrape` values and
+  computes the signals with the live ``preheat up`` code (``autoscaler.scrape.compute``:
+  windowed bucket deltas, ``histogram_quantile``), then calls
+  ``preheat.core.autoscaling.decide`` (or ``SimOptions.autoscale``).
+- **the operator**: realizes each decision with ``preheat.core.reconcile.assign_roles``
+  (standby promoted first, victims chosen by deletion cost), starting pods that go through
+  image pull, load and warm-up before they are warm standbys.
+
+Every request ends as exactly one :class:`~preheat.report.record.RequestOutcome`: ``ok``,
+``rejected`` (admission, or the engine queue full on every try) or ``error`` (invalid, no
+endpoint within the router's queue timeout).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import cast
+
+from preheat.autoscaler.scrape import Scrape, compute
+from preheat.autoscaler.source import SignalQuery
+from preheat.bench.traces import TraceRequest
+from preheat.core import autoscaling as core_autoscaling
+from preheat.core import reconcile
+from preheat.core.autoscaling import Context, ReplicaCounts, Signals, SignalValue
+from preheat.core.pool import PoolConfig, Signal
+from preheat.core.routing import scheduler as core_scheduler
+from preheat.core.routing.baselines import SchedulerState
+from preheat.core.routing.history import PrefixHistory
+from preheat.core.routing.types import Endpoint, RequestInfo, RoutingContext
+from preheat.engine.base import EngineRequest, Sampling
+from preheat.engine.costmodel import CostModel
+from preheat.engine.sim import SimConfig
+from preheat.engine.simcore import Emissions, SimCore
+from preheat.engine.simmetrics import (
+    INTER_TOKEN_LATENCY_BUCKETS,
+    REQUEST_LATENCY_BUCKETS,
+    TIME_TO_FIRST_TOKEN_BUCKETS,
+)
+from preheat.report.record import ReplicaSample, RequestOutcome, Run, RunMeta, ScaleEvent
+from preheat.simulate.options import SimInputError, SimOptions, client_region_of
+from preheat.simulate.prompts import BlockNamer
+
+__all__ = ["SimStats", "engine_config", "simulate"]
+
+# event kinds (the heap orders by (time, sequence); the kind only says what to do)
+_ARRIVE, _DELIVER, _WAKE, _REFRESH, _SCALE, _READY, _PROMOTED, _SAMPLE, _TIMEOUT = range(9)
+
+_HIST_BOUNDS: dict[Signal, tuple[float, ...]] = {
+    Signal.TTFT: TIME_TO_FIRST_TOKEN_BUCKETS,
+    Signal.ITL: INTER_TOKEN_LATENCY_BUCKETS,
+    Signal.E2E: REQUEST_LATENCY_BUCKETS,
+}
+
+
+@dataclass(eq=False)
+class _Req:
+    trace: TraceRequest
+    rid: str
+    region: str
+    hashes: tuple[int, ...] = ()
+    info: RequestInfo | None = None
+    tried: set[str] = field(default_factory=set)
+    attempts: int = 0
+    pod: _Pod | None = None
+    router_rtt_ms: float = 0.0
+    sent_at: float = 0.0  # routed (router -> pod)
+    engine_at: float = 0.0  # reached the engine
+    first_at: float | None = None  # first token at the engine
+    last_at: float | None = None
+    itl: list[list[float]] = field(default_factory=list)  # [ms, count] runs
+    held_since: float | None = None  # waiting at the router for an endpoint
+    done: bool = False
+
+
+class _Hist:
+    """A pod's cumulative vLLM histogram (counts per bucket, +Inf last)."""
+
+    __slots__ = ("bounds", "counts")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0.0] * (len(bounds) + 1)
+
+    def add(self, value: float, n: float = 1.0) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += n
+
+    def cumulative(self) -> tuple[tuple[float, float], ...]:
+        out: list[tuple[float, float]] = []
+        acc = 0.0
+        for le, c in zip((*self.bounds, math.inf), self.counts, strict=True):
+            acc += c
+            out.append((le, acc))
+        return tuple(out)
+
+
+@dataclass(eq=False)
+class _Pod:
+    name: str
+    index: int
+    zone: str
+    region: str
+    created: float
+    core: SimCore | None = None
+    state: str = "starting"  # starting | standby | promoting | active | draining | stopped
+    warm: bool = False
+    reqs: dict[str, _Req] = field(default_factory=dict)
+    wake_token: int = 0
+    wake_at: float | None = None
+    stopped_at: float | None = None
+    # the router's view of its engine gauges
+    m_running: int = 0
+    m_waiting: int = 0
+    m_kv: float = 0.0
+    m_at: float | None = None
+    cache: frozenset[int] | None = None
+    hists: dict[Signal, _Hist] = field(default_factory=dict)
+    scrapes: deque[Scrape] = field(default_factory=deque)
+
+    @property
+    def role(self) -> str:
+        if self.state in ("active", "promoting"):
+            return reconcile.ROLE_ACTIVE
+        if self.state == "draining":
+            return reconcile.ROLE_DRAINING
+        return reconcile.ROLE_STANDBY
+
+
+@dataclass(eq=False)
+class _Router:
+    region: str
+    in_flight: dict[str, int] = field(default_factory=dict)
+    ttft_ewma: dict[str, float] = field(default_factory=dict)
+    endpoints: dict[str, Endpoint] = field(default_factory=dict)
+    snapshot: tuple[Endpoint, ...] | None = None
+    state: SchedulerState = field(default_factory=SchedulerState)
+    history: PrefixHistory | None = None
+    held: deque[_Req] = field(default_factory=deque)
+
+
+@dataclass
+class SimStats:
+    """How much work the run took (for the scale benchmark)."""
+
+    requests: int = 0
+    events: int = 0
+    schedule_calls: int = 0
+    decide_calls: int = 0
+    pods_started: int = 0
+    peak_pods: int = 0
+    wall_s: float = 0.0
+    virtual_s: float = 0.0
+    gpu_seconds: float = 0.0
+
+
+def engine_config(pool: PoolConfig, options: SimOptions) -> SimConfig:
+    """The simulated replica: the pool's engine args where they apply, then
+    ``options.engine_options`` (any ``SimConfig.from_options`` key)."""
+    args = dict(pool.engine.args)
+    opts: dict[str, object] = {}
+    for spec_key, key in (
+        ("maxNumSeqs", "max_num_seqs"),
+        ("maxModelLen", "max_model_len"),
+        ("blockSize", "block_size"),
+        ("numGpuBlocks", "num_gpu_blocks"),
+        ("timeScale", "time_scale"),
+        ("seed", "seed"),
+    ):
+        if spec_key in args:
+            opts[key] = args[spec_key]
+    opts.setdefault("seed", options.seed)
+    opts.update(options.engine_options)
+    return SimConfig.from_options(opts)
+
+
+class _World:
+    def __init__(self, pool: PoolConfig, trace: Sequence[TraceRequest], options: SimOptions):
+        self.pool = pool
+        self.trace = trace
+        self.o = options
+        self.engine = engine_config(pool, options)
+        self.cost: CostModel = self.engine.cost
+        self.core_config = self.engine.core_config()
+        self.block_size = self.engine.block_size
+        self.namer = BlockNamer(self.block_size)
+        self.gpus = max(1, pool.resources.gpus)
+        self.stats = SimStats(requests=len(trace))
+        self.heap: list[tuple[float, int, int, object]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.pods: dict[str, _Pod] = {}
+        self.pod_order: list[_Pod] = []
+        self.next_pod = 0
+        self.outcomes: list[RequestOutcome | None] = [None] * len(trace)
+        self.remaining = len(trace)
+        self.events: list[ScaleEvent] = []
+        self.samples: list[ReplicaSample] = []
+        self.desired = pool.replicas.desired
+        self.policy_state = core_autoscaling.PolicyState()
+        zones = pool.topology.zones or ("zone-a",)
+        self.zones = tuple(zones)
+        default_region = options.network.region_of(self.zones[0])
+        self.client_regions = options.client_regions or ((default_region, 1.0),)
+        self.routers: dict[str, _Router] = {}
+        for region, _ in self.client_regions:
+            r = _Router(region)
+            if not options.watch_cache:
+                r.history = PrefixHistory(ttl_s=options.history_ttl_s)
+            self.routers[region] = r
+        self.routing = replace(options.routing, pool=options.routing.pool or pool.name)
+        self.objective_ms = options.ttft_objective_ms or next(
+            (o.target for o in pool.autoscaling.objectives if o.signal is Signal.TTFT), 0.0
+        )
+        auto = pool.autoscaling
+        self.query = SignalQuery(
+            objectives=auto.objectives,
+            window_s=auto.window_s,
+            short_window_s=auto.panic.window_s if auto.panic.enabled else 0.0,
+        )
+        self.scrapes_kept = int(auto.window_s / options.autoscale_interval_s) + 3
+        self.standby_wanted = -1
+
+    # --- heap -----------------------------------------------------------------------------
+    def push(self, t: float, kind: int, payload: object) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, payload))
+
+    # --- pods -----------------------------------------------------------------------------
+    def _zone_for_new_pod(self) -> str:
+        live = [p for p in self.pod_order if p.state != "stopped"]
+        counts = {z: 0 for z in self.zones}
+        for p in live:
+            if p.zone in counts:
+                counts[p.zone] += 1
+        return min(self.zones, key=lambda z: (counts[z], self.zones.index(z)))
+
+    def start_pod(self, warm: bool, reason: str) -> _Pod:
+        zone = self._zone_for_new_pod()
+        name = f"{self.pool.name}-{self.next_pod}"
+        pod = _Pod(name, self.next_pod, zone, self.o.network.region_of(zone), self.now)
+        self.next_pod += 1
+        self.pods[name] = pod
+        self.pod_order.append(pod)
+        self.stats.pods_started += 1
+        live = sum(1 for p in self.pod_order if p.state != "stopped")
+        self.stats.peak_pods = max(self.stats.peak_pods, live)
+        pod.hists = {s: _Hist(b) for s, b in _HIST_BOUNDS.items()}
+        if warm:
+            self._make_warm(pod)
+        else:
+            su = self.o.startup
+            load = su.load_s if su.load_s is not None else self._cost_load()
+            warmup = su.warmup_s if su.warmup_s is not None else self.cost.warming_s()
+            self.push(self.now + su.image_pull_s + load + warmup, _READY, pod)
+            self.events.append(ScaleEvent(self.now, "start", reason, self.pool.name, name))
+        return pod
+
+    def _cost_load(self) -> float:
+        cost = replace(self.cost, page_cache=self.o.startup.page_cache)
+        return cost.loading_s()
+
+    def _make_warm(self, pod: _Pod) -> None:
+        pod.core = SimCore(self.core_config, self.cost)
+        # the router's WatchCache view of the pod's prefix cache: a live view of the engine's
+        # cache index (membership is all the scheduler asks of it), not a copy per refresh
+        pod.cache = cast(frozenset[int], pod.core.cached_view())
+        pod.warm = True
+        pod.state = "standby"
+
+    def set_active(self, pod: _Pod) -> None:
+        pod.state = "active"
+        self._refresh_pod(pod, force=True)
+        self._routable_changed()
+
+    def stop_serving(self, pod: _Pod, state: str) -> None:
+        was = pod.state in ("active",)
+        pod.state = state
+        if was:
+            self._routable_changed()
+        if state == "draining":
+            self._maybe_stopped(pod)
+
+    def _maybe_stopped(self, pod: _Pod) -> None:
+        if pod.state == "draining" and not pod.reqs:
+            pod.state = "stopped"
+            pod.stopped_at = self.now
+            pod.core = None
+            pod.cache = None
+            self.events.append(ScaleEvent(self.now, "stop", "drained", self.pool.name, pod.name))
+            for r in self.routers.values():
+                r.in_flight.pop(pod.name, None)
+                r.ttft_ewma.pop(pod.name, None)
+                if r.history is not None:
+                    r.history.forget(pod.name)
+
+    def _routable_changed(self) -> None:
+        for r in self.routers.values():
+            r.snapshot = None
+            r.endpoints = {k: v for k, v in r.endpoints.items() if self.pods[k].state == "active"}
+        self._flush_held()
+
+    # --- router view ----------------------------------------------------------------------
+    def _refresh_pod(self, pod: _Pod, force: bool = False) -> None:
+        core = pod.core
+        if core is None:
+            return
+        if core.has_work():
+            self._process(pod, core.advance(self.now))
+            self._reschedule(pod)
+        running, waiting, kv = core.num_running, core.num_waiting, core.kv_cache_usage
+        # metrics_at only matters against the scheduler's staleness bound: refresh the
+        # endpoint when its figures changed or its age nears the bound (same decisions).
+        if (
+            force
+            or running != pod.m_running
+            or waiting != pod.m_waiting
+            or kv != pod.m_kv
+            or pod.m_at is None
+            or self.now - pod.m_at > self.routing.staleness_s / 2
+        ):
+            pod.m_running, pod.m_waiting, pod.m_kv, pod.m_at = running, waiting, kv, self.now
+            for r in self.routers.values():
+                if r.endpoints.pop(pod.name, None) is not None:
+                    r.snapshot = None
+
+    def _endpoint(self, router: _Router, pod: _Pod) -> Endpoint:
+        ep = router.endpoints.get(pod.name)
+        if ep is None:
+            ep = Endpoint(
+                id=pod.name,
+                address=pod.name,
+                pool=self.pool.name,
+                zone=pod.zone,
+                region=pod.region,
+                num_running=pod.m_running,
+                num_waiting=pod.m_waiting,
+                kv_cache_usage=pod.m_kv,
+                max_num_seqs=self.engine.max_num_seqs,
+                block_size=self.block_size,
+                in_flight=router.in_flight.get(pod.name, 0),
+                rtt_ms=self.o.network.rtt_ms(router.region, pod.region),
+                metrics_at=pod.m_at,
+                cached_blocks=pod.cache if self.o.watch_cache else None,
+                observed_ttft_ms=router.ttft_ewma.get(pod.name),
+            )
+            router.endpoints[pod.name] = ep
+        return ep
+
+    def _snapshot(self, router: _Router) -> tuple[Endpoint, ...]:
+        snap = router.snapshot
+        if snap is None:
+            snap = tuple(self._endpoint(router, p) for p in self.pod_order if p.state == "active")
+            router.snapshot = snap
+        return snap
+
+    def _touch(self, router: _Router, pod_name: str) -> None:
+        if router.endpoints.pop(pod_name, None) is not None:
+            router.snapshot = None
+
+    # --- requests -------------------------------------------------------------------------
+    def _finish(self, req: _Req, outcome: RequestOutcome) -> None:
+        if req.done:
+            return
+        req.done = True
+        self.outcomes[req.trace.index] = outcome
+        self.remaining -= 1
+
+    def _fail(self, req: _Req, kind: str, error: str) -> None:
+        t = req.trace
+        self._finish(
+            req,
+            RequestOutcome(
+                request_id=req.rid,
+                t_s=t.arrival_s,
+                outcome=kind,  # type: ignore[arg-type]
+                prompt_tokens=t.input_tokens,
+                session_id=t.session_id,
+                region=req.region,
+                error=error,
+            ),
+        )
+
+    def arrive(self, req: _Req) -> None:
+        t = req.trace
+        limit = self.engine.max_model_len
+        if t.input_tokens + t.output_tokens > limit:
+            self._fail(
+                req,
+                "error",
+                f"INVALID_ARGUMENT: prompt ({t.input_tokens} tokens) + max_tokens "
+                f"({t.output_tokens}) exceeds the model's context length {limit}",
+            )
+            return
+        req.hashes = self.namer.names(t)
+        req.info = RequestInfo(
+            request_id=req.rid,
+            prompt_tokens=t.input_tokens,
+            block_hashes=req.hashes,
+            block_size=self.block_size,
+            max_tokens=t.output_tokens,
+            session_id=t.session_id,
+            client_region=req.region,
+            ttft_deadline_ms=self.o.ttft_deadline_ms,
+        )
+        self.route(req)
+
+    def route(self, req: _Req) -> None:
+        router = self.routers[req.region]
+        endpoints = self._snapshot(router)
+        if req.tried:
+            endpoints = tuple(e for e in endpoints if e.id not in req.tried)
+            if not endpoints:
+                self._fail(req, "rejected", "RESOURCE_EXHAUSTED: every endpoint tried was full")
+                return
+        if not endpoints:
+            if len(router.held) >= self.o.max_queue:
+                self._fail(req, "rejected", "RESOURCE_EXHAUSTED: router queue full")
+                return
+            req.held_since = self.now
+            router.held.append(req)
+            self.push(self.now + self.o.queue_timeout_s, _TIMEOUT, req)
+            return
+        assert req.info is not None
+        history = router.history
+        ctx = RoutingContext(
+            now=self.now,
+            request=req.info,
+            endpoints=endpoints,
+            history_matches=history.match(req.hashes, self.now) if history is not None else {},
+            region_rtt_ms={},
+        )
+        route = self.o.route if self.o.route is not None else core_scheduler.schedule
+        decision, router.state = route(ctx, self.routing, self.cost, router.state)
+        self.stats.schedule_calls += 1
+        ep = decision.endpoint
+        if ep is None:
+            if decision.reason == "rejected":
+                self._fail(req, "rejected", f"RESOURCE_EXHAUSTED: rejected: {decision.explanation}")
+            else:
+                self._fail(req, "error", f"UNAVAILABLE: {decision.explanation}")
+            return
+        pod = self.pods[ep.id]
+        if history is not None:
+            history.record(pod.name, req.hashes, self.now)
+        req.attempts += 1
+        req.pod = pod
+        router.in_flight[pod.name] = router.in_flight.get(pod.name, 0) + 1
+        self._touch(router, pod.name)
+        rtt = self.o.network.rtt_ms(router.region, pod.region)
+        req.router_rtt_ms = rtt
+        req.sent_at = self.now
+        self.push(self.now + (self.o.network.router_overhead_ms + rtt / 2) / 1000.0, _DELIVER, req)
+
+    def deliver(self, req: _Req) -> None:
+        pod = req.pod
+        assert pod is not None
+        router = self.routers[req.region]
+        core = pod.core
+        if pod.state != "active" or core is None:
+            # the worker refuses (draining/demoted: UNAVAILABLE): the router retries
+            self._undo_in_flight(router, pod)
+            self._retry(req, pod, "UNAVAILABLE: worker not active")
+            return
+        if core.num_waiting >= self.engine.waiting_limit:
+            self._undo_in_flight(router, pod)
+            self._retry(req, pod, "RESOURCE_EXHAUSTED: engine queue full")
+            return
+        t = req.trace
+        request = EngineRequest(
+            req.rid, (0,) * t.input_tokens, Sampling(max_tokens=t.output_tokens, ignore_eos=True)
+        )
+        req.engine_at = self.now
+        pod.reqs[req.rid] = req
+        self._process(pod, core.add(request, self.now, req.hashes))
+        self._reschedule(pod)
+
+    def _undo_in_flight(self, router: _Router, pod: _Pod) -> None:
+        router.in_flight[pod.name] = max(0, router.in_flight.get(pod.name, 0) - 1)
+        self._touch(router, pod.name)
+
+    def _retry(self, req: _Req, pod: _Pod, why: str) -> None:
+        req.tried.add(pod.name)
+        if req.attempts > self.o.max_retries:
+            kind = "rejected" if why.startswith("RESOURCE_EXHAUSTED") else "error"
+            self._fail(req, kind, why)
+            return
+        self.route(req)
+
+    def _flush_held(self) -> None:
+        for router in self.routers.values():
+            if not router.held or not self._snapshot(router):
+                continue
+            held, router.held = router.held, deque()
+            for req in held:
+                if not req.done:
+                    req.held_since = None
+                    self.route(req)
+
+    def timeout(self, req: _Req) -> None:
+        if req.done or req.held_since is None:
+            return
+        router = self.routers[req.region]
+        if req in router.held:
+            router.held.remove(req)
+        self._fail(
+            req,
+            "error",
+            f"UNAVAILABLE: no routable endpoint within {self.o.queue_timeout_s:g}s",
+        )
+
+    # --- engines --------------------------------------------------------------------------
+    def _reschedule(self, pod: _Pod) -> None:
+        core = pod.core
+        if core is None:
+            return
+        t = core.next_event_time()
+        if t is None:
+            pod.wake_at = None
+            return
+        if t != pod.wake_at:
+            pod.wake_at = t
+            pod.wake_token += 1
+            self.push(t, _WAKE, (pod, pod.wake_token))
+
+    def wake(self, pod: _Pod, token: int) -> None:
+        if token != pod.wake_token or pod.core is None:
+            return
+        pod.wake_at = None
+        self._process(pod, pod.core.advance(self.now))
+        self._reschedule(pod)
+
+    def _process(self, pod: _Pod, em: Emissions) -> None:
+        if not em.runs and not em.finishes:
+            return
+        record_itl = self.o.record_itl
+        itl_hist = pod.hists[Signal.ITL]
+        for run in em.runs:
+            req = pod.reqs.get(run.request_id)
+            if req is None:
+                continue
+            n = len(run.token_ids)
+            if run.first_index == 0:
+                self._first_token(pod, req, run.t_first)
+            elif req.last_at is not None:
+                gap = run.t_first - req.last_at
+                itl_hist.add(gap)
+                if record_itl:
+                    _rle(req.itl, gap * 1000.0, 1)
+            if n > 1:
+                itl_hist.add(run.dt, n - 1)
+                if record_itl:
+                    _rle(req.itl, run.dt * 1000.0, n - 1)
+            req.last_at = run.t_first + (n - 1) * run.dt
+        for fin in em.finishes:
+            req = pod.reqs.pop(fin.request_id, None)
+            if req is None:
+                continue
+            pod.hists[Signal.E2E].add(fin.time - req.engine_at)
+            half = req.router_rtt_ms / 2000.0
+            first = req.first_at if req.first_at is not None else fin.time
+            t0 = req.trace.arrival_s
+            rtt = req.router_rtt_ms
+            overhead = self.o.network.router_overhead_ms
+            self._finish(
+                req,
+                RequestOutcome(
+                    request_id=req.rid,
+                    t_s=t0,
+                    outcome="ok",
+                    ttft_ms=(first + half - t0) * 1000.0,
+                    e2e_ms=(fin.time + half - t0) * 1000.0,
+                    itl_ms=[],
+                    itl_runs_ms=req.itl,
+                    prompt_tokens=fin.usage.prompt_tokens,
+                    cached_tokens=fin.usage.cached_tokens,
+                    output_tokens=fin.usage.completion_tokens,
+                    session_id=req.trace.session_id,
+                    endpoint=pod.name,
+                    region=req.region,
+                    stages_ms={
+                        "route": overhead,
+                        "network": rtt,
+                        "queue": fin.timing.queue_s * 1000.0,
+                        "prefill": fin.timing.prefill_s * 1000.0,
+                        "decode": fin.timing.decode_s * 1000.0,
+                    },
+                ),
+            )
+        if em.finishes and pod.state == "draining":
+            self._maybe_stopped(pod)
+
+    def _first_token(self, pod: _Pod, req: _Req, t: float) -> None:
+        req.first_at = t
+        pod.hists[Signal.TTFT].add(t - req.engine_at)
+        router = self.routers[req.region]
+        router.in_flight[pod.name] = max(0, router.in_flight.get(pod.name, 0) - 1)
+        # the router's upstream TTFT: sent -> first token back (live: EWMA, alpha 0.2)
+        observed = (t + req.router_rtt_ms / 2000.0 - req.sent_at) * 1000.0
+        prev = router.ttft_ewma.get(pod.name)
+        router.ttft_ewma[pod.name] = observed if prev is None else prev + 0.2 * (observed - prev)
+        self._touch(router, pod.name)
+
+    # --- control plane --------------------------------------------------------------------
+    def refresh(self) -> None:
+        for pod in self.pod_order:
+            if pod.state == "active":
+                self._refresh_pod(pod)
+
+    def _scrape(self, pod: _Pod) -> Scrape:
+        core = pod.core
+        assert core is not None
+        if core.has_work():
+            self._process(pod, core.advance(self.now))
+            self._reschedule(pod)
+        return Scrape(
+            t=self.now,
+            ok=True,
+            histograms={s: h.cumulative() for s, h in pod.hists.items()},
+            waiting=float(core.num_waiting),
+            running=float(core.num_running),
+            kv_usage=core.kv_cache_usage,
+        )
+
+    def _signals(self) -> Signals:
+        history: dict[str, deque[Scrape]] = {}
+        for pod in self.pod_order:
+            if pod.warm and pod.state in ("active", "standby", "promoting"):
+                pod.scrapes.append(self._scrape(pod))
+                while len(pod.scrapes) > self.scrapes_kept:
+                    pod.scrapes.popleft()
+                history[pod.name] = pod.scrapes
+        held = sum(len(r.held) for r in self.routers.values())
+        if not history:
+            # a pool at zero: the routers' held requests (preheat_router_queue_depth) are
+            # what the live Prometheus source reports, fresh.
+            values = tuple(
+                SignalValue(o.signal, o.percentile, None, self.now) for o in self.query.objectives
+            )
+            return Signals(values, self.now, False, requests=float(held), in_flight=float(held))
+        sig = compute(history, self.query, self.now, self.o.tuning.stale_after_s)
+        if held:
+            sig = replace(sig, in_flight=(sig.in_flight or 0.0) + held)
+        return sig
+
+    def counts(self) -> ReplicaCounts:
+        c = {"active": 0, "standby": 0, "warming": 0, "draining": 0}
+        for p in self.pod_order:
+            if p.state in ("active", "promoting"):
+                c["active"] += 1
+            elif p.state == "standby":
+                c["standby"] += 1
+            elif p.state == "starting":
+                c["warming"] += 1
+            elif p.state == "draining":
+                c["draining"] += 1
+        return ReplicaCounts(**c)
+
+    def autoscale(self) -> None:
+        auto = self.pool.autoscaling
+        ctx = Context(
+            now=self.now,
+            autoscaling=auto,
+            replicas=replace(self.pool.replicas, desired=self.desired),
+            counts=self.counts(),
+            signals=self._signals(),
+            state=self.policy_state,
+            tuning=self.o.tuning,
+        )
+        fn = self.o.autoscale if self.o.autoscale is not None else core_autoscaling.decide
+        decision, self.policy_state = fn(ctx)
+        self.stats.decide_calls += 1
+        if decision.active != self.desired:
+            kind = "scale_up" if decision.active > self.desired else "scale_down"
+            self.events.append(
+                ScaleEvent(
+                    self.now,
+                    kind,
+                    decision.reason,
+                    self.pool.name,
+                    "",
+                    self.desired,
+                    decision.active,
+                )
+            )
+            self.desired = decision.active
+        self.standby_wanted = decision.standby
+        self.reconcile()
+
+    def reconcile(self) -> None:
+        standby = (
+            self.standby_wanted
+            if self.standby_wanted >= 0
+            else (self.pool.replicas.warm_standby if self.desired > 0 else 0)
+        )
+        views = []
+        for p in self.pod_order:
+            if p.state == "stopped":
+                continue
+            in_flight = len(p.reqs) + sum(r.in_flight.get(p.name, 0) for r in self.routers.values())
+            views.append(
+                reconcile.PodView(
+                    name=p.name,
+                    role=p.role,
+                    warm=p.warm,
+                    cached_blocks=len(p.cache) if p.cache is not None else 0,
+                    in_flight=in_flight,
+                    created=p.created,
+                )
+            )
+        plan = reconcile.assign_roles(views, self.desired, standby)
+        for name in plan.victims:
+            pod = self.pods[name]
+            self.events.append(ScaleEvent(self.now, "drain", plan.reason, self.pool.name, name))
+            self.stop_serving(pod, "draining")
+        for name, role in plan.changes:
+            pod = self.pods[name]
+            if role == reconcile.ROLE_ACTIVE and pod.state == "standby":
+                pod.state = "promoting"
+                self.events.append(
+                    ScaleEvent(self.now, "promote", plan.reason, self.pool.name, name)
+                )
+                self.push(self.now + self.o.startup.promote_s, _PROMOTED, pod)
+            elif role == reconcile.ROLE_STANDBY and pod.state in ("active", "promoting"):
+                self.events.append(
+                    ScaleEvent(self.now, "demote", plan.reason, self.pool.name, name)
+                )
+                self.stop_serving(pod, "standby")
+        for _ in range(plan.new_pods):
+            self.start_pod(False, plan.reason)
+
+    def ready(self, pod: _Pod) -> None:
+        if pod.state != "starting":
+            return
+        self._make_warm(pod)
+        self.events.append(ScaleEvent(self.now, "ready", "warm", self.pool.name, pod.name))
+        self.reconcile()
+
+    def promoted(self, pod: _Pod) -> None:
+        if pod.state != "promoting":
+            return
+        self.set_active(pod)
+
+    def sample(self) -> None:
+        c = self.counts()
+        self.samples.append(ReplicaSample(self.now, c.active, c.standby, c.warming, c.draining))
+
+    # --- the loop -------------------------------------------------------------------------
+    def run(self) -> Run:
+        wall0 = time.perf_counter()
+        o = self.o
+        active = self.desired
+        standby = self.pool.replicas.warm_standby if active > 0 else 0
+        for _ in range(active + standby):
+            self.start_pod(not o.cold_start, "initial")
+        if not o.cold_start:
+            for p in self.pod_order[:active]:
+                self.set_active(p)
+        else:
+            self.reconcile()
+        for i, tr in enumerate(self.trace):
+            region = (
+                client_region_of(self.client_regions, tr.session_id or f"r{tr.index}", o.seed)
+                if len(self.client_regions) > 1
+                else self.client_regions[0][0]
+            )
+            self.push(tr.arrival_s, _ARRIVE, _Req(tr, f"req-{i}", region))
+        self.push(o.refresh_interval_s, _REFRESH, None)
+        if self.pool.autoscaling.objectives:
+            self.push(o.autoscale_interval_s, _SCALE, None)
+        self.push(0.0, _SAMPLE, None)
+        heap = self.heap
+        pop = heapq.heappop
+        n_events = 0
+        while heap and self.remaining > 0:
+            t, _, kind, payload = pop(heap)
+            self.now = t
+            n_events += 1
+            if kind == _WAKE:
+                wpod, token = cast(tuple[_Pod, int], payload)
+                self.wake(wpod, token)
+            elif kind == _ARRIVE:
+                self.arrive(payload)  # type: ignore[arg-type]
+            elif kind == _DELIVER:
+                self.deliver(payload)  # type: ignore[arg-type]
+            elif kind == _REFRESH:
+                self.refresh()
+                self.push(t + o.refresh_interval_s, _REFRESH, None)
+            elif kind == _SCALE:
+                self.autoscale()
+                self.push(t + o.autoscale_interval_s, _SCALE, None)
+            elif kind == _READY:
+                self.ready(payload)  # type: ignore[arg-type]
+            elif kind == _PROMOTED:
+                self.promoted(payload)  # type: ignore[arg-type]
+            elif kind == _SAMPLE:
+                self.sample()
+                self.push(t + o.sample_interval_s, _SAMPLE, None)
+            elif kind == _TIMEOUT:
+                self.timeout(payload)  # type: ignore[arg-type]
+        end = self.now
+        self.sample()
+        gpu_s = 0.0
+        for p in self.pod_order:
+            stop = p.stopped_at if p.stopped_at is not None else end
+            gpu_s += (stop - p.created) * self.gpus
+        st = self.stats
+        st.events = n_events
+        st.virtual_s = end
+        st.gpu_seconds = gpu_s
+        st.wall_s = time.perf_counter() - wall0
+        requests = []
+        for i, out in enumerate(self.outcomes):
+            if out is None:  # cannot happen: the loop runs until every request ended
+                lost = self.trace[i]
+                out = RequestOutcome(f"req-{i}", lost.arrival_s, "error", error="not finished")
+            requests.append(out)
+        meta = RunMeta(
+            name=o.name,
+            simulated=True,
+            started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            duration_s=end,
+            pool=self.pool.name,
+            target="simulated",
+            ttft_objective_ms=self.objective_ms,
+            extra={
+                "gpu_hours": gpu_s / 3600.0,
+                "gpus_per_replica": self.gpus,
+                "routing_policy": self.routing.policy,
+                "seed": o.seed,
+                "pods_started": st.pods_started,
+                "peak_pods": st.peak_pods,
+                "events": n_events,
+                "schedule_calls": st.schedule_calls,
+                "decide_calls": st.decide_calls,
+            },
+        )
+        return Run(meta=meta, requests=requests, events=self.events, replicas=self.samples)
+
+
+def _rle(runs: list[list[float]], value: float, count: int) -> None:
+    if runs and runs[-1][0] == value:
+        runs[-1][1] += count
+    else:
+        runs.append([value, float(count)])
+
+
+def simulate(
+    pool: PoolConfig, trace: Sequence[TraceRequest], options: SimOptions | None = None
+) -> tuple[Run, SimStats]:
+    """Replays ``trace`` against ``pool`` in virtual time; the run record and the work done.
+
+    Deterministic: the same pool, trace and options give the same record (but for
+    ``meta.started_at``, the wall clock). Raises :class:`SimInputError` for options that
+    cannot run (e.g. a bad engine option).
+    """
+    opts = options or SimOptions()
+    try:
+        world = _World(pool, trace, opts)
+    except ValueError as e:
+        raise SimInputError(str(e)) from None
+    run = world.run()
+    return run, world.stats

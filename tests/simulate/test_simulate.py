@@ -1,0 +1,198 @@
+"""The simulator: reproducible, every request accounted for, policies imported from core."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from preheat.bench.traces import TraceOptions, TraceRequest, load_trace
+from preheat.core import autoscaling as core_autoscaling
+from preheat.core.autoscaling import Context, Decision, PolicyState
+from preheat.core.pool import PoolConfig
+from preheat.core.routing.plugins import registry
+from preheat.core.routing.plugins.base import ScoreInput
+from preheat.report.record import count_outcomes, read_run, write_run
+from preheat.simulate import (
+    PoolFile,
+    SimInputError,
+    SimOptions,
+    Startup,
+    parse_sweep,
+    pool_config,
+    simulate,
+)
+
+MOONCAKE = (
+    Path(__file__).resolve().parents[3] / "shared" / "data" / "mooncake_conversation_trace.jsonl"
+)
+
+
+def _pool(**replicas: int | str) -> PoolConfig:
+    spec: dict[str, Any] = {
+        "model": {"name": "m"},
+        "engine": {"kind": "sim"},
+        "replicas": {"min": 2, "max": 2},
+    }
+    spec["replicas"].update(replicas)
+    return pool_config(PoolFile("p", "default", spec))
+
+
+def _trace(n: int = 60, rate: float = 4.0) -> list[TraceRequest]:
+    """Sessions of a few turns sharing a system prompt and their own history."""
+    out = []
+    for i in range(n):
+        s = i % 7
+        turn = i // 7
+        blocks = (0, 1000 + s, *(2000 + 10 * s + k for k in range(turn)), 5000 + i)
+        tokens = 64 * (len(blocks) - 1) + 40
+        out.append(
+            TraceRequest(
+                arrival_s=i / rate,
+                input_tokens=tokens,
+                output_tokens=8 + (i * 13) % 40,
+                session_id=f"s{s}",
+                prefix_block_ids=blocks,
+                block_tokens=64,
+                index=i,
+            )
+        )
+    return out
+
+
+def _canon(run: Any) -> str:
+    data = dataclasses.asdict(run)
+    data["meta"].pop("started_at")
+    return json.dumps(data, sort_keys=True)
+
+
+def test_same_seed_gives_the_same_report() -> None:
+    pool, trace = _pool(), _trace()
+    a, _ = simulate(pool, trace, SimOptions(seed=3))
+    b, _ = simulate(pool, trace, SimOptions(seed=3))
+    assert _canon(a) == _canon(b)
+    assert a.meta.simulated
+
+
+def test_every_request_is_accounted_for_and_the_record_round_trips(tmp_path: Path) -> None:
+    trace = _trace(80, rate=40.0)
+    # one request longer than the context window: an error, not a silent drop
+    trace.append(dataclasses.replace(trace[-1], input_tokens=40_000, index=80, arrival_s=1.0))
+    pool = pool_config(
+        PoolFile(
+            "p",
+            "default",
+            {
+                "model": {"name": "m"},
+                "engine": {"kind": "sim", "args": {"maxModelLen": 4096, "maxNumSeqs": 4}},
+                "replicas": {"min": 1, "max": 1},
+            },
+        )
+    )
+    run, stats = simulate(pool, trace, SimOptions(ttft_deadline_ms=400.0))
+    counts = count_outcomes(run.requests)
+    assert sum(counts.values()) == len(trace) == stats.requests
+    assert sorted(r.request_id for r in run.requests) == sorted(f"req-{i}" for i in range(81))
+    assert counts["error"] == 1  # the over-long prompt
+    assert counts["rejected"] > 0  # 40 req/s on one 4-slot replica with a 400 ms deadline
+    assert counts["ok"] > 0
+    bad = next(r for r in run.requests if r.outcome == "error")
+    assert "context length" in bad.error
+    for r in run.requests:
+        if r.outcome == "ok":
+            assert r.ttft_ms > 0
+            assert r.e2e_ms >= r.ttft_ms
+            assert len(r.itl_values()) == r.output_tokens - 1
+    write_run(tmp_path / "run", run)
+    back = read_run(tmp_path / "run")
+    assert back.meta.simulated
+    assert len(back.requests) == len(run.requests)
+
+
+def test_prefix_cache_hits_on_shared_prompts() -> None:
+    run, _ = simulate(_pool(), _trace(), SimOptions())
+    ok = [r for r in run.requests if r.outcome == "ok"]
+    assert len(ok) == 60
+    assert sum(r.cached_tokens for r in ok) > 0.3 * sum(r.prompt_tokens for r in ok)
+
+
+def _prefer_p2(self: object, inp: ScoreInput) -> Mapping[str, float]:
+    """A queue scorer that makes endpoint p-2 look 10 s faster than any other."""
+    return {e.id: (-10_000.0 if e.id == "p-2" else 0.0) for e in inp.endpoints}
+
+
+def test_a_routing_change_in_core_shows_up_in_the_simulator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pool, trace = _pool(min=3, max=3), _trace()
+    before, _ = simulate(pool, trace, SimOptions())
+    served = {r.endpoint for r in before.requests}
+    assert len(served) > 1
+    # change the policy in preheat.core only: the queue plugin the registry holds
+    monkeypatch.setattr(type(registry.SCORERS["queue"]), "score", _prefer_p2)
+    after, _ = simulate(pool, trace, SimOptions())
+    assert {r.endpoint for r in after.requests} == {"p-2"}
+
+
+def test_an_autoscaling_change_in_core_shows_up_in_the_simulator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec: dict[str, Any] = {
+        "model": {"name": "m"},
+        "engine": {"kind": "sim"},
+        "replicas": {"min": 1, "max": 4, "warmStandby": 1},
+        "autoscaling": {"objectives": [{"signal": "ttft", "percentile": 95, "targetMs": 500}]},
+    }
+    pool = pool_config(PoolFile("p", "default", spec))
+    trace = _trace(120, rate=2.0)
+    opts = SimOptions(startup=Startup(image_pull_s=1.0, load_s=1.0, warmup_s=1.0))
+    calm, _ = simulate(pool, trace, opts)
+    assert not [e for e in calm.events if e.kind == "scale_up"]
+    real_decide = core_autoscaling.decide
+
+    def eager(ctx: Context) -> tuple[Decision, PolicyState]:
+        d, s = real_decide(ctx)
+        want = min(ctx.replicas.max, ctx.replicas.desired + 1)
+        return dataclasses.replace(d, active=want, standby=d.standby), s
+
+    monkeypatch.setattr(core_autoscaling, "decide", eager)
+    scaled, _ = simulate(pool, trace, opts)
+    ups = [e for e in scaled.events if e.kind == "scale_up"]
+    assert ups
+    assert ups[-1].to_replicas == 4
+    # the warm standby is promoted first, then new pods start behind it
+    kinds = [e.kind for e in scaled.events]
+    assert kinds.index("promote") < kinds.index("start")
+    assert max(s.active for s in scaled.replicas) == 4
+
+
+def test_set_and_sweep_errors_name_the_bad_key() -> None:
+    pf = PoolFile("p", "default", {"model": {"name": "m"}, "replicas": {"max": 2}})
+    with pytest.raises(
+        SimInputError, match=r"unknown key 'scaleDwn' in autoscaling; known: .*scaleDown"
+    ):
+        pool_config(pf, [("autoscaling.scaleDwn.stabilization", "600s")])
+    with pytest.raises(SimInputError, match=r"stabilization.*600 seconds"):
+        pool_config(pf, [("autoscaling.scaleDown.stabilization", "600 seconds")])
+    cfg = pool_config(pf, [("autoscaling.scale_down.stabilization", "600s")])
+    assert cfg.autoscaling.scale_down.stabilization_s == 600.0
+    with pytest.raises(SimInputError, match="KEY=V1,V2"):
+        parse_sweep("replicas.max=")
+    with pytest.raises(SimInputError, match="unknown key 'maxx'"):
+        parse_sweep("replicas.maxx=1,2")
+    assert parse_sweep("replicas.max=2, 4") == ("replicas.max", ("2", "4"))
+
+
+@pytest.mark.skipif(not MOONCAKE.exists(), reason="shared Mooncake trace not present")
+def test_mooncake_slice_runs_with_its_real_lengths() -> None:
+    trace = load_trace(MOONCAKE, TraceOptions(max_requests=150, max_input_tokens=30_000))
+    run, stats = simulate(_pool(min=4, max=4), trace, SimOptions())
+    counts = count_outcomes(run.requests)
+    assert counts["ok"] == 150
+    assert stats.schedule_calls == 150
+    hit = sum(r.cached_tokens for r in run.requests) / sum(r.prompt_tokens for r in run.requests)
+    assert 0.05 < hit < 0.9
