@@ -111,7 +111,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="TTFT objective the report measures attainment against (0: none)",
     )
     o.add_argument("--e2e-objective-ms", type=float, default=0.0, help="end-to-end objective")
-    o.add_argument("--no-progress", action="store_true", help="no progress bar")
+    o.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (off a terminal: no periodic progress lines)",
+    )
 
 
 def _fail(message: str) -> int:
@@ -181,12 +185,19 @@ def open_writer(folder: Path, meta: RunMeta) -> tuple[RunWriter, float, bool]:
 
 
 class _Progress:
-    """A rich progress bar over recorded outcomes (or nothing)."""
+    """A rich progress bar over recorded outcomes on a terminal; elsewhere (a log file, make
+    demo) a plain line every ``LOG_EVERY_S`` seconds; nothing with ``quiet``."""
 
-    def __init__(self, total: int, enabled: bool) -> None:
+    LOG_EVERY_S = 10.0
+
+    def __init__(self, total: int, *, tty: bool, quiet: bool) -> None:
+        self.total = total
         self.counts = {"ok": 0, "rejected": 0, "error": 0}
         self._bar: Any = None
-        if enabled:
+        self._log = not tty and not quiet
+        self._start = time.monotonic()
+        self._next_log = self._start + self.LOG_EVERY_S
+        if tty and not quiet:
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
@@ -215,10 +226,15 @@ class _Progress:
 
     def __call__(self, outcome: RequestOutcome) -> None:
         self.counts[outcome.outcome] += 1
+        c = self.counts
+        status = f"ok {c['ok']}  rejected {c['rejected']}  error {c['error']}"
         if self._bar is not None:
-            c = self.counts
-            status = f"ok {c['ok']}  rejected {c['rejected']}  error {c['error']}"
             self._bar.update(self._task, advance=1, status=status)
+        elif self._log and time.monotonic() >= self._next_log:
+            now = time.monotonic()
+            self._next_log = now + self.LOG_EVERY_S
+            done = sum(c.values())
+            print(f"  {now - self._start:6.1f} s  {done}/{self.total} done: {status}", flush=True)
 
 
 async def _run(
@@ -310,7 +326,7 @@ def run(args: argparse.Namespace) -> int:
         f"{args.target}; {how} {folder}",
         flush=True,
     )
-    progress = _Progress(len(requests), enabled=not args.no_progress and sys.stdout.isatty())
+    progress = _Progress(len(requests), tty=sys.stdout.isatty(), quiet=args.no_progress)
     interrupted = False
     summary: LoadSummary | None = None
     try:
