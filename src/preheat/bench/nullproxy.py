@@ -42,11 +42,17 @@ class _Picker(router_pb2_grpc.RouterServicer):
         self._response = router_pb2.PickResponse(
             endpoint=router_pb2.PickedEndpoint(worker_id="null", address=target), reason="null"
         )
+        self._result = router_pb2.PickResult(picked=self._response)
 
     async def Pick(
         self, request: router_pb2.PickRequest, context: grpc.aio.ServicerContext
     ) -> router_pb2.PickResponse:
         return self._response
+
+    async def PickBatch(
+        self, request: router_pb2.PickBatchRequest, context: grpc.aio.ServicerContext
+    ) -> router_pb2.PickBatchResponse:
+        return router_pb2.PickBatchResponse(results=[self._result] * len(request.picks))
 
 
 async def serve(target: str, host: str) -> int:

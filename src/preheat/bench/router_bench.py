@@ -49,6 +49,7 @@ from preheat.bench.report_md import write_section
 from preheat.bench.traces import TraceOptions, TraceRequest, load_trace, prompt_text
 from preheat.bench.workerproc import ServiceProcess, spawn_nullproxy, spawn_router, spawn_worker
 from preheat.core.percentiles import sample_quantile
+from preheat.engine.simtokenizer import SimTokenizer
 from preheat.proto.preheat.v1 import inference_pb2 as pb
 from preheat.proto.preheat.v1 import inference_pb2_grpc as pb_grpc
 from preheat.proto.preheat.v1 import router_pb2, router_pb2_grpc
@@ -116,6 +117,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--pick-s", type=float, default=5.0, help="seconds of closed-loop Pick")
     p.add_argument("--pick-concurrency", type=int, default=16)
     p.add_argument("--pick-prompt-tokens", type=int, default=512)
+    p.add_argument(
+        "--pick-batch",
+        default="1,16",
+        help="requests per call, comma-separated: 1 = Router/Pick, N > 1 = Router/PickBatch",
+    )
+    p.add_argument(
+        "--pick-input",
+        default="text,ids",
+        help="how prompts come, comma-separated: text (the router tokenizes) or ids (a "
+        "gateway that tokenized sends prompt_token_ids)",
+    )
     p.add_argument(
         "--endpoints", default="16,64", help="synthetic endpoint counts for in-process schedule"
     )
@@ -540,7 +552,6 @@ def _bench_inprocess(counts: Sequence[int], prompt_tokens: int, seconds: float) 
     from preheat.core.routing.scheduler import POLICIES, schedule
     from preheat.core.routing.types import Endpoint, RequestInfo, RoutingContext
     from preheat.engine.costmodel import CostModel
-    from preheat.engine.simtokenizer import SimTokenizer
 
     def per_cpu_s(fn: Callable[[int], object]) -> float:
         n, t0 = 0, time.process_time()
@@ -607,6 +618,8 @@ def _bench_inprocess(counts: Sequence[int], prompt_tokens: int, seconds: float) 
 @dataclass
 class PickLoad:
     server: str
+    batch: int
+    input: str
     decisions: int
     wall_s: float
     cpu_s: float
@@ -619,37 +632,68 @@ class PickLoad:
 
     def row(self) -> str:
         return (
-            f"| {self.server} | {self.decisions:,} | {self.wall_s:.1f}"
+            f"| {self.server} | {'Pick' if self.batch == 1 else f'PickBatch of {self.batch}'}"
+            f" | {self.input} | {self.decisions:,} | {self.wall_s:.1f}"
             f" | {self.decisions / self.wall_s:,.0f} | {self.cpu_s:.2f} | **{self.per_core:,.0f}**"
             f" | {_q(self.lat_ms, 0.5):.2f} | {_q(self.lat_ms, 0.99):.2f} | {len(self.errors)} |"
         )
 
 
 async def _pick_load(
-    server: str, target: str, pid: int, prompts: Sequence[str], args: argparse.Namespace
+    server: str,
+    target: str,
+    pid: int,
+    prompts: Sequence[str],
+    args: argparse.Namespace,
+    batch: int = 1,
+    prompt_input: str = "text",
 ) -> PickLoad:
-    """Closed-loop Pick calls against ``target`` for ``--pick-s``; CPU of process ``pid``."""
+    """Closed-loop Pick (``batch`` 1) or PickBatch calls against ``target`` for ``--pick-s``;
+    CPU of process ``pid``. Latency is per call."""
     lat_ms: list[float] = []
     errors: list[str] = []
+    decided = 0
     async with grpc.aio.insecure_channel(target) as ch:
         stub = router_pb2_grpc.RouterStub(ch)
 
-        async def one(i: int) -> None:
+        tokenizer = SimTokenizer()
+        token_ids = [tokenizer.encode(p) for p in prompts] if prompt_input == "ids" else []
+
+        def pick(i: int) -> router_pb2.PickRequest:
             req = _gen(f"p{i}", prompts[i % len(prompts)], 16, session=f"s{i % 97}")
+            if token_ids:
+                req.prompt_token_ids.ids.extend(token_ids[i % len(prompts)])
+            return router_pb2.PickRequest(request=req)
+
+        async def one(i: int) -> None:
+            nonlocal decided
             t0 = time.monotonic()
             try:
-                await stub.Pick(router_pb2.PickRequest(request=req), timeout=10)
+                if batch == 1:
+                    await stub.Pick(pick(i), timeout=10)
+                    decided += 1
+                else:
+                    items = [pick(i * batch + k) for k in range(batch)]
+                    resp = await stub.PickBatch(
+                        router_pb2.PickBatchRequest(picks=items), timeout=10
+                    )
+                    for r in resp.results:
+                        if r.HasField("error"):
+                            errors.append(f"{r.error.code}: {r.error.message}")
+                        else:
+                            decided += 1
             except grpc.aio.AioRpcError as e:
                 errors.append(f"{e.code().name}: {e.details()}")
                 return
             lat_ms.append((time.monotonic() - t0) * 1e3)
 
-        await _closed_loop(one, 4, count=200, seconds=None)  # warm
+        await _closed_loop(one, 4, count=200 // batch + 1, seconds=None)  # warm
         lat_ms.clear()
+        decided = 0
         cpu0 = cpu_seconds(pid)
         wall = await _closed_loop(one, args.pick_concurrency, count=None, seconds=args.pick_s)
         cpu = cpu_seconds(pid) - cpu0
-    return PickLoad(server, len(lat_ms), wall, cpu, lat_ms, errors)
+    return PickLoad(server, batch, prompt_input, decided, wall, cpu, lat_ms, errors)
 
 
 async def part_pick(args: argparse.Namespace) -> PartResult:
@@ -657,20 +701,41 @@ async def part_pick(args: argparse.Namespace) -> PartResult:
     worker_args = [*SIM_FAST, "--sim-time-scale", "0.01"]
     router_args = ["--policy", "preheat", *args.router_arg]
     prompts = [words(args.pick_prompt_tokens, 30_000 + i) for i in range(64)]
+    batches = [int(b) for b in args.pick_batch.split(",")]
+    inputs = args.pick_input.split(",")
+    loads: list[PickLoad] = []
     async with cluster(worker_args, args.workers, router_args) as c:
         async with spawn_nullproxy(c.workers[0].grpc_target) as null:
-            floor = await _pick_load(
-                "null hop (constant answer)", null.grpc_target, null.proc.pid, prompts, args
-            )
-        load = await _pick_load("preheat router", c.router.grpc_target, c.router_pid, prompts, args)
-    errors = load.errors + floor.errors
-    per_core = load.per_core
+            for b in batches:
+                loads.append(
+                    await _pick_load(
+                        "null hop (constant answer)",
+                        null.grpc_target,
+                        null.proc.pid,
+                        prompts,
+                        args,
+                        b,
+                    )
+                )
+        for b in batches:
+            for how in inputs:
+                loads.append(
+                    await _pick_load(
+                        "preheat router", c.router.grpc_target, c.router_pid, prompts, args, b, how
+                    )
+                )
+    errors = [e for ld in loads for e in ld.errors]
+    ours = [ld for ld in loads if ld.server == "preheat router"]
+    per_core = max(ld.per_core for ld in ours)
+    unary = max((ld.per_core for ld in ours if ld.batch == 1), default=float("nan"))
     counts = [int(x) for x in args.endpoints.split(",")]
     inproc = _bench_inprocess(counts, args.pick_prompt_tokens, args.inprocess_s)
     cmd = (
         f"preheat bench router --part pick --workers {args.workers} --pick-s {args.pick_s:g}"
         f" --pick-concurrency {args.pick_concurrency}"
-        f" --pick-prompt-tokens {args.pick_prompt_tokens} --endpoints {args.endpoints}"
+        f" --pick-prompt-tokens {args.pick_prompt_tokens} --pick-batch {args.pick_batch}"
+        f" --pick-input {args.pick_input}"
+        f" --endpoints {args.endpoints}"
     )
     met = per_core >= TARGET_PICKS_PER_CORE
     body = "\n".join(
@@ -686,15 +751,22 @@ async def part_pick(args: argparse.Namespace) -> PartResult:
             "",
             "The null hop (`preheat.bench.nullproxy`) answers every Pick with a constant "
             "without reading it: the",
-            "grpc.aio floor for a unary call in Python on this machine.",
+            "grpc.aio floor for a unary call in Python on this machine. `PickBatch` carries "
+            "several requests in",
+            "one call (each decided exactly as `Pick` would, in order): a gateway that batches "
+            "pays the RPC once.",
             "",
-            "| server | decisions | wall s | decisions/s (wall) | server CPU s | decisions per "
-            "server CPU-s | Pick p50 ms | Pick p99 ms | errors |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-            load.row(),
-            floor.row(),
+            "Prompts come as text (the router tokenizes them) or as `prompt_token_ids` (a "
+            "gateway that",
+            "tokenized once sends the ids; the router still hashes the blocks and decides).",
             "",
-            f"Target: >= {TARGET_PICKS_PER_CORE:,.0f} decisions/s per core: {_met(met)}.",
+            "| server | call | prompt | decisions | wall s | decisions/s (wall) | server CPU s "
+            "| decisions per server CPU-s | call p50 ms | call p99 ms | errors |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            *(ld.row() for ld in loads),
+            "",
+            f"Target: >= {TARGET_PICKS_PER_CORE:,.0f} decisions/s per core: {_met(met)} "
+            f"({per_core:,.0f} best; unary Pick {unary:,.0f}).",
             "",
             "Where the time goes, in process (one core, `time.process_time`): the pure "
             "`schedule()` per policy",

@@ -97,3 +97,46 @@ async def test_not_ready_without_endpoints_and_bounded_wait() -> None:
             await r.generate(gen())
         assert ei.value.code() == grpc.StatusCode.UNAVAILABLE
         assert "no routable endpoint" in (ei.value.details() or "")
+
+
+async def test_pick_batch_decides_each_in_order_and_fails_items_alone() -> None:
+    async with (
+        workers([{"id": "w-1"}, {"id": "w-2"}]) as ws,
+        router([w.endpoint for w in ws]) as r,
+    ):
+        single = await r.router.Pick(
+            router_pb2.PickRequest(request=gen(words(64), session_id="s-9")), timeout=10
+        )
+        bad = inference_pb2.GenerateRequest(prompt="", sampling=inference_pb2.SamplingParams())
+        resp = await r.router.PickBatch(
+            router_pb2.PickBatchRequest(
+                picks=[
+                    router_pb2.PickRequest(request=gen(words(64), session_id="s-9")),
+                    router_pb2.PickRequest(request=bad),
+                    router_pb2.PickRequest(request=gen(words(32), session_id="s-10")),
+                ]
+            ),
+            timeout=10,
+        )
+        assert len(resp.results) == 3
+        first, second, third = resp.results
+        # the same session goes where the single Pick sent it
+        assert first.picked.endpoint.worker_id == single.endpoint.worker_id
+        assert second.WhichOneof("result") == "error"
+        assert second.error.code == "INVALID_ARGUMENT"
+        assert "prompt" in second.error.message
+        assert third.picked.endpoint.worker_id in {w.id for w in ws}
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await r.router.PickBatch(
+                router_pb2.PickBatchRequest(
+                    picks=[router_pb2.PickRequest(request=gen(words(4)))] * 1025
+                ),
+                timeout=10,
+            )
+        assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "at most 1024" in (exc.value.details() or "")
+        # and it keeps serving
+        again = await r.router.Pick(
+            router_pb2.PickRequest(request=gen(words(64), session_id="s-9")), timeout=10
+        )
+        assert again.endpoint.worker_id == single.endpoint.worker_id

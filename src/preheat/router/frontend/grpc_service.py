@@ -20,7 +20,7 @@ import grpc
 from preheat.coalesce import CoalesceConfig, coalesce
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.routing.types import Candidate, Endpoint
-from preheat.grpc_errors import abort
+from preheat.grpc_errors import abort, grpc_status
 from preheat.logs import fields, request_context
 from preheat.proto.preheat.v1 import (
     inference_pb2,
@@ -122,12 +122,23 @@ def alternates(
     return [picked(c.endpoint, c.total_ms) for c in rest[:MAX_ALTERNATES]]
 
 
+MAX_PICK_BATCH = 1024
+
+_PICK_OUTCOMES = {
+    ErrorCode.INVALID_ARGUMENT: Outcome.INVALID,
+    ErrorCode.RESOURCE_EXHAUSTED: Outcome.REJECTED,
+    ErrorCode.UNAVAILABLE: Outcome.UNAVAILABLE,
+}
+
+
 class RouterService(router_pb2_grpc.RouterServicer):
     def __init__(self, dispatcher: Dispatcher) -> None:
         self._d = dispatcher
 
-    async def Pick(self, request: router_pb2.PickRequest, context: Any) -> router_pb2.PickResponse:
-        md = _metadata(context)
+    async def _pick(
+        self, request: router_pb2.PickRequest, md: dict[str, str], deadline: float | None
+    ) -> router_pb2.PickResponse:
+        """One decision, as Pick and each item of PickBatch make it; raises PreheatError."""
         outcome = Outcome.ERROR
         try:
             prep = self._d.prepare(
@@ -135,8 +146,6 @@ class RouterService(router_pb2_grpc.RouterServicer):
                 client_region=request.client_region or md.get(CLIENT_REGION_KEY, ""),
                 client_zone=request.client_zone or md.get(CLIENT_ZONE_KEY, ""),
             )
-            remaining = context.time_remaining()
-            deadline = None if remaining is None else asyncio.get_running_loop().time() + remaining
             decision = await self._d.decide(prep, deadline=deadline)
             ep = decision.endpoint
             assert ep is not None
@@ -149,11 +158,48 @@ class RouterService(router_pb2_grpc.RouterServicer):
                 alternates=alternates(ep, decision.candidates),
             )
         except PreheatError as e:
-            outcome = {
-                ErrorCode.INVALID_ARGUMENT: Outcome.INVALID,
-                ErrorCode.RESOURCE_EXHAUSTED: Outcome.REJECTED,
-                ErrorCode.UNAVAILABLE: Outcome.UNAVAILABLE,
-            }.get(e.code, Outcome.ERROR)
-            await abort(context, e)
+            outcome = _PICK_OUTCOMES.get(e.code, Outcome.ERROR)
+            raise
         finally:
             self._d.metrics.observe_outcome("pick", outcome)
+
+    @staticmethod
+    def _deadline(context: Any) -> float | None:
+        remaining = context.time_remaining()
+        return None if remaining is None else asyncio.get_running_loop().time() + remaining
+
+    async def Pick(self, request: router_pb2.PickRequest, context: Any) -> router_pb2.PickResponse:
+        try:
+            return await self._pick(request, _metadata(context), self._deadline(context))
+        except PreheatError as e:
+            await abort(context, e)
+
+    async def PickBatch(
+        self, request: router_pb2.PickBatchRequest, context: Any
+    ) -> router_pb2.PickBatchResponse:
+        n = len(request.picks)
+        if n > MAX_PICK_BATCH:
+            await abort(
+                context,
+                PreheatError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"a PickBatch carries at most {MAX_PICK_BATCH} requests, got {n}",
+                ),
+            )
+        md = _metadata(context)
+        deadline = self._deadline(context)
+        results: list[router_pb2.PickResult] = []
+        for item in request.picks:
+            try:
+                results.append(router_pb2.PickResult(picked=await self._pick(item, md, deadline)))
+            except PreheatError as e:
+                results.append(
+                    router_pb2.PickResult(
+                        error=router_pb2.PickError(
+                            code=grpc_status(e.code).name,
+                            message=e.message,
+                            retry_after_s=e.retry_after_s or 0.0,
+                        )
+                    )
+                )
+        return router_pb2.PickBatchResponse(results=results)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from preheat.proto.preheat.v1 import inference_pb2 as preheat_dot_proto_dot_preheat_dot_v1_dot_inference__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%preheat/proto/preheat/v1/router.proto\x12\npreheat.v1\x1a(preheat/proto/preheat/v1/inference.proto\"g\n\x0bPickRequest\x12,\n\x07request\x18\x01 \x01(\x0b\x32\x1b.preheat.v1.GenerateRequest\x12\x15\n\rclient_region\x18\x02 \x01(\t\x12\x13\n\x0b\x63lient_zone\x18\x03 \x01(\t\"m\n\x0ePickedEndpoint\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0c\n\x04zone\x18\x03 \x01(\t\x12\x0e\n\x06region\x18\x04 \x01(\t\x12\x19\n\x11predicted_ttft_ms\x18\x05 \x01(\x01\"\xa8\x01\n\x0cPickResponse\x12,\n\x08\x65ndpoint\x18\x01 \x01(\x0b\x32\x1a.preheat.v1.PickedEndpoint\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x13\n\x0b\x65xplanation\x18\x03 \x01(\t\x12\x15\n\rcached_blocks\x18\x04 \x01(\r\x12.\n\nalternates\x18\x05 \x03(\x0b\x32\x1a.preheat.v1.PickedEndpoint2C\n\x06Router\x12\x39\n\x04Pick\x12\x17.preheat.v1.PickRequest\x1a\x18.preheat.v1.PickResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%preheat/proto/preheat/v1/router.proto\x12\npreheat.v1\x1a(preheat/proto/preheat/v1/inference.proto\"g\n\x0bPickRequest\x12,\n\x07request\x18\x01 \x01(\x0b\x32\x1b.preheat.v1.GenerateRequest\x12\x15\n\rclient_region\x18\x02 \x01(\t\x12\x13\n\x0b\x63lient_zone\x18\x03 \x01(\t\"m\n\x0ePickedEndpoint\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0c\n\x04zone\x18\x03 \x01(\t\x12\x0e\n\x06region\x18\x04 \x01(\t\x12\x19\n\x11predicted_ttft_ms\x18\x05 \x01(\x01\"\xa8\x01\n\x0cPickResponse\x12,\n\x08\x65ndpoint\x18\x01 \x01(\x0b\x32\x1a.preheat.v1.PickedEndpoint\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x13\n\x0b\x65xplanation\x18\x03 \x01(\t\x12\x15\n\rcached_blocks\x18\x04 \x01(\r\x12.\n\nalternates\x18\x05 \x03(\x0b\x32\x1a.preheat.v1.PickedEndpoint\":\n\x10PickBatchRequest\x12&\n\x05picks\x18\x01 \x03(\x0b\x32\x17.preheat.v1.PickRequest\"A\n\tPickError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x15\n\rretry_after_s\x18\x03 \x01(\x01\"j\n\nPickResult\x12*\n\x06picked\x18\x01 \x01(\x0b\x32\x18.preheat.v1.PickResponseH\x00\x12&\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x15.preheat.v1.PickErrorH\x00\x42\x08\n\x06result\"<\n\x11PickBatchResponse\x12\'\n\x07results\x18\x01 \x03(\x0b\x32\x16.preheat.v1.PickResult2\x8d\x01\n\x06Router\x12\x39\n\x04Pick\x12\x17.preheat.v1.PickRequest\x1a\x18.preheat.v1.PickResponse\x12H\n\tPickBatch\x12\x1c.preheat.v1.PickBatchRequest\x1a\x1d.preheat.v1.PickBatchResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,6 +38,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PICKEDENDPOINT']._serialized_end=309
   _globals['_PICKRESPONSE']._serialized_start=312
   _globals['_PICKRESPONSE']._serialized_end=480
-  _globals['_ROUTER']._serialized_start=482
-  _globals['_ROUTER']._serialized_end=549
+  _globals['_PICKBATCHREQUEST']._serialized_start=482
+  _globals['_PICKBATCHREQUEST']._serialized_end=540
+  _globals['_PICKERROR']._serialized_start=542
+  _globals['_PICKERROR']._serialized_end=607
+  _globals['_PICKRESULT']._serialized_start=609
+  _globals['_PICKRESULT']._serialized_end=715
+  _globals['_PICKBATCHRESPONSE']._serialized_start=717
+  _globals['_PICKBATCHRESPONSE']._serialized_end=777
+  _globals['_ROUTER']._serialized_start=780
+  _globals['_ROUTER']._serialized_end=921
 # @@protoc_insertion_point(module_scope)

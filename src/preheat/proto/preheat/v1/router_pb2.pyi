@@ -44,3 +44,33 @@ class PickResponse(_message.Message):
     cached_blocks: int
     alternates: _containers.RepeatedCompositeFieldContainer[PickedEndpoint]
     def __init__(self, endpoint: _Optional[_Union[PickedEndpoint, _Mapping]] = ..., reason: _Optional[str] = ..., explanation: _Optional[str] = ..., cached_blocks: _Optional[int] = ..., alternates: _Optional[_Iterable[_Union[PickedEndpoint, _Mapping]]] = ...) -> None: ...
+
+class PickBatchRequest(_message.Message):
+    __slots__ = ("picks",)
+    PICKS_FIELD_NUMBER: _ClassVar[int]
+    picks: _containers.RepeatedCompositeFieldContainer[PickRequest]
+    def __init__(self, picks: _Optional[_Iterable[_Union[PickRequest, _Mapping]]] = ...) -> None: ...
+
+class PickError(_message.Message):
+    __slots__ = ("code", "message", "retry_after_s")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_S_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    retry_after_s: float
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., retry_after_s: _Optional[float] = ...) -> None: ...
+
+class PickResult(_message.Message):
+    __slots__ = ("picked", "error")
+    PICKED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    picked: PickResponse
+    error: PickError
+    def __init__(self, picked: _Optional[_Union[PickResponse, _Mapping]] = ..., error: _Optional[_Union[PickError, _Mapping]] = ...) -> None: ...
+
+class PickBatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[PickResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[PickResult, _Mapping]]] = ...) -> None: ...

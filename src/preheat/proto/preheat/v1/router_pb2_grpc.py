@@ -39,6 +39,11 @@ class RouterStub:
                 request_serializer=preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickRequest.SerializeToString,
                 response_deserializer=preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickResponse.FromString,
                 _registered_method=True)
+        self.PickBatch = channel.unary_unary(
+                '/preheat.v1.Router/PickBatch',
+                request_serializer=preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickBatchRequest.SerializeToString,
+                response_deserializer=preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickBatchResponse.FromString,
+                _registered_method=True)
 
 
 class RouterServicer:
@@ -53,6 +58,15 @@ class RouterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PickBatch(self, request, context):
+        """Many decisions in one call, made in order, each exactly as Pick would make it (a
+        gateway that batches its picks pays for the RPC once). Each item succeeds or fails on
+        its own; at most 1024 items.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RouterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -60,6 +74,11 @@ def add_RouterServicer_to_server(servicer, server):
                     servicer.Pick,
                     request_deserializer=preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickRequest.FromString,
                     response_serializer=preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickResponse.SerializeToString,
+            ),
+            'PickBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.PickBatch,
+                    request_deserializer=preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickBatchRequest.FromString,
+                    response_serializer=preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickBatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -89,6 +108,33 @@ class Router:
             '/preheat.v1.Router/Pick',
             preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickRequest.SerializeToString,
             preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PickBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/preheat.v1.Router/PickBatch',
+            preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickBatchRequest.SerializeToString,
+            preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

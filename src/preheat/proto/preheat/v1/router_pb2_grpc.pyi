@@ -38,6 +38,11 @@ class RouterStub:
     RESOURCE_EXHAUSTED (with a retry-after-s trailer) when no worker can meet the
     request's ttft_deadline_ms; INVALID_ARGUMENT for a malformed request.
     """
+    PickBatch: _grpc.UnaryUnaryMultiCallable[_router_pb2.PickBatchRequest, _router_pb2.PickBatchResponse]
+    """Many decisions in one call, made in order, each exactly as Pick would make it (a
+    gateway that batches its picks pays for the RPC once). Each item succeeds or fails on
+    its own; at most 1024 items.
+    """
 
 @_typing.type_check_only
 class RouterAsyncStub(RouterStub):
@@ -46,6 +51,11 @@ class RouterAsyncStub(RouterStub):
     """Picks the worker predicted to give this request the earliest first token.
     RESOURCE_EXHAUSTED (with a retry-after-s trailer) when no worker can meet the
     request's ttft_deadline_ms; INVALID_ARGUMENT for a malformed request.
+    """
+    PickBatch: _aio.UnaryUnaryMultiCallable[_router_pb2.PickBatchRequest, _router_pb2.PickBatchResponse]  # type: ignore[assignment]
+    """Many decisions in one call, made in order, each exactly as Pick would make it (a
+    gateway that batches its picks pays for the RPC once). Each item succeeds or fails on
+    its own; at most 1024 items.
     """
 
 class RouterServicer(metaclass=_abc_1.ABCMeta):
@@ -58,6 +68,17 @@ class RouterServicer(metaclass=_abc_1.ABCMeta):
         """Picks the worker predicted to give this request the earliest first token.
         RESOURCE_EXHAUSTED (with a retry-after-s trailer) when no worker can meet the
         request's ttft_deadline_ms; INVALID_ARGUMENT for a malformed request.
+        """
+
+    @_abc_1.abstractmethod
+    def PickBatch(
+        self,
+        request: _router_pb2.PickBatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_router_pb2.PickBatchResponse, _abc.Awaitable[_router_pb2.PickBatchResponse]]:
+        """Many decisions in one call, made in order, each exactly as Pick would make it (a
+        gateway that batches its picks pays for the RPC once). Each item succeeds or fails on
+        its own; at most 1024 items.
         """
 
 def add_RouterServicer_to_server(servicer: RouterServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
