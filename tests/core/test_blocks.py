@@ -30,3 +30,13 @@ def test_hash_is_stable_across_processes():
 def test_bad_block_size():
     with pytest.raises(ValueError, match="block_size"):
         block_hashes([1, 2], 0)
+
+
+def test_block_hashes_equal_chaining_block_hash_by_hand() -> None:
+    tokens = [(i * 7919) % 50_000 for i in range(100)]
+    parent, want = ROOT_HASH, []
+    for start in range(0, 96, 16):
+        parent = block_hash(parent, tokens[start : start + 16])
+        want.append(parent)
+    assert block_hashes(tokens, 16) == want
+    assert block_hashes(tokens[:15], 16) == []

@@ -169,3 +169,20 @@ def test_absent_histogram_is_empty() -> None:
 def test_stats_from_samples_accepts_any_iterable() -> None:
     samples = iter(parse_samples(VLLM_TEXT))
     assert model_server_stats(samples).num_waiting == 7
+
+
+def test_only_named_metrics_are_parsed_and_the_rest_is_skipped_unread() -> None:
+    text = (
+        "# HELP vllm:num_requests_waiting waiting\n"
+        'vllm:num_requests_waiting{model_name="m"} 3\n'
+        "vllm:num_requests_waiting_extra 9\n"  # a longer name with the same prefix
+        "this line is not { valid exposition\n"  # skipped, so no error
+        "vllm:num_requests_running 2\n"
+    )
+    samples = parse_samples(text, only=["vllm:num_requests_waiting", "vllm:num_requests_running"])
+    assert [(s.name, s.value) for s in samples] == [
+        ("vllm:num_requests_waiting", 3.0),
+        ("vllm:num_requests_running", 2.0),
+    ]
+    with pytest.raises(PromTextError):
+        parse_samples(text)

@@ -28,7 +28,17 @@ def block_hashes(tokens: Sequence[int], block_size: int, parent: int = ROOT_HASH
     if block_size <= 0:
         raise ValueError(f"block_size must be > 0, got {block_size}")
     out: list[int] = []
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = block_hash(parent, tokens[start : start + block_size])
-        out.append(parent)
+    n_full = len(tokens) // block_size
+    if n_full == 0:
+        return out
+    # the same bytes block_hash() hashes, converted once for the whole prompt
+    data = memoryview(array("I", tokens[: n_full * block_size]).tobytes())
+    step = 4 * block_size
+    blake2b = hashlib.blake2b
+    digest = parent.to_bytes(8, "little")  # a block's digest is its name, little-endian
+    for start in range(0, n_full * step, step):
+        h = blake2b(digest, digest_size=8)
+        h.update(data[start : start + step])
+        digest = h.digest()
+        out.append(int.from_bytes(digest, "little"))
     return out

@@ -191,12 +191,21 @@ def _parse_line(line_no: int, line: str) -> Sample:
     return Sample(name, labels, value, ts)
 
 
-def parse_samples(text: str) -> list[Sample]:
-    """Every sample of a text exposition, in order. Raises :class:`PromTextError`."""
+def parse_samples(text: str, only: Iterable[str] | None = None) -> list[Sample]:
+    """Every sample of a text exposition, in order. Raises :class:`PromTextError`.
+
+    With ``only``, just the samples of those metric names are parsed (and checked): the
+    rest of the page is skipped unread, which is what a router scraping many engines every
+    second needs (a vLLM page is hundreds of lines; it wants three gauges)."""
+    wanted: tuple[str, ...] | None = None
+    if only is not None:
+        wanted = tuple(f"{n}{sep}" for n in only for sep in ("{", " "))
     out: list[Sample] = []
     for line_no, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
+            continue
+        if wanted is not None and not line.startswith(wanted):
             continue
         out.append(_parse_line(line_no, line))
     return out
@@ -242,8 +251,11 @@ def parse_model_server_stats(
     *,
     labels: Mapping[str, str] | None = None,
 ) -> ModelServerStats:
-    """``model_server_stats(parse_samples(text), names, labels=labels)``."""
-    return model_server_stats(parse_samples(text), names, labels=labels)
+    """``model_server_stats(parse_samples(text), names, labels=labels)``, parsing only
+    the three gauges' lines."""
+    names = names if names is not None else ModelServerMetricNames()
+    only = (names.num_requests_waiting, names.num_requests_running, names.kv_cache_usage)
+    return model_server_stats(parse_samples(text, only), names, labels=labels)
 
 
 def histogram(

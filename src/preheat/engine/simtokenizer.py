@@ -30,11 +30,16 @@ class SimTokenizer:
         """One id per word; ids of recently seen words come from a bounded cache (the router
         tokenizes every prompt on its hot path)."""
         ids = self._ids
+        words = text.split()
+        try:
+            return list(map(ids.__getitem__, words))  # all seen before: the common case
+        except KeyError:
+            pass
         vocab = self.vocab_size
         crc = zlib.crc32
         out: list[int] = []
         append = out.append
-        for w in text.split():
+        for w in words:
             i = ids.get(w)
             if i is None:
                 if len(ids) >= _CACHE_WORDS:

@@ -4,6 +4,7 @@ every run computes the same values, so replicas with the same snapshot agree.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Sequence
@@ -11,11 +12,13 @@ from collections.abc import Sequence
 from preheat.core.routing.types import Endpoint
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def hash64(*parts: str | int) -> int:
     """An unsigned 64-bit hash of ``parts`` (strings and integers, order-sensitive).
 
     Each part is written as a type tag, its length and its text, so ``("ab", "c")`` and
-    ``("a", "bc")`` differ; one BLAKE2b call over the whole.
+    ``("a", "bc")`` differ; one BLAKE2b call over the whole. Memoised (a pure function;
+    the router hashes the same session against the same endpoints on every request).
     """
     text = "".join(
         f"i{len(t)}:{t}" if isinstance(p, int) else f"s{len(p)}:{p}"

@@ -9,6 +9,7 @@ first. A plain data structure: time comes in as ``now``; no clock, no I/O. Not t
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -30,27 +31,43 @@ class PrefixHistory:
 
     def match(self, block_hashes: Sequence[int], now: float) -> dict[str, int]:
         """Endpoint id -> number of leading ``block_hashes`` routed there and not expired.
-
         Endpoints without even the first block are absent.
+
+        Binary search per endpoint, on an invariant :meth:`record` keeps: for one endpoint,
+        a block's prefix blocks were recorded no earlier than the block itself (every record
+        writes the whole prompt) and are evicted no earlier (a record leaves the prompt's
+        first block most recent), so "block k alive" implies "blocks < k alive".
+        O(endpoints x log(blocks)) dict lookups instead of a pass over every block.
         """
+        blocks = self._blocks
+        n = len(block_hashes)
+        first = blocks.get(block_hashes[0]) if n else None
+        if not first:
+            return {}
+        oldest = now - self.ttl_s
         out: dict[str, int] = {}
-        active: set[str] | None = None
-        for i, h in enumerate(block_hashes):
-            seen = self._blocks.get(h)
-            if not seen:
-                break
-            alive = {ep for ep, t in seen.items() if now - t <= self.ttl_s}
-            active = alive if active is None else active & alive
-            if not active:
-                break
-            for ep in active:
-                out[ep] = i + 1
+        for ep, t in first.items():
+            if t < oldest:
+                continue
+            lo, hi = 1, n  # blocks[:lo] are alive for ep; the answer is in [lo, hi]
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                seen = blocks.get(block_hashes[mid - 1])
+                if seen is not None and seen.get(ep, -math.inf) >= oldest:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            out[ep] = lo
         return out
 
     def record(self, endpoint_id: str, block_hashes: Sequence[int], now: float) -> None:
-        """Remember that ``block_hashes`` were routed to ``endpoint_id`` at ``now``."""
+        """Remember that ``block_hashes`` were routed to ``endpoint_id`` at ``now``.
+
+        Written last block first, so the first block ends most recent and deep blocks are
+        evicted before the prefixes they extend (as an engine's prefix cache evicts leaves
+        first); :meth:`match` relies on it."""
         blocks = self._blocks
-        for h in block_hashes:
+        for h in reversed(block_hashes):
             seen = blocks.get(h)
             if seen is None:
                 blocks[h] = {endpoint_id: now}

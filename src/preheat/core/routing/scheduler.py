@@ -27,6 +27,7 @@ Decision reasons (``REASONS``):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 
 from preheat.core.errors import ErrorCode, PreheatError
@@ -179,10 +180,9 @@ def _preheat(
     scorers: Sequence[tuple[str, float]],
 ) -> Decision:
     inp = ScoreInput(ctx, endpoints, cost, config)
-    names = {n for n, _ in scorers} | set(_PHYSICAL)
     raw: dict[str, Mapping[str, float]] = {}
-    for name in sorted(names):
-        scorer = SCORERS.get(name)
+    for name in _scorer_names(tuple(scorers)):
+        scorer = SCORERS.get(name)  # looked up per call: the registry is the one source
         if scorer is None:
             raise PreheatError(
                 ErrorCode.INVALID_ARGUMENT,
@@ -267,6 +267,12 @@ def _preheat(
         cached_blocks=n_cached,
         candidates=tuple(ranked),
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _scorer_names(scorers: tuple[tuple[str, float], ...]) -> tuple[str, ...]:
+    """The configured scorers plus the physical ones, sorted (computed once per config)."""
+    return tuple(sorted({n for n, _ in scorers} | set(_PHYSICAL)))
 
 
 def _break_ties(

@@ -8,6 +8,7 @@ Scorers contribute milliseconds to that sum; the picker takes the lowest total.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -39,8 +40,10 @@ class Endpoint:
     in_flight: int = 0  # requests this router has sent and not yet seen the first token of
     rtt_ms: float | None = None  # EWMA of measured round trips from this router; None: unknown
     metrics_at: float | None = None  # router clock (seconds); None: never refreshed
-    # precise prefix index: block hashes the worker reports cached (WatchCache); None: unknown
-    cached_blocks: frozenset[int] | None = None
+    # precise prefix index: block hashes the worker reports cached (WatchCache); None: unknown.
+    # Read-only here; the router passes its live set (no copy per snapshot: a cache holds
+    # 10^5 blocks), so it is left out of equality and hashing.
+    cached_blocks: AbstractSet[int] | None = field(default=None, compare=False, hash=False)
     # observed mean prefill+queue per request on this endpoint (EWMA), ms; None: unknown
     observed_ttft_ms: float | None = None
 

@@ -55,7 +55,6 @@ class EndpointEntry:
         # from WatchCache
         self.cached: set[int] | None = None
         self.watch_error = ""
-        self._cached_frozen: frozenset[int] | None = None
         self._on_change = on_change
         self._endpoint: Endpoint | None = None
         self._endpoint_pool = ""
@@ -69,7 +68,6 @@ class EndpointEntry:
         self._on_change()
 
     def cache_changed(self) -> None:
-        self._cached_frozen = None
         self.touch()
 
     @property
@@ -114,8 +112,6 @@ class EndpointEntry:
             num_waiting = sc.num_waiting if sc.num_waiting is not None else num_waiting
             kv = sc.kv_cache_usage if sc.kv_cache_usage is not None else kv
             metrics_at = self.scrape_at
-        if self.cached is not None and self._cached_frozen is None:
-            self._cached_frozen = frozenset(self.cached)
         ep = Endpoint(
             id=self.key,
             address=self.discovered.address,
@@ -130,7 +126,7 @@ class EndpointEntry:
             in_flight=self.in_flight,
             rtt_ms=self.rtt.value_ms,
             metrics_at=metrics_at,
-            cached_blocks=self._cached_frozen if self.cached is not None else None,
+            cached_blocks=self.cached,  # the live set, read-only to the scheduler
             observed_ttft_ms=self.observed_ttft.value,
         )
         self._endpoint, self._endpoint_pool = ep, pool

@@ -36,9 +36,13 @@ def cached_blocks(endpoint: Endpoint, ctx: RoutingContext) -> int:
 
 def prefill_ms(endpoint: Endpoint, ctx: RoutingContext, cost: PrefillCost) -> float:
     """The formula above for one endpoint."""
+    return _prefill_for_blocks(cached_blocks(endpoint, ctx), ctx, cost)
+
+
+def _prefill_for_blocks(n_cached: int, ctx: RoutingContext, cost: PrefillCost) -> float:
     req = ctx.request
     prompt = max(0, req.prompt_tokens)
-    cached_tokens = max(0, min(cached_blocks(endpoint, ctx) * req.block_size, prompt - 1))
+    cached_tokens = max(0, min(n_cached * req.block_size, prompt - 1))
     return cost.prefill_ms(prompt - cached_tokens, cached_tokens)
 
 
@@ -46,4 +50,14 @@ class Prefix:
     name = "prefix"
 
     def score(self, inp: ScoreInput) -> Mapping[str, float]:
-        return {e.id: prefill_ms(e, inp.ctx, inp.cost) for e in inp.endpoints}
+        # endpoints with the same cached prefix (most often none) cost the same: one cost
+        # model evaluation per distinct prefix length, not per endpoint
+        memo: dict[int, float] = {}
+        out: dict[str, float] = {}
+        for e in inp.endpoints:
+            n = cached_blocks(e, inp.ctx)
+            ms = memo.get(n)
+            if ms is None:
+                ms = memo[n] = _prefill_for_blocks(n, inp.ctx, inp.cost)
+            out[e.id] = ms
+        return out
