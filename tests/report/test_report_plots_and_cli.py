@@ -114,3 +114,28 @@ def test_cdf_points_are_thinned_and_end_at_one() -> None:
 
 def test_cdf_points_weigh_runs_by_count() -> None:
     assert cdf_points([(2.0, 3), (1.0, 1)]) == ([1.0, 2.0], [0.25, 1.0])
+
+
+def test_several_runs_side_by_side(
+    tmp_path: Path, run_known: Run, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_run(tmp_path / "a", run_known)
+    write_run(tmp_path / "b", replace(run_known, requests=run_known.requests[:2]))
+    argv = ["report", str(tmp_path / "a"), str(tmp_path / "b"), "--plots", str(tmp_path / "p")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[-2:]}
+    assert rows["a"][1:4] == ["6", "1", "1"]  # requests, rejected, error
+    assert rows["b"][1:4] == ["2", "0", "0"]
+    assert _is_png(tmp_path / "p" / "a" / "latency_cdf.png")
+    assert _is_png(tmp_path / "p" / "b" / "latency_cdf.png")
+
+
+def test_one_bad_folder_among_several_stops_before_any_output(
+    tmp_path: Path, run_known: Run, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_run(tmp_path / "a", run_known)
+    assert main(["report", str(tmp_path / "a"), str(tmp_path / "missing")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "missing: no such run folder" in captured.err

@@ -1,4 +1,5 @@
-"""``preheat report RUN_DIR``: the table of a run's figures, and its PNG plots.
+"""``preheat report RUN_DIR [RUN_DIR ...]``: the table of a run's figures, and its PNG plots;
+with several runs, also one line per run side by side.
 
 Exit codes: 0 done; 2 bad input (no such folder, not a run folder, a malformed line), with
 one message saying what is wrong and where.
@@ -10,42 +11,58 @@ import argparse
 import sys
 from pathlib import Path
 
-from preheat.report.record import RunFormatError, read_run
+from preheat.report.record import Run, RunFormatError, read_run
 from preheat.report.summary import summarize
-from preheat.report.table import render_table
+from preheat.report.table import render_comparison, render_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run folder")
+    parser.add_argument(
+        "run_dirs",
+        type=Path,
+        nargs="+",
+        metavar="RUN_DIR",
+        help="a run folder; several: each one's table, then one line per run side by side",
+    )
     parser.add_argument(
         "--plots",
         type=Path,
         default=None,
         metavar="DIR",
-        help="where to write the PNG plots (default: RUN_DIR)",
+        help="where to write the PNG plots (default: each RUN_DIR; with several runs, "
+        "DIR/<run folder name>)",
     )
-    parser.add_argument("--no-plots", action="store_true", help="print the table only")
+    parser.add_argument("--no-plots", action="store_true", help="print the tables only")
+
+
+def _read(folder: Path) -> Run:
+    if not folder.is_dir():
+        raise RunFormatError(f"{folder}: no such run folder")
+    try:
+        return read_run(folder)
+    except OSError as err:
+        raise RunFormatError(f"cannot read {folder}: {err.strerror}") from None
 
 
 def run(args: argparse.Namespace) -> int:
-    folder: Path = args.run_dir
-    if not folder.is_dir():
-        print(f"preheat report: {folder}: no such run folder", file=sys.stderr)
-        return 2
+    folders: list[Path] = args.run_dirs
     try:
-        record = read_run(folder)
+        runs = [_read(f) for f in folders]  # every folder checked before any output
     except RunFormatError as err:
         print(f"preheat report: {err}", file=sys.stderr)
         return 2
-    except OSError as err:
-        print(f"preheat report: cannot read {folder}: {err.strerror}", file=sys.stderr)
-        return 2
-    summary = summarize(record)
-    print(render_table(summary))
-    if not args.no_plots:
+    summaries = [summarize(r) for r in runs]
+    for i, (folder, record, summary) in enumerate(zip(folders, runs, summaries, strict=True)):
+        if i:
+            print("\n" + "=" * 78 + "\n")
+        print(render_table(summary))
+        if args.no_plots:
+            continue
         from preheat.report.plots import write_plots  # matplotlib only when plotting
 
-        out: Path = args.plots or folder
+        out: Path = folder
+        if args.plots is not None:
+            out = args.plots / folder.resolve().name if len(folders) > 1 else args.plots
         try:
             paths = write_plots(record, out)
         except OSError as err:
@@ -53,4 +70,6 @@ def run(args: argparse.Namespace) -> int:
             return 2
         print("")
         print("plots: " + ", ".join(str(p) for p in paths))
+    if len(folders) > 1:
+        print("\n" + render_comparison(summaries, [f.resolve().name for f in folders]))
     return 0
