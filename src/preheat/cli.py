@@ -47,6 +47,11 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "replica-seconds) and write its plots",
         "preheat.report.main",
     ),
+    "simulate": (
+        "replay a trace against a pool in virtual time with the production policies "
+        "(--set/--sweep to try settings); writes a run folder marked simulated",
+        "preheat.simulate.main",
+    ),
 }
 
 

@@ -1,0 +1,382 @@
+"""``preheat simulate``: replay a trace against a pool in virtual time.
+
+    preheat simulate --pool pool.yaml --trace FILE [--routing CONFIG] [--network FILE]
+        [--set KEY=VALUE ...] [--sweep KEY=V1,V2,...] [--out RUN_DIR]
+
+One run: the run folder (``meta.json`` marked simulated, requests, events, replicas), the
+same table and plots as ``preheat report``. A sweep: one run folder per value under
+``--out`` and the trade-off table (SLO attainment, GPU-hours, cache hit rate, TTFT
+p95/p99 per setting). Exit codes: 0 done; 2 bad input, with one message saying what.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from preheat.api.routing import load_routing_config
+from preheat.bench.traces import FORMATS, TraceError, TraceOptions, TraceRequest, load_trace
+from preheat.core.errors import PreheatError
+from preheat.core.routing.config import SchedulerConfig
+from preheat.report.record import Run, write_run
+from preheat.simulate.options import (
+    Network,
+    SimInputError,
+    SimOptions,
+    Startup,
+    load_network,
+    parse_assignment,
+    parse_sweep,
+    pool_config,
+    read_pool,
+)
+from preheat.simulate.workload import superpose
+from preheat.simulate.world import SimStats, simulate
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    p = parser.add_argument_group("what to simulate")
+    p.add_argument("--pool", type=Path, required=True, help="InferencePool YAML file")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a pool spec field, e.g. autoscaling.scaleDown.stabilization=600s "
+        "(repeatable; values are YAML: 3, 0.5, true, [a, b])",
+    )
+    p.add_argument(
+        "--sweep",
+        default=None,
+        metavar="KEY=V1,V2,...",
+        help="run once per value of one pool spec field and print the trade-off table",
+    )
+    p.add_argument("--routing", type=Path, default=None, help="routing config YAML (router's)")
+    p.add_argument("--network", type=Path, default=None, help="RTT matrix YAML (see README)")
+    p.add_argument(
+        "--client-regions",
+        default="",
+        metavar="R1=SHARE,R2=SHARE",
+        help="where clients are (default: all in the first zone's region)",
+    )
+    t = parser.add_argument_group("trace")
+    t.add_argument("--trace", type=Path, required=True, help="trace file (JSONL or Azure CSV)")
+    t.add_argument("--format", choices=FORMATS, default="auto", help="trace format (default auto)")
+    t.add_argument("--start-s", type=float, default=0.0, help="skip this much of the trace")
+    t.add_argument("--time-scale", type=float, default=1.0, help="multiply every arrival time")
+    t.add_argument("--rate-scale", type=float, default=1.0, help="divide every arrival time")
+    t.add_argument("--duration", type=float, default=None, help="seconds of replay (after scaling)")
+    t.add_argument("--max-requests", type=int, default=None, help="replay at most N requests")
+    t.add_argument("--token-scale", type=float, default=1.0, help="prompt tokens per trace token")
+    t.add_argument("--max-input-tokens", type=int, default=None, help="clip prompt lengths")
+    t.add_argument("--max-output-tokens", type=int, default=None, help="clip output lengths")
+    t.add_argument(
+        "--sessions",
+        choices=("keep", "root", "none"),
+        default="root",
+        help="session ids: the trace's, derived from the conversation root when it has none "
+        "(default, as preheat load), or none",
+    )
+    t.add_argument(
+        "--copies",
+        type=int,
+        default=1,
+        help="superpose N shifted copies of the trace (N times the rate, own prefixes)",
+    )
+    s = parser.add_argument_group("control plane and start-up")
+    s.add_argument("--seed", type=int, default=0, help="seed (same seed: same report)")
+    s.add_argument("--ttft-deadline-ms", type=float, default=None, help="admission deadline")
+    s.add_argument(
+        "--ttft-objective-ms",
+        type=float,
+        default=0.0,
+        help="TTFT SLO for attainment (default: the pool's TTFT objective, if any)",
+    )
+    s.add_argument("--refresh-interval-s", type=float, default=1.0, help="router scrape period")
+    s.add_argument(
+        "--autoscale-interval-s", type=float, default=15.0, help="autoscaler evaluation period"
+    )
+    s.add_argument("--image-pull-s", type=float, default=30.0, help="image pull (assumed)")
+    s.add_argument("--promote-s", type=float, default=1.0, help="standby -> active (assumed)")
+    s.add_argument(
+        "--page-cache", action="store_true", help="weights in the page cache (2.2 s load)"
+    )
+    s.add_argument("--cold-start", action="store_true", help="pods start cold at t=0")
+    s.add_argument(
+        "--engine-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="sim engine option (e.g. num_gpu_blocks=12000, time_scale=2)",
+    )
+    o = parser.add_argument_group("output")
+    o.add_argument(
+        "--out", type=Path, default=None, help="run folder (default runs/simulate-<time>)"
+    )
+    o.add_argument("--name", default="", help="run name (default: the folder's name)")
+    o.add_argument("--no-plots", action="store_true", help="print the table only")
+    o.add_argument(
+        "--jobs", type=int, default=0, help="parallel processes for a sweep (default: CPUs)"
+    )
+
+
+def _fail(message: str) -> int:
+    print(f"preheat simulate: {message}", file=sys.stderr)
+    return 2
+
+
+def trace_options(args: argparse.Namespace) -> TraceOptions:
+    factor = args.time_scale / args.rate_scale if args.rate_scale > 0 else 1.0
+    duration = None
+    if args.duration is not None:
+        if args.duration <= 0:
+            raise ValueError(f"--duration must be > 0, got {args.duration}")
+        duration = args.duration / factor if factor > 0 else args.duration
+    return TraceOptions(
+        fmt=args.format,
+        start_s=args.start_s,
+        duration_s=duration,
+        time_scale=args.time_scale,
+        rate_scale=args.rate_scale,
+        max_requests=args.max_requests,
+        max_input_tokens=args.max_input_tokens,
+        token_scale=args.token_scale,
+        sessions=args.sessions,
+    )
+
+
+def read_trace(args: argparse.Namespace) -> list[TraceRequest]:
+    trace = load_trace(args.trace, trace_options(args))
+    if args.max_output_tokens is not None:
+        if args.max_output_tokens <= 0:
+            raise ValueError(f"--max-output-tokens must be > 0, got {args.max_output_tokens}")
+        trace = [
+            replace(t, output_tokens=min(t.output_tokens, args.max_output_tokens)) for t in trace
+        ]
+    if args.copies != 1:
+        trace = superpose(trace, args.copies)
+    return trace
+
+
+def _regions(text: str) -> tuple[tuple[str, float], ...]:
+    out: list[tuple[str, float]] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, raw = parse_assignment(part, "--client-regions")
+        try:
+            out.append((name, float(raw)))
+        except ValueError:
+            raise SimInputError(f"--client-regions {part!r}: share must be a number") from None
+    return tuple(out)
+
+
+def sim_options(args: argparse.Namespace) -> SimOptions:
+    routing = SchedulerConfig()
+    if args.routing is not None:
+        try:
+            text = args.routing.read_text()
+        except OSError as e:
+            raise SimInputError(f"routing config {args.routing}: {e.strerror or e}") from None
+        routing = load_routing_config(text)
+    network = load_network(args.network) if args.network is not None else Network()
+    engine_options = dict(parse_assignment(e, "--engine-option") for e in args.engine_option)
+    return SimOptions(
+        routing=routing,
+        network=network,
+        startup=Startup(
+            image_pull_s=args.image_pull_s, page_cache=args.page_cache, promote_s=args.promote_s
+        ),
+        client_regions=_regions(args.client_regions),
+        seed=args.seed,
+        refresh_interval_s=args.refresh_interval_s,
+        autoscale_interval_s=args.autoscale_interval_s,
+        ttft_deadline_ms=args.ttft_deadline_ms,
+        ttft_objective_ms=args.ttft_objective_ms,
+        cold_start=args.cold_start,
+        engine_options=engine_options,
+    )
+
+
+@dataclass(frozen=True)
+class _Job:
+    label: str
+    pool: Path
+    overrides: tuple[tuple[str, str], ...]
+    options: SimOptions
+    out: Path
+    plots: bool
+
+
+@dataclass(frozen=True)
+class _Result:
+    label: str
+    out: Path
+    run: Run
+    stats: SimStats
+
+
+_TRACE: list[TraceRequest] = []  # the trace, per process (set once before the jobs run)
+
+
+def _run_job(job: _Job, trace: list[TraceRequest] | None = None) -> _Result:
+    config = pool_config(read_pool(job.pool), job.overrides)
+    run, stats = simulate(config, trace if trace is not None else _TRACE, job.options)
+    return _Result(job.label, job.out, run, stats)
+
+
+def _init_worker(trace: list[TraceRequest]) -> None:
+    global _TRACE
+    _TRACE = trace
+
+
+def sweep_table(results: list[_Result]) -> str:
+    """The trade-off table: one line per setting."""
+    from preheat.report.summary import summarize
+
+    head = (
+        f"{'setting':<34} {'SLO':>7} {'GPU-h':>8} {'hit':>7} {'TTFT p50':>9} {'p95':>8}"
+        f" {'p99':>8} {'ok':>6} {'rej':>5} {'err':>5} {'scale':>5}"
+    )
+    rows = [head, "-" * len(head)]
+    for r in results:
+        s = summarize(r.run)
+        gpu_h = float(r.run.meta.extra.get("gpu_hours", 0.0))
+        rows.append(
+            f"{r.label[:34]:<34} {_pct(s.slo_attainment):>7} {gpu_h:>8.2f}"
+            f" {_pct(s.cache_hit_rate):>7} {_ms(s.ttft_ms.p50):>9} {_ms(s.ttft_ms.p95):>8}"
+            f" {_ms(s.ttft_ms.p99):>8} {s.ok:>6} {s.rejected:>5} {s.error:>5}"
+            f" {s.scaling_events:>5}"
+        )
+    return "\n".join(rows)
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}"
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        overrides = tuple(parse_assignment(s) for s in args.set)
+        sweep = parse_sweep(args.sweep) if args.sweep else None
+        pool = read_pool(args.pool)
+        pool_config(pool, overrides)  # every problem of the base pool, before any work
+        options = sim_options(args)
+        trace = read_trace(args)
+    except (PreheatError, TraceError, ValueError) as e:
+        return _fail(str(e))
+    if args.copies < 1:
+        return _fail(f"--copies must be >= 1, got {args.copies}")
+    if not trace:
+        return _fail(f"{args.trace}: no requests left after slicing")
+    out: Path = args.out or Path("runs") / time.strftime("simulate-%Y%m%d-%H%M%S")
+    command = "preheat simulate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    name = args.name or out.name
+    trace_desc = f"{args.trace} ({len(trace)} requests)"
+
+    def with_meta(result: _Result, plots: bool) -> None:
+        meta = result.run.meta
+        meta.trace, meta.command = trace_desc, command
+        write_run(result.out, result.run)
+        if plots:
+            from preheat.report.plots import write_plots  # matplotlib only when plotting
+
+            write_plots(result.run, result.out)
+
+    if sweep is None:
+        job = _Job(name, args.pool, overrides, replace(options, name=name), out, False)
+        try:
+            result = _run_job(job, trace)
+        except PreheatError as e:
+            return _fail(str(e))
+        try:
+            with_meta(result, False)
+        except OSError as e:
+            return _fail(f"cannot write the run folder {out}: {e.strerror}")
+        return _report(result, args)
+
+    key, values = sweep
+    jobs = []
+    for v in values:
+        label = f"{key}={v}"
+        ov = (*overrides, (key, v))
+        try:
+            pool_config(pool, ov)
+        except PreheatError as e:
+            return _fail(str(e))
+        jobs.append(
+            _Job(
+                label,
+                args.pool,
+                ov,
+                replace(options, name=f"{name} {label}"),
+                out / _slug(label),
+                not args.no_plots,
+            )
+        )
+    n_jobs = args.jobs or min(len(jobs), os.cpu_count() or 1)
+    t0 = time.perf_counter()
+    results: list[_Result] = []
+    try:
+        results = _run_all(jobs, trace, n_jobs)
+    except PreheatError as e:
+        return _fail(str(e))
+    try:
+        for r in results:
+            with_meta(r, not args.no_plots)
+    except OSError as e:
+        return _fail(f"cannot write the run folders under {out}: {e.strerror}")
+    print(
+        f"simulated sweep of {key} over {len(trace)} requests "
+        f"({time.perf_counter() - t0:.1f} s wall)"
+    )
+    print(sweep_table(results))
+    print("")
+    print("run folders: " + ", ".join(str(r.out) for r in results))
+    return 0
+
+
+def _run_all(jobs: list[_Job], trace: list[TraceRequest], n_jobs: int) -> list[_Result]:
+    """Each job in its own process when there are several (the policies are pure Python:
+    one process per core is the only parallelism); in order."""
+    if n_jobs <= 1 or len(jobs) == 1:
+        return [_run_job(j, trace) for j in jobs]
+    with concurrent.futures.ProcessPoolExecutor(
+        max_workers=n_jobs, initializer=_init_worker, initargs=(trace,)
+    ) as pool_ex:
+        return list(pool_ex.map(_run_job, jobs))
+
+
+def _slug(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in label)
+
+
+def _report(result: _Result, args: argparse.Namespace) -> int:
+    from preheat.report.summary import summarize
+    from preheat.report.table import render_table
+
+    st = result.stats
+    print(
+        f"simulated {st.requests} requests, {st.virtual_s:.0f} s of virtual time, "
+        f"{st.peak_pods} pods at peak, in {st.wall_s:.1f} s wall"
+    )
+    print(render_table(summarize(result.run)))
+    print(f"GPU-hours: {float(result.run.meta.extra.get('gpu_hours', 0.0)):.2f}")
+    if not args.no_plots:
+        from preheat.report.plots import write_plots
+
+        try:
+            paths = write_plots(result.run, result.out)
+        except OSError as e:
+            return _fail(f"cannot write plots to {result.out}: {e.strerror}")
+        print("plots: " + ", ".join(str(p) for p in paths))
+    print(f"run folder: {result.out}")
+    return 0
