@@ -198,3 +198,32 @@ async def test_router_admission_rejections_are_recorded_on_both_wires(tmp_path: 
             prefix = "RESOURCE_EXHAUSTED" if api == "grpc" else "HTTP 429"
             assert all(r.error.startswith(prefix) for r in run.requests), run.requests
             assert "router queue is full" in run.requests[0].error
+
+
+async def test_a_second_ctrl_c_cancels_what_is_in_flight(tmp_path: Path) -> None:
+    # long answers (400 tokens at ~8 ms each) and a long drain: only the second Ctrl-C ends it
+    trace = write_trace(tmp_path / "t.jsonl", 10, gap_ms=100, output_tokens=400)
+    run_dir = tmp_path / "run"
+    async with spawn_worker(FAST_WORKER) as w:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "preheat.cli", "load", "--target", w.grpc_target,
+            "--trace", str(trace), "--token-scale", str(1 / 32), "--out", str(run_dir),
+            "--drain-s", "120", "--no-progress",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        await asyncio.wait_for(proc.stdout.readline(), 30)
+        await asyncio.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        await asyncio.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 130, out.decode() + err.decode()
+    assert "stopping now: requests in flight are cancelled" in err.decode()
+    run = read_run(run_dir)
+    load = run.meta.extra["load"]
+    assert load["cancelled"] >= 1
+    assert load["sent"] + load["not_sent"] == 10
+    cancelled = [r for r in run.requests if r.error.startswith("cancelled")]
+    assert len(cancelled) == load["cancelled"]
+    assert len(run.requests) == load["sent"]

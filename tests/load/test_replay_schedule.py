@@ -7,6 +7,7 @@ import asyncio
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,18 +51,17 @@ def _trace(arrivals: list[float]) -> list[TraceRequest]:
 
 
 async def _replay(
-    tmp_path: Path, client: FakeClient, reqs: list[TraceRequest], **kw: object
+    tmp_path: Path,
+    client: FakeClient,
+    reqs: list[TraceRequest],
+    *,
+    stop: asyncio.Event | None = None,
+    abort: asyncio.Event | None = None,
+    **kw: Any,
 ) -> tuple[LoadSummary, Run]:
-    stop = kw.pop("stop", None)
-    options = LoadOptions(**kw)  # type: ignore[arg-type]
     with RunWriter(tmp_path, RunMeta(name="t")) as w:
         summary = await replay(
-            "fake:0",
-            reqs,
-            options,
-            w,
-            client=client,
-            stop=stop,  # type: ignore[arg-type]
+            "fake:0", reqs, LoadOptions(**kw), w, client=client, stop=stop, abort=abort
         )
     return summary, read_run(tmp_path)
 
@@ -113,6 +113,21 @@ async def test_stop_ends_sending_and_cancels_what_outlives_the_drain(tmp_path: P
     assert (summary.sent, summary.not_sent, summary.cancelled) == (2, 2, 2)
     assert [r.error.split(":")[0] for r in run.requests] == ["cancelled", "cancelled"]
     assert summary.recorded == len(run.requests) == 2
+
+
+async def test_abort_cuts_the_drain_short(tmp_path: Path) -> None:
+    client = FakeClient(service_s=5.0)
+    stop, abort = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.2, stop.set)
+    loop.call_later(0.4, abort.set)
+    t0 = time.monotonic()
+    summary, run = await _replay(
+        tmp_path, client, _trace([0.0, 3.0]), stop=stop, abort=abort, drain_s=30.0
+    )
+    assert time.monotonic() - t0 < 3.0  # neither the 30 s drain nor the 5 s service
+    assert (summary.sent, summary.cancelled, summary.not_sent) == (1, 1, 1)
+    assert [r.error.split(":")[0] for r in run.requests] == ["cancelled"]
 
 
 async def test_in_flight_requests_finish_within_the_drain(tmp_path: Path) -> None:

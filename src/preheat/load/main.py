@@ -244,23 +244,20 @@ async def _run(
     writer: RunWriter,
     progress: _Progress,
 ) -> LoadSummary:
-    stop = asyncio.Event()
+    stop, abort = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
-    main_task = asyncio.current_task()
-    presses = 0
 
     def on_signal() -> None:
-        nonlocal presses
-        presses += 1
-        if presses == 1:
+        if not stop.is_set():
             print(
                 f"\nstopping: no more requests; waiting up to {options.drain_s:g} s for those "
                 "in flight (Ctrl-C again to stop now)",
                 file=sys.stderr,
             )
             stop.set()
-        elif main_task is not None:
-            main_task.cancel()
+        elif not abort.is_set():
+            print("stopping now: requests in flight are cancelled", file=sys.stderr)
+            abort.set()
 
     with contextlib.suppress(NotImplementedError):
         loop.add_signal_handler(signal.SIGINT, on_signal)
@@ -268,7 +265,7 @@ async def _run(
     try:
         with progress.running():
             return await replay(
-                args.target, requests, options, writer, stop=stop, on_result=progress
+                args.target, requests, options, writer, stop=stop, abort=abort, on_result=progress
             )
     finally:
         with contextlib.suppress(NotImplementedError):
@@ -277,6 +274,14 @@ async def _run(
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _replay_cli(args)
+    except KeyboardInterrupt:  # before the replay's own handler is installed, or after
+        print("preheat load: interrupted", file=sys.stderr)
+        return 130
+
+
+def _replay_cli(args: argparse.Namespace) -> int:
     try:
         topts = trace_options(args)
         options = LoadOptions(
@@ -327,25 +332,21 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     progress = _Progress(len(requests), tty=sys.stdout.isatty(), quiet=args.no_progress)
-    interrupted = False
     summary: LoadSummary | None = None
+    failure = "interrupted"
     try:
         summary = asyncio.run(_run(args, requests, options, writer, progress))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        interrupted = True
     except ConnectError as err:
+        failure = str(err)
         print(f"preheat load: {err}", file=sys.stderr)
         return 1
     finally:
-        _finish(writer, folder, joined, summary, time.time() - t0)
-    if summary is None:
-        print("stopped at once: requests in flight were recorded as cancelled", file=sys.stderr)
-        return 130
+        _finish(writer, folder, joined, summary, failure, time.time() - t0)
     print(summary.line())
     if summary.errors:
         print("errors: " + ", ".join(f"{k} x{n}" for k, n in summary.errors.items()))
     print(f"run folder: {folder}  (preheat report {folder})")
-    return 130 if interrupted or summary.stopped else 0
+    return 130 if summary.stopped else 0
 
 
 def _finish(
@@ -353,6 +354,7 @@ def _finish(
     folder: Path,
     joined: bool,
     summary: LoadSummary | None,
+    failure: str,
     end_s: float,
 ) -> None:
     """Closes the writer with the final meta. A joined run's meta is re-read first, so what
@@ -366,7 +368,7 @@ def _finish(
     if summary is not None:
         writer.meta.extra = {**writer.meta.extra, LOAD_KEY: summary_dict(summary)}
     else:
-        writer.meta.extra = {**writer.meta.extra, LOAD_KEY: {"interrupted": True}}
+        writer.meta.extra = {**writer.meta.extra, LOAD_KEY: {"failed": failure}}
     writer.meta.duration_s = max(writer.meta.duration_s, end_s)
     writer.close()
 

@@ -116,13 +116,15 @@ async def replay(
     writer: RunWriter,
     *,
     stop: asyncio.Event | None = None,
+    abort: asyncio.Event | None = None,
     on_result: Callable[[RequestOutcome], None] | None = None,
     client: Client | None = None,
 ) -> LoadSummary:
     """Replays ``requests`` (sorted by ``arrival_s``) against ``target`` (``HOST:PORT`` for
     gRPC, ``http://HOST:PORT`` for the OpenAI API) and writes one line per request into
     ``writer``. Returns when every sent request has finished, or after a ``stop`` and at most
-    ``drain_s`` more. ``on_result`` sees every recorded outcome (a progress bar)."""
+    ``drain_s`` more (``abort`` cuts the drain short: what is still in flight is cancelled
+    and recorded at once). ``on_result`` sees every recorded outcome (a progress bar)."""
     stop = stop or asyncio.Event()
     summary = LoadSummary(scheduled=len(requests))
     loop = asyncio.get_running_loop()
@@ -210,7 +212,20 @@ async def replay(
                 await asyncio.wait({*in_flight, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
             if in_flight:
                 summary.stopped = True
-                await asyncio.wait(set(in_flight), timeout=options.drain_s)
+                abort_wait = asyncio.ensure_future((abort or asyncio.Event()).wait())
+                deadline = loop.time() + options.drain_s
+                try:
+                    while in_flight and not abort_wait.done():
+                        left = deadline - loop.time()
+                        if left <= 0:
+                            break
+                        await asyncio.wait(
+                            {*in_flight, abort_wait},
+                            timeout=left,
+                            return_when=asyncio.FIRST_COMPLETED,
+                        )
+                finally:
+                    abort_wait.cancel()
         finally:
             stop_wait.cancel()
             pending = set(in_flight)
