@@ -28,16 +28,25 @@ from preheat.report.record import (
 
 
 class FakeClient:
-    """Answers after ``service_s``; request ids in ``reject`` are rejected."""
+    """Answers after ``service_s``; request ids in ``reject`` are rejected, those in
+    ``explode`` raise (a client bug)."""
 
-    def __init__(self, service_s: float = 0.0, reject: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        service_s: float = 0.0,
+        reject: frozenset[str] = frozenset(),
+        explode: frozenset[str] = frozenset(),
+    ) -> None:
         self.service_s = service_s
         self.reject = reject
+        self.explode = explode
         self.sent: list[tuple[str, float]] = []
 
     async def send(self, req: TraceRequest, request_id: str, t_s: float) -> RequestOutcome:
         self.sent.append((request_id, time.monotonic()))
         await asyncio.sleep(self.service_s)
+        if request_id in self.explode:
+            raise ValueError("bad frame")
         if request_id in self.reject:
             return RequestOutcome(request_id, t_s, "rejected", error="RESOURCE_EXHAUSTED: full")
         return RequestOutcome(request_id, t_s, "ok", ttft_ms=1.0, e2e_ms=self.service_s * 1e3)
@@ -83,6 +92,14 @@ async def test_outcomes_are_counted_by_kind(tmp_path: Path) -> None:
     summary, run = await _replay(tmp_path, client, _trace([0.0, 0.0, 0.0]))
     assert (summary.ok, summary.rejected, summary.error) == (2, 1, 0)
     assert sorted(r.outcome for r in run.requests) == ["ok", "ok", "rejected"]
+
+
+async def test_a_client_exception_is_recorded_as_an_error(tmp_path: Path) -> None:
+    client = FakeClient(explode=frozenset({"r0"}))
+    summary, run = await _replay(tmp_path, client, _trace([0.0, 0.0]))
+    assert (summary.ok, summary.error) == (1, 1)
+    (bad,) = [r for r in run.requests if r.outcome == "error"]
+    assert bad.error == "client: ValueError: bad frame"
 
 
 async def test_requests_beyond_the_concurrency_cap_are_dropped_and_recorded(

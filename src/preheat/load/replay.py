@@ -160,6 +160,15 @@ async def replay(
                 )
             )
             raise
+        except Exception as err:  # a client bug must not lose the request: record it
+            outcome = RequestOutcome(
+                request_id=rid,
+                t_s=t_s,
+                outcome="error",
+                e2e_ms=(loop.time() - sent_at) * 1e3,
+                session_id=req.session_id,
+                error=f"client: {type(err).__name__}: {err}",
+            )
         if outcome.outcome == "ok":
             summary.ok += 1
         elif outcome.outcome == "rejected":
