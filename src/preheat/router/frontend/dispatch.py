@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 import uuid
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from preheat.router.frontend.metrics import Outcome, RouterMetrics
 from preheat.router.frontend.tokenizer import PromptTokenizer, prompt_block_hashes
 
 log = logging.getLogger("preheat.router")
+perf_counter = time.perf_counter
 
 RETRYABLE = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.RESOURCE_EXHAUSTED})
 """Worker errors before the first token that send the request to the next-best endpoint."""
@@ -78,12 +80,16 @@ class Prepared:
 
     request: inference_pb2.GenerateRequest  # with request_id filled in
     info: RequestInfo
-    received: float  # loop time at receipt
+    received: float  # loop time at receipt (deadlines are on the loop's clock)
+    # perf_counter() at receipt: latencies are measured on it (uvloop's loop.time() ticks
+    # in whole milliseconds, too coarse for the router's own sub-millisecond stages)
+    received_pc: float
 
 
 @dataclass
 class StreamStats:
-    """What the proxy observed of one stream (for logs, metrics and the HTTP front end)."""
+    """What the proxy observed of one stream (for logs, metrics and the HTTP front end);
+    times are ``time.perf_counter()`` values."""
 
     endpoint: Endpoint | None = None
     decision: Decision | None = None
@@ -143,6 +149,7 @@ class Dispatcher:
         client_zone: str = "",
         received: float | None = None,
     ) -> Prepared:
+        received_pc = perf_counter()
         loop = asyncio.get_running_loop()
         received = loop.time() if received is None else received
         if not req.request_id:
@@ -198,7 +205,7 @@ class Dispatcher:
             ttft_deadline_ms=deadline_ms,
             priority=int(req.priority),
         )
-        return Prepared(req, info, received)
+        return Prepared(req, info, received, received_pc)
 
     # --- decide --------------------------------------------------------------------------
     def _snapshot(self) -> tuple[Endpoint, ...]:
@@ -330,8 +337,8 @@ class Dispatcher:
                 assert ep is not None
                 st.endpoint, st.decision = ep, decision
                 st.attempts += 1
-                st.routed_at = loop.time()
-                self.metrics.overhead.observe(st.routed_at - prep.received)
+                st.routed_at = perf_counter()
+                self.metrics.overhead.observe(st.routed_at - prep.received_pc)
                 self._log_routed(prep, decision, st.attempts)
                 self.store.request_started(ep.id)
                 remaining = None if deadline is None else max(0.001, deadline - loop.time())
@@ -341,7 +348,7 @@ class Dispatcher:
                     async for chunk in call:
                         n = len(chunk.token_ids)
                         if n or chunk.text:
-                            now = loop.time()
+                            now = perf_counter()
                             if st.first_token_at is None:
                                 st.first_token_at = now
                                 self._on_first_token(prep, st, ep, decision, now)
@@ -406,8 +413,8 @@ class Dispatcher:
     def _on_first_token(
         self, prep: Prepared, st: StreamStats, ep: Endpoint, decision: Decision, now: float
     ) -> None:
-        ttft_s = now - prep.received
-        upstream_s = now - (st.routed_at if st.routed_at is not None else prep.received)
+        ttft_s = now - prep.received_pc
+        upstream_s = now - (st.routed_at if st.routed_at is not None else prep.received_pc)
         # the worker's own TTFT comes only with the last chunk: 0 = unknown here
         self.store.first_token(ep.id, upstream_s, 0.0)
         m = self.metrics
@@ -419,16 +426,17 @@ class Dispatcher:
             m.ttft_ratio.labels(ep.pool).observe(ttft_s / pred_s)
 
     def _on_done(self, prep: Prepared, st: StreamStats, ep: Endpoint, decision: Decision) -> None:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+        now = perf_counter()
         m = self.metrics
-        m.e2e.labels(ep.pool, decision.reason).observe(now - prep.received)
+        m.e2e.labels(ep.pool, decision.reason).observe(now - prep.received_pc)
         actual_blocks: int | None = None
         if st.usage is not None and prep.info.block_size > 0:
             actual_blocks = st.usage.cached_tokens // prep.info.block_size
             m.predicted_cached.labels(ep.pool).inc(decision.cached_blocks)
             m.actual_cached.labels(ep.pool).inc(actual_blocks)
-        ttft_ms = None if st.first_token_at is None else (st.first_token_at - prep.received) * 1e3
+        ttft_ms = (
+            None if st.first_token_at is None else (st.first_token_at - prep.received_pc) * 1e3
+        )
         log.info(
             "request_done",
             extra=fields(
@@ -440,9 +448,9 @@ class Dispatcher:
                 predicted_ttft_ms=_r(decision.predicted_ttft_ms),
                 observed_ttft_ms=_r(ttft_ms),
                 router_ms=_r(
-                    None if st.routed_at is None else (st.routed_at - prep.received) * 1e3
+                    None if st.routed_at is None else (st.routed_at - prep.received_pc) * 1e3
                 ),
-                e2e_ms=_r((now - prep.received) * 1e3),
+                e2e_ms=_r((now - prep.received_pc) * 1e3),
                 tokens=st.tokens,
                 predicted_cached_blocks=decision.cached_blocks,
                 actual_cached_blocks=actual_blocks,
