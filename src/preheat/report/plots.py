@@ -93,6 +93,7 @@ def plot_latency_cdf(run: Run, path: Path) -> Path:
 
 
 _WINDOWS = 20
+_MAX_SCATTER = 20_000
 
 
 def _windowed_p95(points: Sequence[tuple[float, float]], end: float) -> list[tuple[float, float]]:
@@ -109,7 +110,10 @@ def plot_ttft_over_time(run: Run, path: Path) -> Path:
     fig = Figure(figsize=(11, 4))
     ax = fig.subplots()
     ok = [r for r in run.requests if r.outcome == "ok"]
-    ax.scatter([r.t_s for r in ok], [r.ttft_ms for r in ok], s=6, alpha=0.6, label="TTFT (ok)")
+    every = max(1, -(-len(ok) // _MAX_SCATTER))  # ceil: a long run shows 1 in `every`
+    shown = ok[::every]
+    label = "TTFT (ok)" if every == 1 else f"TTFT (ok, 1 in {every} shown)"
+    ax.scatter([r.t_s for r in shown], [r.ttft_ms for r in shown], s=6, alpha=0.6, label=label)
     top = max((r.ttft_ms for r in ok), default=1.0)
     obj = run.meta.ttft_objective_ms
     if obj > 0:
