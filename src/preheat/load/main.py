@@ -326,6 +326,12 @@ def _replay_cli(args: argparse.Namespace) -> int:
     options = replace(options, t0_unix=t0)
     span = requests[-1].arrival_s
     how = "joining the run being recorded in" if joined else "recording into"
+    if joined and writer.meta.duration_s > 0:
+        print(
+            f"note: the run in {folder} already ended ({writer.meta.duration_s:.0f} s); "
+            "requests are placed on its time axis anyway (use another --out for a fresh run)",
+            file=sys.stderr,
+        )
     print(
         f"replaying {len(requests)} requests over {span:.1f} s against {args.api} "
         f"{args.target}; {how} {folder}",
