@@ -13,10 +13,10 @@ RUN=${RUN:-runs/demo}
 POOL=${POOL:-examples/pool.yaml}
 TRACE=${TRACE:-../shared/data/mooncake_conversation_trace.jsonl}
 TIME_SCALE=${TIME_SCALE:-0.4}
-DURATION_S=${DURATION_S:-60}
+DURATION_S=${DURATION_S:-50}
 MAX_OUTPUT_TOKENS=${MAX_OUTPUT_TOKENS:-64}
 TOKEN_SCALE=${TOKEN_SCALE:-0.5}
-MAX_INPUT_TOKENS=${MAX_INPUT_TOKENS:-30000}
+MAX_INPUT_TOKENS=${MAX_INPUT_TOKENS:-12000}
 TTFT_OBJECTIVE_MS=${TTFT_OBJECTIVE_MS:-1000}
 
 if [[ ! -r "$TRACE" ]]; then
@@ -77,6 +77,7 @@ for _ in $(seq 1 90); do
   [[ "$(state desired)" == "1" && "$(state counts.active)" == "1" ]] && break
   sleep 0.5
 done
+sleep 4  # a few seconds at rest, so that the plot shows the pool scaled down
 stop_up
 trap - EXIT
 echo "demo: scaling events (from $RUN/events.jsonl):"
