@@ -5,10 +5,12 @@ sending and still writes everything. Small traces, compressed in time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -48,12 +50,24 @@ def small(path: Path, **kw: object) -> list:  # type: ignore[type-arg]
     return load_trace(path, TraceOptions(token_scale=1 / 32, **kw))  # type: ignore[arg-type]
 
 
-async def _preheat(*args: str) -> tuple[int, str, str]:
+@contextlib.asynccontextmanager
+async def preheat_process(*args: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``preheat <args>`` as a child; killed if the test leaves it running (a failure)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "preheat.cli", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def _preheat(*args: str) -> tuple[int, str, str]:
+    async with preheat_process(*args) as proc:
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 
@@ -142,13 +156,10 @@ async def test_openai_http_through_a_router(tmp_path: Path) -> None:
 async def test_ctrl_c_stops_sending_and_keeps_what_was_sent(tmp_path: Path) -> None:
     trace = write_trace(tmp_path / "t.jsonl", 40, gap_ms=100)
     run_dir = tmp_path / "run"
-    async with spawn_worker(FAST_WORKER) as w:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "preheat.cli", "load", "--target", w.grpc_target,
-            "--trace", str(trace), "--token-scale", str(1 / 32), "--out", str(run_dir),
-            "--no-progress",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+    async with spawn_worker(FAST_WORKER) as w, preheat_process(
+        "load", "--target", w.grpc_target, "--trace", str(trace),
+        "--token-scale", str(1 / 32), "--out", str(run_dir), "--no-progress",
+    ) as proc:  # fmt: skip
         assert proc.stdout is not None
         await asyncio.wait_for(proc.stdout.readline(), 30)  # "replaying ..." once started
         await asyncio.sleep(1.0)  # 4 s of trace: about 10 sent by now
@@ -204,13 +215,11 @@ async def test_a_second_ctrl_c_cancels_what_is_in_flight(tmp_path: Path) -> None
     # long answers (400 tokens at ~8 ms each) and a long drain: only the second Ctrl-C ends it
     trace = write_trace(tmp_path / "t.jsonl", 10, gap_ms=100, output_tokens=400)
     run_dir = tmp_path / "run"
-    async with spawn_worker(FAST_WORKER) as w:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "preheat.cli", "load", "--target", w.grpc_target,
-            "--trace", str(trace), "--token-scale", str(1 / 32), "--out", str(run_dir),
-            "--drain-s", "120", "--no-progress",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+    async with spawn_worker(FAST_WORKER) as w, preheat_process(
+        "load", "--target", w.grpc_target, "--trace", str(trace),
+        "--token-scale", str(1 / 32), "--out", str(run_dir), "--drain-s", "120",
+        "--no-progress",
+    ) as proc:  # fmt: skip
         assert proc.stdout is not None
         await asyncio.wait_for(proc.stdout.readline(), 30)
         await asyncio.sleep(0.5)
