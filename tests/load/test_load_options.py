@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from preheat.bench.traces import load_trace
-from preheat.load.main import add_arguments, trace_options
+from preheat.load.main import add_arguments, read_requests, trace_options
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -42,3 +42,22 @@ def test_slicing_and_scaling(tmp_path: Path, argv: tuple[str, ...], arrivals: li
 def test_a_non_positive_duration_is_refused() -> None:
     with pytest.raises(ValueError, match="--duration must be > 0"):
         trace_options(_args("--duration", "0"))
+
+
+def test_root_sessions_need_prefix_blocks(tmp_path: Path) -> None:
+    azure = tmp_path / "azure.csv"
+    azure.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n"
+        "2023-11-16 18:15:50.9951690,396,109\n"
+    )
+    reqs = read_requests(azure, trace_options(_args()))
+    assert [r.session_id for r in reqs] == ["", ""]
+    assert [r.arrival_s for r in reqs] == pytest.approx([0.0, 4.314579])
+    ours = tmp_path / "ours.jsonl"
+    rows = [
+        {"timestamp_ms": 0, "input_tokens": 600, "output_tokens": 2, "prefix_block_ids": [0, 1]},
+        {"timestamp_ms": 5, "input_tokens": 600, "output_tokens": 2, "prefix_block_ids": [0, 2]},
+    ]
+    ours.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [r.session_id for r in read_requests(ours, trace_options(_args()))] == ["c1", "c2"]

@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("keep", "root", "none"),
         default="root",
         help="session ids: keep the trace's, derive from the conversation root when the "
-        "trace has none (default), or none",
+        "trace has none but has prefix blocks (default), or none",
     )
     s = parser.add_argument_group("sending")
     s.add_argument(
@@ -141,6 +141,17 @@ def trace_options(args: argparse.Namespace) -> TraceOptions:
         token_scale=args.token_scale,
         sessions=args.sessions,
     )
+
+
+def read_requests(path: Path, options: TraceOptions) -> list[TraceRequest]:
+    """The trace's requests. ``sessions="root"`` needs prefix blocks to find conversations:
+    on a trace without any (Azure, or ours without ``prefix_block_ids``) it would give every
+    request a session of its own, pinning each to a hashed endpoint for no reuse, so there
+    the trace's own session ids are kept instead."""
+    requests = load_trace(path, options)
+    if options.sessions == "root" and not any(r.prefix_block_ids for r in requests):
+        requests = load_trace(path, replace(options, sessions="keep"))
+    return requests
 
 
 def _describe(args: argparse.Namespace) -> str:
@@ -302,7 +313,7 @@ def _replay_cli(args: argparse.Namespace) -> int:
     if args.ttft_objective_ms < 0 or args.e2e_objective_ms < 0:
         return _fail("objectives must be >= 0")
     try:
-        requests = load_trace(args.trace, topts)
+        requests = read_requests(args.trace, topts)
     except TraceError as err:
         return _fail(str(err))
     if not requests:
