@@ -137,3 +137,14 @@ def test_itl_runs_from_a_simulator_weigh_like_the_expanded_gaps(run_known: Run) 
     assert s.itl_ms.count == 6
     assert s.itl_ms.p50 == pytest.approx(20.0)
     assert s.itl_ms.mean == pytest.approx(140 / 6)
+
+
+def test_the_load_generators_own_account_is_shown(run_known: Run) -> None:
+    extra = {"load": {"sent": 5, "dropped": 1, "late": 2, "max_lag_ms": 140.4, "not_sent": 3}}
+    s = summarize(replace(run_known, meta=replace(run_known.meta, extra=extra)))
+    assert s.load_generator["dropped"] == 1
+    assert (
+        "load generator: 5 sent, 1 dropped at its concurrency cap, 2 late (max lag 140 ms), "
+        "3 not sent (stopped)"
+    ) in render_table(s)
+    assert "load generator" not in render_table(summarize(run_known))

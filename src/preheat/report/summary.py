@@ -21,6 +21,8 @@ Definitions (what the report's columns mean):
   carry it.
 - **By endpoint**: ok requests per worker that served them (where the server said), with
   their TTFT quantiles and cache hit rate.
+- **Load generator** (``load_generator``): what ``preheat load`` said about itself in
+  ``meta.extra["load"]`` (dropped at its concurrency cap, late, not sent after a stop).
 - **Scaling events** are events of kind ``scale_up`` and ``scale_down``; every kind is also
   counted in ``events_by_kind``.
 """
@@ -30,6 +32,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from preheat.core.percentiles import sample_quantile, weighted_sample_quantile
 from preheat.report.record import ReplicaSample, RequestOutcome, Run, count_outcomes
@@ -128,6 +131,7 @@ class RunSummary:
     errors_by_message: dict[str, int] = field(default_factory=dict)
     stages_ms: dict[str, Quantiles] = field(default_factory=dict)
     by_endpoint: dict[str, EndpointSummary] = field(default_factory=dict)
+    load_generator: dict[str, Any] = field(default_factory=dict)  # meta.extra["load"]
 
 
 def run_end_s(run: Run) -> float:
@@ -226,7 +230,12 @@ def summarize(run: Run) -> RunSummary:
         errors_by_message=dict(errors.most_common()),
         stages_ms={k: Quantiles.of(v) for k, v in stage_samples.items()},
         by_endpoint=_by_endpoint(ok),
+        load_generator=_load_generator(meta.extra.get("load")),
     )
+
+
+def _load_generator(value: object) -> dict[str, Any]:
+    return dict(value) if isinstance(value, dict) else {}
 
 
 def _by_endpoint(ok: Sequence[RequestOutcome]) -> dict[str, EndpointSummary]:

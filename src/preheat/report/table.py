@@ -40,6 +40,17 @@ def render_table(s: RunSummary) -> str:
         f"requests {s.requests}: ok {s.ok}, rejected {s.rejected} (admission: 429 / "
         f"RESOURCE_EXHAUSTED), error {s.error}"
     )
+    lg = s.load_generator
+    if "sent" in lg:
+        client = (
+            f"  load generator: {lg.get('sent', 0)} sent, {lg.get('dropped', 0)} dropped at its "
+            f"concurrency cap, {lg.get('late', 0)} late (max lag {lg.get('max_lag_ms', 0):.0f} ms)"
+        )
+        if lg.get("not_sent"):
+            client += f", {lg['not_sent']} not sent (stopped)"
+        lines.append(client)
+    elif "failed" in lg:
+        lines.append(f"  load generator failed: {lg['failed']}")
     if s.errors_by_message:
         kinds = ", ".join(f"{msg} x{n}" for msg, n in s.errors_by_message.items())
         lines.append(f"  errors: {kinds}")
