@@ -85,6 +85,9 @@ class EngineInfo:
     max_num_seqs: int
     max_num_batched_tokens: int
     vocab_size: int | None = None  # token ids must be below this (None: unknown)
+    # who tokenizes like this engine: a router with the same name may send token ids
+    # instead of text (e.g. "sim:32000"); "" = unknown, routers always send text
+    tokenizer: str = ""
 
 
 @dataclass(frozen=True)

@@ -199,6 +199,7 @@ class SimEngine:
             max_num_seqs=c.max_num_seqs,
             max_num_batched_tokens=c.max_num_batched_tokens,
             vocab_size=c.vocab_size,
+            tokenizer=f"sim:{c.vocab_size}",
         )
 
     @property

@@ -63,6 +63,7 @@ class RouterConfig:
     # "worker": the router asks each worker to coalesce (fewer messages on both hops);
     # "router": the router's front ends coalesce what the worker sends one token at a time
     coalesce_at: str = "worker"
+    forward_token_ids: bool = True  # see DispatchConfig.forward_token_ids
     max_retries: int = 2
     max_queue: int = 256
     queue_timeout_s: float = 10.0
@@ -85,6 +86,7 @@ class RouterConfig:
             slo_deadlines_ms=dict(self.slo_deadlines_ms),
             model=self.model,
             upstream_coalesce=self.coalesce if self.coalesce_at == "worker" else None,
+            forward_token_ids=self.forward_token_ids,
         )
 
     def frontend_coalesce(self) -> CoalesceConfig:

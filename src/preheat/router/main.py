@@ -108,6 +108,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "carry fewer messages; the default) or router (the front ends merge what arrives)",
     )
     g.add_argument(
+        "--no-forward-token-ids",
+        dest="forward_token_ids",
+        action="store_false",
+        help="always send workers the prompt text (by default a worker whose tokenizer has "
+        "the router's tokenizer's name gets the router's token ids: tokenized once)",
+    )
+    g.add_argument(
         "--max-queue",
         type=int,
         default=256,
@@ -229,6 +236,7 @@ def build_config(args: argparse.Namespace) -> RouterConfig:
         tokenizer=args.tokenizer,
         coalesce=coalesce,
         coalesce_at=args.coalesce_at,
+        forward_token_ids=args.forward_token_ids,
         max_retries=args.max_retries,
         max_queue=args.max_queue,
         queue_timeout_s=args.queue_timeout_s,

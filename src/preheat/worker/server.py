@@ -303,6 +303,7 @@ class WorkerServer:
             in_flight=len(self._in_flight),
             zone=self.config.zone,
             region=self.config.region,
+            tokenizer=info.tokenizer,
         )
 
     # --- lifecycle -----------------------------------------------------------------------

@@ -140,3 +140,24 @@ async def test_pick_batch_decides_each_in_order_and_fails_items_alone() -> None:
             router_pb2.PickRequest(request=gen(words(64), session_id="s-9")), timeout=10
         )
         assert again.endpoint.worker_id == single.endpoint.worker_id
+
+
+@pytest.mark.parametrize("forward", [True, False])
+async def test_token_ids_go_to_workers_that_tokenize_like_the_router(forward: bool) -> None:
+    async with (
+        workers([{"id": "w-1"}]) as ws,
+        router([w.endpoint for w in ws], forward_token_ids=forward) as r,
+    ):
+        engine = ws[0].server.engine
+        texts: list[str] = []
+        original = engine.tokenize
+
+        def counting(text: str) -> list[int]:
+            texts.append(text)
+            return list(original(text))
+
+        engine.tokenize = counting  # type: ignore[method-assign]
+        chunks = await r.generate(gen(words(3 * BLOCK), max_tokens=3))
+        assert chunks[-1].usage.prompt_tokens == 3 * BLOCK
+        # with forwarding the worker got ids (sim:32000 on both sides) and tokenized nothing
+        assert (texts == []) is forward

@@ -46,6 +46,7 @@ class Endpoint:
     cached_blocks: AbstractSet[int] | None = field(default=None, compare=False, hash=False)
     # observed mean prefill+queue per request on this endpoint (EWMA), ms; None: unknown
     observed_ttft_ms: float | None = None
+    tokenizer: str = ""  # the engine's tokenizer name (WorkerStatus.tokenizer); "" = unknown
 
 
 @dataclass(frozen=True)

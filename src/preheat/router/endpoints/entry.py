@@ -128,6 +128,7 @@ class EndpointEntry:
             metrics_at=metrics_at,
             cached_blocks=self.cached,  # the live set, read-only to the scheduler
             observed_ttft_ms=self.observed_ttft.value,
+            tokenizer=st.tokenizer if st is not None else "",
         )
         self._endpoint, self._endpoint_pool = ep, pool
         return ep

@@ -64,6 +64,9 @@ class DispatchConfig:
     model: str = ""  # the served model when the endpoints do not say; "" = any
     # asked of the worker on every request that does not say (None: no coalescing upstream)
     upstream_coalesce: CoalesceConfig | None = None
+    # send the router's token ids instead of the text to a worker whose tokenizer has the
+    # router's tokenizer's name (WorkerStatus.tokenizer): the prompt is tokenized once
+    forward_token_ids: bool = True
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
@@ -84,6 +87,15 @@ class Prepared:
     # perf_counter() at receipt: latencies are measured on it (uvloop's loop.time() ticks
     # in whole milliseconds, too coarse for the router's own sub-millisecond stages)
     received_pc: float
+    tokens: list[int] | None = None  # the router's tokenization of a text prompt
+
+    def with_token_ids(self) -> inference_pb2.GenerateRequest:
+        """The request with the router's token ids in place of its text."""
+        assert self.tokens is not None
+        r = inference_pb2.GenerateRequest()
+        r.CopyFrom(self.request)
+        r.prompt_token_ids.ids.extend(self.tokens)  # replaces the prompt (a oneof)
+        return r
 
 
 @dataclass
@@ -205,7 +217,7 @@ class Dispatcher:
             ttft_deadline_ms=deadline_ms,
             priority=int(req.priority),
         )
-        return Prepared(req, info, received, received_pc)
+        return Prepared(req, info, received, received_pc, tokens if prompt else None)
 
     # --- decide --------------------------------------------------------------------------
     def _snapshot(self) -> tuple[Endpoint, ...]:
@@ -329,6 +341,7 @@ class Dispatcher:
         deadline = prep.received + timeout_s if timeout_s is not None else None
         tried: set[str] = set()
         outcome = Outcome.ERROR
+        as_ids: inference_pb2.GenerateRequest | None = None
         self.metrics.in_flight.inc()
         try:
             while True:
@@ -342,7 +355,11 @@ class Dispatcher:
                 self._log_routed(prep, decision, st.attempts)
                 self.store.request_started(ep.id)
                 remaining = None if deadline is None else max(0.001, deadline - loop.time())
-                call = self._stub(ep).Generate(prep.request, timeout=remaining)
+                upstream = prep.request
+                if self._send_ids(prep, ep):
+                    as_ids = as_ids if as_ids is not None else prep.with_token_ids()
+                    upstream = as_ids
+                call = self._stub(ep).Generate(upstream, timeout=remaining)
                 itl_hist = self.metrics.itl.labels(ep.pool, decision.reason)
                 try:
                     async for chunk in call:
@@ -409,6 +426,14 @@ class Dispatcher:
         finally:
             self.metrics.in_flight.dec()
             self.metrics.observe_outcome(api, outcome)
+
+    def _send_ids(self, prep: Prepared, ep: Endpoint) -> bool:
+        return (
+            self.config.forward_token_ids
+            and prep.tokens is not None
+            and bool(ep.tokenizer)
+            and ep.tokenizer == getattr(self.tokenizer, "name", None)
+        )
 
     def _on_first_token(
         self, prep: Prepared, st: StreamStats, ep: Endpoint, decision: Decision, now: float
