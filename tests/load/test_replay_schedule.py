@@ -172,11 +172,14 @@ def test_bad_options_are_refused_with_every_problem() -> None:
 
 
 def test_joining_a_run_folder_keeps_the_other_producers_files(tmp_path: Path) -> None:
-    up_meta = RunMeta(name="pool", pool="examples/pool.yaml", t0_unix=time.time() - 10)
+    up_meta = RunMeta(
+        name="pool", pool="examples/pool.yaml", command="preheat up", t0_unix=time.time() - 10
+    )
     with RunWriter(tmp_path, up_meta, parts=(EVENTS_FILE, REPLICAS_FILE)) as up:
         up.event(ScaleEvent(1.0, "scale_up", "burst", from_replicas=1, to_replicas=2))
         writer, t0, joined = open_writer(
-            tmp_path, RunMeta(name="load", target="grpc x:1", ttft_objective_ms=300)
+            tmp_path,
+            RunMeta(name="load", target="grpc x:1", ttft_objective_ms=300, command="preheat load"),
         )
         assert joined
         assert t0 == up_meta.t0_unix
@@ -188,6 +191,8 @@ def test_joining_a_run_folder_keeps_the_other_producers_files(tmp_path: Path) ->
     assert [e.kind for e in run.events] == ["scale_up"]
     assert [r.request_id for r in run.requests] == ["r0"]
     assert run.meta.pool == "examples/pool.yaml"
+    assert run.meta.command == "preheat up"
+    assert run.meta.target == "grpc x:1"
     assert run.meta.ttft_objective_ms == 300
     assert run.meta.extra[LOAD_KEY] == {"sent": 1}
 

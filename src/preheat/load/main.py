@@ -184,7 +184,7 @@ def open_writer(folder: Path, meta: RunMeta) -> tuple[RunWriter, float, bool]:
     existing = read_meta(folder)
     if existing is not None and existing.t0_unix > 0 and LOAD_KEY not in existing.extra:
         joined = existing
-        for key in ("trace", "target", "command"):
+        for key in ("trace", "target"):  # `command` stays the other producer's
             setattr(joined, key, getattr(meta, key))
         if meta.ttft_objective_ms > 0 or joined.ttft_objective_ms <= 0:
             joined.ttft_objective_ms = meta.ttft_objective_ms
@@ -358,7 +358,7 @@ def _replay_cli(args: argparse.Namespace) -> int:
         print(f"preheat load: {err}", file=sys.stderr)
         return 1
     finally:
-        _finish(writer, folder, joined, summary, failure, time.time() - t0)
+        _finish(writer, folder, joined, summary, failure, meta.command, time.time() - t0)
     print(summary.line())
     if summary.errors:
         print("errors: " + ", ".join(f"{k} x{n}" for k, n in summary.errors.items()))
@@ -372,6 +372,7 @@ def _finish(
     joined: bool,
     summary: LoadSummary | None,
     failure: str,
+    command: str,
     end_s: float,
 ) -> None:
     """Closes the writer with the final meta. A joined run's meta is re-read first, so what
@@ -379,13 +380,12 @@ def _finish(
     if joined:
         current = read_meta(folder)
         if current is not None:
-            for key in ("trace", "target", "command", "ttft_objective_ms", "e2e_objective_ms"):
+            for key in ("trace", "target", "ttft_objective_ms", "e2e_objective_ms"):
                 setattr(current, key, getattr(writer.meta, key))
             writer.meta = current
-    if summary is not None:
-        writer.meta.extra = {**writer.meta.extra, LOAD_KEY: summary_dict(summary)}
-    else:
-        writer.meta.extra = {**writer.meta.extra, LOAD_KEY: {"failed": failure}}
+    mine: dict[str, Any] = summary_dict(summary) if summary is not None else {"failed": failure}
+    mine["command"] = command
+    writer.meta.extra = {**writer.meta.extra, LOAD_KEY: mine}
     writer.meta.duration_s = max(writer.meta.duration_s, end_s)
     writer.close()
 
