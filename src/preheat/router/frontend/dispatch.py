@@ -364,11 +364,11 @@ class Dispatcher:
                 try:
                     async for chunk in call:
                         n = len(chunk.token_ids)
+                        first: float | None = None
                         if n or chunk.text:
                             now = perf_counter()
                             if st.first_token_at is None:
-                                st.first_token_at = now
-                                self._on_first_token(prep, st, ep, decision, now)
+                                st.first_token_at = first = now
                             elif n and st.last_token_at is not None:
                                 itl = (now - st.last_token_at) / n
                                 for _ in range(n):
@@ -377,7 +377,13 @@ class Dispatcher:
                             st.tokens += n
                         if chunk.HasField("usage"):
                             st.usage = chunk.usage
-                        yield chunk
+                        if first is None:
+                            yield chunk
+                            continue
+                        try:
+                            yield chunk  # the first token goes out before its bookkeeping
+                        finally:
+                            self._on_first_token(prep, st, ep, decision, first)
                     outcome = Outcome.OK
                     self._on_done(prep, st, ep, decision)
                     return
