@@ -3,6 +3,7 @@ and starts nothing."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,38 @@ def test_cli_missing_file(tmp_path):
     assert proc.returncode == 2
     assert "cannot read the file" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_cli_worker_that_rejects_its_flags_stops_up_with_its_error(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "preheat.cli",
+            "up",
+            "-f",
+            str(REPO / "examples" / "pool.yaml"),
+            "--out",
+            str(tmp_path / "run"),
+            "--no-ui",
+            "--worker-arg=--no-such-flag",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "could not start (exit 2)" in proc.stderr
+    assert "unrecognized arguments: --no-such-flag" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    state = json.loads((tmp_path / "run" / "up.json").read_text())
+    assert state["stopped"] is True
+    assert all(_gone(pid) for pid in state["pids"])
+
+
+def _gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"

@@ -157,7 +157,10 @@ async def _serve(runtime: LocalPool, prometheus: str) -> int:
         extra=fields(pool=runtime.pool.name, router=runtime.router_address, out=str(runtime.out)),
     )
     try:
-        return await runtime.run()
+        code = await runtime.run()
+        if runtime.fatal:
+            print(f"preheat up: {runtime.fatal}", file=sys.stderr)
+        return code
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

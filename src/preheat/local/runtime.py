@@ -201,6 +201,7 @@ class LocalPool:
         self.started = clock()
         self.t0_unix = time.time()
         self._stop = asyncio.Event()
+        self.fatal = ""  # why the pool cannot run (a worker rejected its flags): exit 2
         self._counter = 0
         self._crashes: dict[str, list[float]] = {}
         self._restart_at: dict[str, tuple[float, int]] = {}  # name -> (when, restarts)
@@ -251,7 +252,7 @@ class LocalPool:
                 await self._tick()
         finally:
             await self._shutdown()
-        return 0
+        return 2 if self.fatal else 0
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -305,6 +306,12 @@ class LocalPool:
                 continue
             how = _exit_text(code)
             self._event("crash", w.name, f"pid {w.child.pid} {how} while {w.state}")
+            if code == BAD_FLAGS_EXIT and not w.answered:
+                # a worker that rejects its flags will reject them again: say why and stop
+                tail = _tail(w.child.log_path)
+                self.fatal = self.fatal or f"worker {w.name} could not start (exit {code}): {tail}"
+                self._stop.set()
+                continue
             recent = [t for t in self._crashes.get(w.name, []) if now - t < 60.0]
             recent.append(now)
             self._crashes[w.name] = recent
@@ -693,6 +700,17 @@ class LocalPool:
 def _name_key(name: str) -> tuple[int, str]:
     head, _, num = name.rpartition("-")
     return (int(num), head) if num.isdigit() else (0, name)
+
+
+BAD_FLAGS_EXIT = 2  # `preheat worker`: bad flags, or the engine could not be built
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
 
 
 def _exit_text(code: int) -> str:
