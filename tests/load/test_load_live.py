@@ -89,7 +89,9 @@ async def test_cli_replay_accounts_for_every_request_and_reports(tmp_path: Path)
     assert all(r.outcome == "ok" for r in run.requests)
     first = run.requests[0]
     assert first.output_tokens == 6
-    assert len(first.itl_ms) == 5
+    # one gap per streamed chunk: 5 for 6 tokens, fewer when a late engine loop sends
+    # several tokens in one chunk (a busy machine)
+    assert 1 <= len(first.itl_ms) <= 5
     assert first.endpoint
     assert set(first.stages_ms) >= {"queue", "prefill", "decode", "server_ttft"}
     assert first.ttft_ms >= first.stages_ms["server_ttft"]
