@@ -598,6 +598,7 @@ class LocalPool:
             "stopped": stopped,
             "desired": self.desired,
             "counts": asdict(counts),
+            "metrics": self.source_name,
             "workers": {
                 w.name: {"pid": w.child.pid, "state": w.state, "grpc": w.address}
                 for w in self.workers.values()

@@ -1,0 +1,214 @@
+"""`preheat up --prometheus URL`: the autoscaler reads its signals from a real Prometheus
+(Debian's package) that scrapes the workers `preheat up` lists in its file_sd targets file;
+an unreachable URL falls back to the direct scrape, with a warning.
+
+Without the binary the Prometheus test skips, unless ``CI=true``: then it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+POOL = """\
+apiVersion: preheat.dev/v1alpha1
+kind: InferencePool
+metadata: {name: promtest}
+spec:
+  model: {name: sim-8b}
+  engine:
+    kind: sim
+    args: {timeScale: 10, loadTime: 300ms, warmupTime: 200ms}
+  replicas: {min: 1, max: 3, warmStandby: 1}
+  autoscaling:
+    objectives:
+      - {signal: ttft, percentile: 95, targetMs: 1500}
+    window: 5s
+    scaleUp: {stabilization: 0s, cooldown: 2s, maxStep: 2}
+    scaleDown: {stabilization: 2s, cooldown: 2s, maxStep: 3}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _state(run: Path) -> dict[str, object]:
+    try:
+        data: dict[str, object] = json.loads((run / "up.json").read_text())
+        return data
+    except (OSError, ValueError):
+        return {}
+
+
+def _wait(pred: object, timeout_s: float, what: str, log: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():  # type: ignore[operator]
+            return
+        time.sleep(0.2)
+    tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+    raise AssertionError(f"timed out waiting for {what}\n{tail}")
+
+
+def _up(run: Path, pool: Path, prometheus: str) -> subprocess.Popen[bytes]:
+    run.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "preheat.cli",
+            "up",
+            "-f",
+            str(pool),
+            "--out",
+            str(run),
+            "--no-ui",
+            "--interval-s",
+            "1",
+            "--prometheus",
+            prometheus,
+        ],
+        stdout=(run / "up.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            return proc.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait()
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A Prometheus scraping ``RUN/prometheus-targets.json`` every second: (url, RUN)."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        why = "no prometheus binary on PATH (scripts/prometheus.sh installs Debian's package)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{why}; CI=true, so this fails instead of skipping")
+        pytest.skip(why)
+    run = tmp_path / "run"
+    run.mkdir()
+    port = _free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: preheat-local\n"
+        "    file_sd_configs:\n"
+        f"      - files: ['{run / 'prometheus-targets.json'}']\n"
+        "        refresh_interval: 1s\n"
+    )
+    log = tmp_path / "prometheus.log"
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}", run
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _load(target: str, tmp: Path, seconds: float, rate: float) -> None:
+    """Requests through the router with `preheat load` (our own JSONL trace format)."""
+    trace = tmp / "trace.jsonl"
+    lines = [
+        json.dumps({"timestamp_ms": int(i * 1000 / rate), "input_tokens": 2048, "output_tokens": 8})
+        for i in range(int(seconds * rate))
+    ]
+    trace.write_text("\n".join(lines) + "\n")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "preheat.cli",
+            "load",
+            "--target",
+            target,
+            "--trace",
+            str(trace),
+            "--no-progress",
+            "--out",
+            str(tmp / "load"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_signals_from_prometheus_scale_the_pool_up(prometheus: tuple[str, Path]) -> None:
+    url, run = prometheus
+    pool = run.parent / "pool.yaml"
+    pool.write_text(POOL)
+    up = _up(run, pool, url)
+    log = run / "up.log"
+    try:
+        _wait(lambda: _state(run).get("ready") is True, 60, "the pool to be ready", log)
+        assert _state(run)["metrics"] == f"prometheus {url}"
+        targets = json.loads((run / "prometheus-targets.json").read_text())
+        assert targets[0]["labels"] == {"pool": "promtest"}
+        assert len(targets[0]["targets"]) == 2  # the active and the standby
+        router = _state(run)["router"]
+        assert isinstance(router, dict)
+        _load(str(router["grpc"]), run.parent, seconds=20, rate=3.0)
+    finally:
+        code = _stop(up)
+    assert code == 0
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    ups = [e for e in events if e["kind"] == "scale_up"]
+    assert ups, log.read_text()[-3000:]
+    assert "ttft p95" in ups[0]["reason"]
+    assert "prometheus_unreachable" not in log.read_text()
+
+
+def test_unreachable_prometheus_falls_back_to_direct_scrape(tmp_path: Path) -> None:
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(POOL)
+    run = tmp_path / "run"
+    up = _up(run, pool, f"http://127.0.0.1:{_free_port()}")
+    log = run / "up.log"
+    try:
+        _wait(lambda: _state(run).get("ready") is True, 60, "the pool to be ready", log)
+        assert _state(run)["metrics"] == "direct scrape"
+    finally:
+        code = _stop(up)
+    assert code == 0
+    text = log.read_text()
+    assert "prometheus_unreachable" in text
+    assert "using=" in text
