@@ -13,7 +13,7 @@ from pathlib import Path
 
 import grpc
 
-from preheat.bench import router_bench
+from preheat.bench import router_bench, sim_bench
 from preheat.bench.client import StreamRecord, stream_generate
 from preheat.bench.prompts import words
 from preheat.bench.report_md import write_section
@@ -56,6 +56,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     router_bench.add_arguments(r)
+    sim = sub.add_parser(
+        "sim",
+        help="simulated routing, autoscaling and geography against baselines (docs/benchmarks.md)",
+        description=_SIM_DOC,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sim_bench.add_arguments(sim)
+
+
+_SIM_DOC = (
+    "Our routing and autoscaling policies against the usual baselines in the discrete-event "
+    "simulator: --part routing (Mooncake trace, 16 and 64 GPUs, hit rate vs an oracle, TTFT, "
+    "throughput at a TTFT objective), autoscaling (bursty Azure/ServeGen traffic: SLO "
+    "attainment against GPU-hours, HPA/KEDA/KPA baselines), geography (three regions); see "
+    "src/preheat/bench/sim_bench.py."
+)
 
 
 @dataclass
@@ -228,4 +244,6 @@ def run(args: argparse.Namespace) -> int:
         return asyncio.run(_bench_worker(args))
     if args.bench == "router":
         return asyncio.run(router_bench.run_router_bench(args))
+    if args.bench == "sim":
+        return sim_bench.run(args)
     raise SystemExit(f"unknown benchmark {args.bench!r}")

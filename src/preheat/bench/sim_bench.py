@@ -1,0 +1,828 @@
+"""``preheat bench sim``: our routing and autoscaling policies against the usual baselines,
+in the discrete-event simulator (:func:`preheat.simulate.world.simulate`: simulated H100s
+on a virtual clock, the unchanged ``preheat.core`` policies). Three parts, each written to
+its own section of docs/benchmarks.md with PNG plots under docs/img/bench/:
+
+``routing`` (section ``sim-routing``)
+    The first ``--routing-requests`` requests of the Mooncake conversation trace (sessions
+    from the conversation root, prompts clipped to 30,000 tokens), arrivals compressed so
+    that ``--routing-gpus`` fixed pools (16 and 64 GPUs) are loaded alike
+    (``rate scale = GPUs x --per-gpu-scale``). Every policy of
+    ``preheat.core.routing.scheduler.POLICIES`` we compare (``preheat``, ``round-robin``,
+    ``least-request``, ``p2c``, ``chwbl``, ``prefix-only``, ``session-only``) runs on the same
+    trace and pool: prefix-cache hit rate (and its share of the oracle's,
+    :mod:`preheat.bench.oracle`), TTFT p50/p95/p99. Throughput at the TTFT objective: the
+    highest rate scale at which p95 TTFT stays within ``--ttft-objective-ms``, by a small
+    search on the smallest pool (bracket by factors of 1.5 from the main scale, then one
+    bisection step; at most ``--search-runs`` runs per policy).
+``autoscaling`` (section ``sim-autoscaling``)
+    The bursty trace of :mod:`preheat.bench.bursts` against a pool that starts cold-free at
+    ``--initial-replicas`` and scales between 1 and 32 GPUs, with our ``decide`` and the HPA,
+    KEDA and KPA baselines (:mod:`preheat.core.autoscaling.baselines`, plugged into the
+    simulator as ``SimOptions.autoscale``), each without and with one warm standby: SLO
+    attainment (share of all requests with TTFT within the objective) against GPU-hours
+    (every started pod from its start to its stop, standby and warming included).
+``geography`` (section ``sim-geography``)
+    Three regions (us-east-1, eu-west-1, ap-south-1) with an RTT matrix, GPUs spread evenly,
+    clients skewed towards us-east-1 (60/25/15%): ``preheat`` (RTT in the score, spill-over
+    when a remote region predicts a faster first token) against ``geo-blind`` (the same
+    scorers without ``rtt``) and ``local-only`` (the ``same-region`` filter): TTFT p95 per
+    client region and the share of requests served in another region.
+
+Each section starts with the command that reproduces it; targets are checked and printed as
+met or missed. Everything is deterministic given ``--seed``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from preheat.api.pool import to_config
+from preheat.bench import bursts
+from preheat.bench.oracle import OracleResult, oracle_hit_rate
+from preheat.bench.report_md import write_section
+from preheat.bench.traces import TraceOptions, TraceRequest, load_trace
+from preheat.core.autoscaling import Context, Decision, PolicyState
+from preheat.core.autoscaling.baselines import Hpa, Keda, Kpa
+from preheat.core.percentiles import sample_quantile
+from preheat.core.pool import PoolConfig
+from preheat.core.routing.config import DEFAULT_FILTERS, DEFAULT_SCORERS, SchedulerConfig
+from preheat.report.record import Run
+from preheat.report.summary import RunSummary, summarize
+from preheat.simulate.options import Network, SimOptions
+from preheat.simulate.world import SimStats, engine_config, simulate
+
+PARTS: tuple[str, ...] = ("routing", "autoscaling", "geography")
+ROUTING_POLICIES: tuple[str, ...] = (
+    "preheat",
+    "round-robin",
+    "least-request",
+    "p2c",
+    "chwbl",
+    "prefix-only",
+    "session-only",
+)
+DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
+MOONCAKE = "mooncake_conversation_trace.jsonl"
+AZURE = "azure_llm_2023_conv.csv"
+SERVEGEN = "servegen_aggregate_rate_10min.csv"
+
+#: KV blocks of 128 tokens instead of vLLM's 16 (same 400k-token KV per H100): the
+#: Mooncake trace shares prefixes in 512-token blocks, so nothing shareable is lost, and
+#: the simulated engine does 8x fewer block operations.
+BLOCK_SIZE = 128
+KV_TOKENS = 400_000
+
+DecideFn = Callable[[Context], tuple[Decision, PolicyState]]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--part", choices=(*PARTS, "all"), default="all")
+    p.add_argument("--write", type=Path, default=None, help="update this benchmarks.md")
+    p.add_argument(
+        "--img-dir",
+        type=Path,
+        default=None,
+        help="where the PNG plots go (default: img/bench next to --write; none without it)",
+    )
+    p.add_argument("--data", type=Path, default=DATA, help="the shared data folder")
+    p.add_argument("--seed", type=int, default=0)
+    g = p.add_argument_group("routing")
+    g.add_argument("--routing-requests", type=int, default=2000)
+    g.add_argument("--routing-gpus", default="16,64", help="comma-separated pool sizes")
+    g.add_argument("--per-gpu-scale", type=float, default=0.3, help="trace rate scale per GPU")
+    g.add_argument("--ttft-objective-ms", type=float, default=2000.0)
+    g.add_argument("--search-runs", type=int, default=3, help="extra runs per policy (0: none)")
+    g.add_argument("--search-requests", type=int, default=1000)
+    g.add_argument("--policies", default=",".join(ROUTING_POLICIES))
+    a = p.add_argument_group("autoscaling")
+    a.add_argument("--burst-mean-rps", type=float, default=12.0)
+    a.add_argument("--burst-window-s", type=float, default=30.0)
+    a.add_argument("--burst-windows", type=int, default=24)
+    a.add_argument("--slo-ms", type=float, default=500.0, help="TTFT objective of the SLO")
+    a.add_argument("--initial-replicas", type=int, default=2)
+    a.add_argument("--autoscalers", default="preheat,hpa,keda,kpa")
+    a.add_argument("--standby", default="0,1", help="warm standby settings to run")
+    ge = p.add_argument_group("geography")
+    ge.add_argument("--geo-gpus", type=int, default=12)
+    ge.add_argument("--geo-requests", type=int, default=2000)
+
+
+# --- shared ------------------------------------------------------------------------------
+
+
+def _pool(
+    gpus: int,
+    *,
+    max_gpus: int | None = None,
+    warm_standby: int = 0,
+    zones: Sequence[str] = (),
+    objectives: Sequence[dict[str, Any]] = (),
+    autoscaling: dict[str, Any] | None = None,
+) -> PoolConfig:
+    spec: dict[str, Any] = {
+        "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+        "engine": {"kind": "sim"},
+        "replicas": {
+            "min": 1 if max_gpus else gpus,
+            "max": max_gpus or gpus,
+            "warmStandby": warm_standby,
+            "desired": gpus,
+        },
+    }
+    if zones:
+        spec["topology"] = {"zones": list(zones), "spread": "balanced"}
+    if objectives:
+        spec["autoscaling"] = {"objectives": list(objectives), **(autoscaling or {})}
+    return to_config(spec, name="bench", namespace="default")
+
+
+def _engine_options() -> dict[str, object]:
+    return {"block_size": BLOCK_SIZE, "num_gpu_blocks": KV_TOKENS // BLOCK_SIZE}
+
+
+def _rescale(trace: Sequence[TraceRequest], scale: float) -> list[TraceRequest]:
+    return [replace(r, arrival_s=r.arrival_s / scale) for r in trace]
+
+
+@dataclass
+class Result:
+    name: str
+    run: Run
+    stats: SimStats
+    summary: RunSummary
+    wall_s: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def gpu_hours(self) -> float:
+        return float(self.run.meta.extra.get("gpu_hours", self.stats.gpu_seconds / 3600.0))
+
+
+def _simulate(
+    name: str, pool: PoolConfig, trace: Sequence[TraceRequest], options: SimOptions
+) -> Result:
+    t0 = time.perf_counter()
+    run, stats = simulate(pool, trace, replace(options, name=name, record_itl=False))
+    wall = time.perf_counter() - t0
+    s = summarize(run)
+    print(
+        f"  {name}: {len(trace)} requests, {stats.virtual_s:.0f} s virtual in {wall:.1f} s wall;"
+        f" TTFT p95 {_ms(s.ttft_ms.p95)}, hit {_pct(s.cache_hit_rate)},"
+        f" ok/rejected/error {s.ok}/{s.rejected}/{s.error}",
+        flush=True,
+    )
+    return Result(name, run, stats, s, wall)
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def _pct(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{100 * x:.{digits}f}%"
+
+
+def _met(ok: bool) -> str:
+    return "**met**" if ok else "**missed**"
+
+
+def _save(fig: Figure, img_dir: Path | None, name: str) -> str | None:
+    """Writes ``fig`` as ``img_dir/name``; the markdown link relative to the doc, or None."""
+    if img_dir is None:
+        return None
+    img_dir.mkdir(parents=True, exist_ok=True)
+    fig.savefig(img_dir / name, dpi=110, bbox_inches="tight")
+    return f"img/bench/{name}"
+
+
+def _command(args: argparse.Namespace, part: str) -> str:
+    out = f"preheat bench sim --part {part}"
+    defaults = argparse.ArgumentParser()
+    add_arguments(defaults)
+    base = vars(defaults.parse_args([]))
+    for key, value in sorted(vars(args).items()):
+        if key in ("part", "write", "img_dir", "bench", "command", "func", "data"):
+            continue
+        if key in base and base[key] != value:
+            out += f" --{key.replace('_', '-')} {value}"
+    return out + " --write docs/benchmarks.md"
+
+
+# --- routing -----------------------------------------------------------------------------
+
+
+@dataclass
+class RoutingPart:
+    body: str
+    preheat_ahead: bool
+    within_oracle: bool
+
+
+def _mooncake(args: argparse.Namespace, n: int) -> list[TraceRequest]:
+    opts = TraceOptions(sessions="root", max_input_tokens=30_000, max_requests=n)
+    return load_trace(args.data / MOONCAKE, opts)
+
+
+def _routing_options(policy: str, args: argparse.Namespace) -> SimOptions:
+    return SimOptions(
+        routing=SchedulerConfig(policy=policy),
+        ttft_objective_ms=args.ttft_objective_ms,
+        engine_options=_engine_options(),
+        seed=args.seed,
+    )
+
+
+def _search(
+    policy: str,
+    gpus: int,
+    trace: Sequence[TraceRequest],
+    args: argparse.Namespace,
+    start: float,
+) -> tuple[float | None, list[tuple[float, float | None]]]:
+    """The highest rate scale (of those tried) with p95 TTFT within the objective, and
+    every (scale, p95) tried."""
+    pool = _pool(gpus)
+    obj = args.ttft_objective_ms
+    tried: dict[float, float | None] = {}
+
+    def p95(scale: float) -> float | None:
+        if scale not in tried:
+            r = _simulate(
+                f"{policy} x{scale:.2f}",
+                pool,
+                _rescale(trace, scale),
+                _routing_options(policy, args),
+            )
+            tried[scale] = (
+                r.summary.ttft_ms.p95 if r.summary.error + r.summary.rejected == 0 else None
+            )
+        return tried[scale]
+
+    def ok(scale: float) -> bool:
+        v = p95(scale)
+        return v is not None and v <= obj
+
+    budget = args.search_runs
+    lo: float | None = None
+    hi: float | None = None
+    s = start
+    if ok(s):
+        lo = s
+        while budget > 0 and hi is None:
+            budget -= 1
+            s *= 1.5
+            if ok(s):
+                lo = s
+            else:
+                hi = s
+    else:
+        hi = s
+        while budget > 0 and lo is None:
+            budget -= 1
+            s /= 1.5
+            if ok(s):
+                lo = s
+            else:
+                hi = s
+    if budget > 0 and lo is not None and hi is not None:
+        mid = math.sqrt(lo * hi)
+        if ok(mid):
+            lo = mid
+    return lo, sorted(tried.items())
+
+
+def routing_part(args: argparse.Namespace, img_dir: Path | None) -> RoutingPart:
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    sizes = [int(x) for x in args.routing_gpus.split(",") if x.strip()]
+    trace = _mooncake(args, args.routing_requests)
+    mean_rate = len(trace) / max(1e-9, trace[-1].arrival_s - trace[0].arrival_s)
+    engine = engine_config(_pool(1), SimOptions(engine_options=_engine_options()))
+    capacity = engine.num_gpu_blocks * engine.block_size
+    results: dict[int, dict[str, Result]] = {}
+    oracles: dict[int, OracleResult] = {}
+    for n in sizes:
+        scale = n * args.per_gpu_scale
+        print(f"routing: {n} GPUs, rate scale {scale:g}", flush=True)
+        oracles[n] = oracle_hit_rate(trace, n, capacity, BLOCK_SIZE)
+        sliced = _rescale(trace, scale)
+        results[n] = {
+            p: _simulate(f"{p} {n} GPUs", _pool(n), sliced, _routing_options(p, args))
+            for p in policies
+        }
+
+    # throughput at the objective, on the smallest pool
+    small = min(sizes)
+    search: dict[str, tuple[float | None, list[tuple[float, float | None]]]] = {}
+    if args.search_runs > 0:
+        strace = _mooncake(args, args.search_requests)
+        print(f"routing: throughput search on {small} GPUs", flush=True)
+        for p in policies:
+            search[p] = _search(p, small, strace, args, small * args.per_gpu_scale)
+
+    lines = [
+        "## Simulated routing: preheat against the baselines (Mooncake conversation trace)",
+        "",
+        f"Command: `{_command(args, 'routing')}` (`make bench`). Simulated, virtual time: "
+        "calibrated H100 sim engines (`src/preheat/engine/costmodel.py`), the unchanged "
+        "`preheat.core.routing.schedule` with each policy, routers that see each pod's "
+        "prefix cache and refresh its gauges every second, as live.",
+        "",
+        f"Trace: the first {len(trace):,} requests of `mooncake_conversation_trace.jsonl` "
+        f"({mean_rate:.2f} req/s in the trace; prompts clipped to 30,000 tokens, sessions "
+        f"from the conversation root), arrivals compressed by `GPUs x {args.per_gpu_scale:g}` "
+        "so every pool gets the same load per GPU. Fixed pools (no autoscaling), "
+        f"{capacity:,} KV tokens per GPU in {BLOCK_SIZE}-token blocks. Hit rate: cached "
+        "prompt tokens / prompt tokens. Oracle: the same trace through one LRU cache as "
+        "large as all GPUs' KV together (`src/preheat/bench/oracle.py`: what a router "
+        "with a global view gets when it never splits a conversation and ignores load); "
+        "infinite: the trace's own prefix reuse.",
+        "",
+    ]
+    preheat_ahead = True
+    within_oracle = True
+    for n in sizes:
+        o = oracles[n]
+        lines += [
+            f"### {n} GPUs, rate scale {n * args.per_gpu_scale:g}",
+            "",
+            f"Oracle hit rate {_pct(o.oracle_hit_rate)} (infinite cache "
+            f"{_pct(o.infinite_hit_rate)}).",
+            "",
+            "| policy | hit rate | share of oracle | TTFT p50 ms | TTFT p95 ms | TTFT p99 ms"
+            f" | within {args.ttft_objective_ms:g} ms | ok / rejected / error | sim wall s |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for p, r in results[n].items():
+            s = r.summary
+            share = (s.cache_hit_rate or 0.0) / o.oracle_hit_rate if o.oracle_hit_rate else 0.0
+            name = f"**{p}**" if p == "preheat" else p
+            lines.append(
+                f"| {name} | {_pct(s.cache_hit_rate)} | {share * 100:.0f}% | {_ms(s.ttft_ms.p50)}"
+                f" | {_ms(s.ttft_ms.p95)} | {_ms(s.ttft_ms.p99)} | {_pct(s.ttft_attainment)}"
+                f" | {s.ok} / {s.rejected} / {s.error} | {r.wall_s:.0f} |"
+            )
+        lines.append("")
+        if "preheat" in results[n]:
+            ours = results[n]["preheat"].summary
+            others = [r.summary for p, r in results[n].items() if p != "preheat"]
+            ahead = all(
+                (ours.ttft_ms.p95 or math.inf) < (s.ttft_ms.p95 or math.inf) for s in others
+            )
+            share = (ours.cache_hit_rate or 0.0) / o.oracle_hit_rate if o.oracle_hit_rate else 0
+            preheat_ahead &= ahead
+            within_oracle &= share >= 0.9
+            best_other = min(others, key=lambda s: s.ttft_ms.p95 or math.inf, default=None)
+            lines += [
+                f"- Target, preheat ahead of every baseline on TTFT p95: {_met(ahead)} "
+                f"(preheat {_ms(ours.ttft_ms.p95)} ms; best baseline "
+                + (
+                    f"{best_other.name.split()[0]} {_ms(best_other.ttft_ms.p95)} ms)."
+                    if best_other
+                    else "none)."
+                ),
+                f"- Target, within 10% of the oracle's hit rate: {_met(share >= 0.9)} "
+                f"({share * 100:.0f}% of it).",
+                "",
+            ]
+    link = _routing_plot(results, oracles, img_dir)
+    if link:
+        lines += [f"![TTFT p95 and hit rate per policy]({link})", ""]
+    if search:
+        obj = args.ttft_objective_ms
+        lines += [
+            f"### Throughput at the TTFT objective ({small} GPUs, p95 TTFT <= {obj:g} ms)",
+            "",
+            f"The first {args.search_requests:,} requests, rate scale searched from "
+            f"{small * args.per_gpu_scale:g} (x1.5 steps to bracket, one bisection step); "
+            "a run with any rejected or failed request does not count as within.",
+            "",
+            "| policy | highest rate scale within | req/s | tried (scale: p95 ms) |",
+            "|---|---:|---:|---|",
+        ]
+        smean = mean_rate
+        for p, (best, tried) in search.items():
+            tried_text = ", ".join(f"{s:.2f}: {_ms(v)}" for s, v in tried)
+            name = f"**{p}**" if p == "preheat" else p
+            lines.append(
+                f"| {name} | {'-' if best is None else f'{best:.2f}'} | "
+                f"{'-' if best is None else f'{best * smean:.1f}'} | {tried_text} |"
+            )
+        lines.append("")
+    return RoutingPart("\n".join(lines), preheat_ahead, within_oracle)
+
+
+def _routing_plot(
+    results: dict[int, dict[str, Result]], oracles: dict[int, OracleResult], img_dir: Path | None
+) -> str | None:
+    if img_dir is None:
+        return None
+    sizes = sorted(results)
+    fig = Figure(figsize=(11, 4.2))
+    ax1, ax2 = fig.subplots(1, 2)
+    policies = list(next(iter(results.values())))
+    width = 0.8 / max(1, len(sizes))
+    for k, n in enumerate(sizes):
+        xs = [i + (k - (len(sizes) - 1) / 2) * width for i in range(len(policies))]
+        p95 = [results[n][p].summary.ttft_ms.p95 or 0.0 for p in policies]
+        hit = [100 * (results[n][p].summary.cache_hit_rate or 0.0) for p in policies]
+        ax1.bar(xs, p95, width, label=f"{n} GPUs")
+        ax2.bar(xs, hit, width, label=f"{n} GPUs")
+        ax2.hlines(
+            100 * oracles[n].oracle_hit_rate,
+            -0.5,
+            len(policies) - 0.5,
+            linestyles="dashed",
+            colors=f"C{k}",
+            label=f"oracle, {n} GPUs",
+        )
+    for ax, title in ((ax1, "TTFT p95 (ms, log)"), (ax2, "prefix-cache hit rate (%)")):
+        ax.set_xticks(range(len(policies)), policies, rotation=30, ha="right")
+        ax.set_title(f"SIMULATED: {title}")
+        ax.legend(fontsize=8)
+    ax1.set_yscale("log")
+    return _save(fig, img_dir, "routing.png")
+
+
+# --- autoscaling -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Autoscaler:
+    name: str
+    decide: DecideFn | None  # None: preheat.core.autoscaling.decide
+    interval_s: float
+    describe: str
+
+
+def autoscalers(slo_ms: float) -> dict[str, Autoscaler]:
+    """Ours and the baselines, with the parameters the report states."""
+    per_pod = 48.0  # concurrent requests one simulated H100 serves within the SLO (see doc)
+    return {
+        "preheat": Autoscaler(
+            "preheat",
+            None,
+            15.0,
+            f"`decide`: TTFT p95 <= {0.8 * slo_ms:g} ms and queueDepth <= 4/replica over a "
+            "30 s window, panic at 2x (10 s window), scale-up cooldown 15 s (max +4), "
+            "scale-down stabilization 300 s, cooldown 60 s (max -2); every 15 s",
+        ),
+        "hpa": Autoscaler(
+            "hpa",
+            Hpa(target_utilization=0.7, slots_per_replica=int(per_pod / 0.7)),
+            15.0,
+            f"average utilization of {int(per_pod / 0.7)} slots/pod, target 70% "
+            "(= 48 in flight/pod), tolerance 10%, scale-down stabilization 300 s, "
+            "scale-up max(+100%, +4) per 15 s; sync every 15 s",
+        ),
+        "keda": Autoscaler(
+            "keda",
+            Keda(threshold=4.0),
+            15.0,
+            "waiting requests, threshold 4/replica (AverageValue), HPA behavior as above; "
+            "polling every 30 s",
+        ),
+        "kpa": Autoscaler(
+            "kpa",
+            Kpa(target_concurrency=per_pod / 0.7, target_utilization=0.7),
+            2.0,
+            f"concurrency target {per_pod / 0.7:.0f}/pod x 70% utilization, stable window "
+            "60 s, panic window 6 s at 200%; every 2 s",
+        ),
+    }
+
+
+def _autoscaling_pool(initial: int, standby: int, slo_ms: float) -> PoolConfig:
+    return _pool(
+        initial,
+        max_gpus=32,
+        warm_standby=standby,
+        objectives=(
+            {"signal": "ttft", "percentile": 95, "targetMs": 0.8 * slo_ms},
+            {"signal": "queueDepth", "perReplica": 4},
+        ),
+        autoscaling={
+            "window": "30s",
+            "scaleUp": {"stabilization": "0s", "cooldown": "15s", "maxStep": 4},
+            "scaleDown": {"stabilization": "300s", "cooldown": "60s", "maxStep": 2},
+            "panic": {"threshold": 2.0, "window": "10s"},
+        },
+    )
+
+
+@dataclass
+class AutoscalingPart:
+    body: str
+    met: bool
+
+
+def autoscaling_part(args: argparse.Namespace, img_dir: Path | None) -> AutoscalingPart:
+    spec = bursts.BurstSpec(
+        windows=args.burst_windows,
+        window_s=args.burst_window_s,
+        mean_rps=args.burst_mean_rps,
+        seed=args.seed,
+    )
+    trace, curve = bursts.bursty_trace(spec, args.data / SERVEGEN, args.data / AZURE)
+    all_scalers = autoscalers(args.slo_ms)
+    names = [n.strip() for n in args.autoscalers.split(",") if n.strip()]
+    standbys = [int(x) for x in args.standby.split(",") if x.strip()]
+    results: dict[tuple[str, int], Result] = {}
+    for sb in standbys:
+        pool = _autoscaling_pool(args.initial_replicas, sb, args.slo_ms)
+        for name in names:
+            a = all_scalers[name]
+            opts = SimOptions(
+                autoscale=a.decide,
+                autoscale_interval_s=a.interval_s,
+                ttft_objective_ms=args.slo_ms,
+                seed=args.seed,
+            )
+            label = f"{name}{' +standby' if sb else ''}"
+            results[(name, sb)] = _simulate(label, pool, trace, opts)
+
+    lines = [
+        "## Simulated autoscaling: preheat against HPA, KEDA and KPA on bursty traffic",
+        "",
+        f"Command: `{_command(args, 'autoscaling')}` (`make bench`). Simulated, virtual time.",
+        "",
+        "Bursty traffic (`src/preheat/bench/bursts.py`, seed "
+        f"{args.seed}): {bursts.describe(curve, len(trace))}. The span is the one of "
+        f"{args.burst_windows} ten-minute windows without data gaps whose peak lies in its "
+        "middle half with the largest peak/mean ratio; arrivals are a non-homogeneous "
+        "Poisson process at each window's (rescaled) rate; request sizes are the Azure rows "
+        "in order from a seeded offset, wrapping around.",
+        "",
+        f"Pool: 1-32 simulated H100s, {args.initial_replicas} active at the start; a new pod "
+        "takes the simulator's cold start (image pull 30 s assumed, engine init + weights "
+        "15.7 s measured, warm-up 10 s assumed), a standby is promoted in 1 s. SLO: TTFT <= "
+        f"{args.slo_ms:g} ms; attainment counts every request (a rejected or failed one is a "
+        "miss). GPU-hours: every pod from its start to its stop, warming and standby "
+        "included. The policies (each through the simulator's one autoscaling call, "
+        "`SimOptions.autoscale`; baselines in `src/preheat/core/autoscaling/baselines.py` "
+        "with their upstream semantics and sources):",
+        "",
+    ]
+    for name in names:
+        lines.append(f"- **{name}**: {all_scalers[name].describe}.")
+    lines += [
+        "",
+        "| policy | warm standby | SLO attainment | GPU-hours | TTFT p50 ms | TTFT p95 ms"
+        " | TTFT p99 ms | peak pods | scale events | ok / rejected / error |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (name, sb), r in results.items():
+        s = r.summary
+        label = f"**{name}**" if name == "preheat" else name
+        lines.append(
+            f"| {label} | {sb} | {_pct(s.ttft_attainment, 2)} | {r.gpu_hours:.2f}"
+            f" | {_ms(s.ttft_ms.p50)} | {_ms(s.ttft_ms.p95)} | {_ms(s.ttft_ms.p99)}"
+            f" | {r.stats.peak_pods} | {s.scaling_events} | {s.ok} / {s.rejected} / {s.error} |"
+        )
+    lines.append("")
+    met_all = True
+    for sb in standbys:
+        ours = results.get(("preheat", sb))
+        base = [r for (n, b), r in results.items() if b == sb and n != "preheat"]
+        if ours is None or not base:
+            continue
+        best = max(base, key=lambda r: (r.summary.ttft_attainment or 0.0, -r.gpu_hours))
+        att = ours.summary.ttft_attainment or 0.0
+        batt = best.summary.ttft_attainment or 0.0
+        met = att >= batt and ours.gpu_hours < best.gpu_hours
+        met_all &= met
+        lines.append(
+            f"- Target ({'with' if sb else 'without'} warm standby), preheat at or above the "
+            f"best baseline's SLO attainment with fewer GPU-hours: {_met(met)} (preheat "
+            f"{_pct(att, 2)} on {ours.gpu_hours:.2f} GPU-h; best baseline {best.name} "
+            f"{_pct(batt, 2)} on {best.gpu_hours:.2f} GPU-h)."
+        )
+    lines.append("")
+    for link in _autoscaling_plots(results, curve, img_dir):
+        lines += [f"![autoscaling]({link})", ""]
+    return AutoscalingPart("\n".join(lines), met_all)
+
+
+def _active_over_time(run: Run) -> tuple[list[float], list[int]]:
+    pts = sorted(run.replicas, key=lambda s: s.t_s)
+    return [s.t_s for s in pts], [s.active + s.standby + s.starting for s in pts]
+
+
+def _autoscaling_plots(
+    results: dict[tuple[str, int], Result], curve: bursts.RateCurve, img_dir: Path | None
+) -> list[str]:
+    if img_dir is None:
+        return []
+    links: list[str] = []
+    fig = Figure(figsize=(6.5, 4.5))
+    ax = fig.subplots()
+    for k, name in enumerate(dict.fromkeys(n for n, _ in results)):
+        for sb, marker in ((0, "o"), (1, "s")):
+            r = results.get((name, sb))
+            if r is None:
+                continue
+            ax.scatter(
+                r.gpu_hours,
+                100 * (r.summary.ttft_attainment or 0.0),
+                color=f"C{k}",
+                marker=marker,
+                s=60,
+                label=f"{name}{' +standby' if sb else ''}",
+            )
+    ax.set_xlabel("GPU-hours")
+    ax.set_ylabel("SLO attainment (%)")
+    ax.set_title("SIMULATED: SLO attainment against GPU-hours (up-left is better)")
+    ax.legend(fontsize=8)
+    link = _save(fig, img_dir, "autoscaling_pareto.png")
+    if link:
+        links.append(link)
+
+    fig = Figure(figsize=(11, 4.5))
+    ax = fig.subplots()
+    xs = [i * curve.window_s for i in range(len(curve.rates_rps) + 1)]
+    ax2 = ax.twinx()
+    ax2.step(xs, [*curve.rates_rps, curve.rates_rps[-1]], where="post", color="0.7")
+    ax2.set_ylabel("offered load (req/s)", color="0.5")
+    sb = 1 if any(b == 1 for _, b in results) else 0
+    for k, name in enumerate(dict.fromkeys(n for n, _ in results)):
+        r = results.get((name, sb))
+        if r is None:
+            continue
+        t, n = _active_over_time(r.run)
+        ax.step(t, n, where="post", color=f"C{k}", label=name)
+    ax.set_xlabel("virtual time (s)")
+    ax.set_ylabel("pods (active + standby + starting)")
+    ax.set_title(f"SIMULATED: pods over time ({'with' if sb else 'without'} warm standby)")
+    ax.legend(fontsize=8, loc="upper left")
+    link = _save(fig, img_dir, "autoscaling_pods.png")
+    if link:
+        links.append(link)
+    return links
+
+
+# --- geography ---------------------------------------------------------------------------
+
+REGIONS: tuple[tuple[str, str, float], ...] = (
+    ("us-east-1", "us-east-1a", 0.60),
+    ("eu-west-1", "eu-west-1a", 0.25),
+    ("ap-south-1", "ap-south-1a", 0.15),
+)
+RTT_MS: dict[str, dict[str, float]] = {
+    "us-east-1": {"eu-west-1": 75.0, "ap-south-1": 190.0},
+    "eu-west-1": {"ap-south-1": 120.0},
+}
+
+
+def geo_policies() -> dict[str, SchedulerConfig]:
+    return {
+        "preheat": SchedulerConfig(),
+        "geo-blind": SchedulerConfig(
+            scorers=tuple((n, w) for n, w in DEFAULT_SCORERS if n != "rtt")
+        ),
+        "local-only": SchedulerConfig(filters=(*DEFAULT_FILTERS, "same-region")),
+    }
+
+
+@dataclass
+class GeoPart:
+    body: str
+
+
+def geography_part(args: argparse.Namespace, img_dir: Path | None) -> GeoPart:
+    trace = _mooncake(args, args.geo_requests)
+    scale = args.geo_gpus * args.per_gpu_scale
+    net = Network(region_rtt_ms=RTT_MS)
+    pool = _pool(args.geo_gpus, zones=[z for _, z, _ in REGIONS])
+    sliced = _rescale(trace, scale)
+    results: dict[str, Result] = {}
+    print(f"geography: {args.geo_gpus} GPUs in 3 regions, rate scale {scale:g}", flush=True)
+    for name, cfg in geo_policies().items():
+        opts = SimOptions(
+            routing=cfg,
+            network=net,
+            client_regions=tuple((r, w) for r, _, w in REGIONS),
+            ttft_objective_ms=args.ttft_objective_ms,
+            engine_options=_engine_options(),
+            seed=args.seed,
+        )
+        results[name] = _simulate(name, pool, sliced, opts)
+    regions = [r for r, _, _ in REGIONS]
+    rtt_rows = [
+        f"| {a} | " + " | ".join(f"{net.rtt_ms(a, b):g}" for b in regions) + " |" for a in regions
+    ]
+    lines = [
+        "## Simulated geography: three regions",
+        "",
+        f"Command: `{_command(args, 'geography')}` (`make bench`). Simulated, virtual time.",
+        "",
+        f"{args.geo_gpus} GPUs spread evenly over three regions (one zone each); clients "
+        + ", ".join(f"{r} {int(w * 100)}%" for r, _, w in REGIONS)
+        + " (by session, so a conversation stays in its region), one router per client "
+        "region. The same Mooncake slice as the routing part (first "
+        f"{len(trace):,} requests, rate scale {scale:g}). A request's TTFT includes one "
+        "round trip between its router and the pod. RTT (ms):",
+        "",
+        "| from \\ to | " + " | ".join(regions) + " |",
+        "|---|" + "---:|" * len(regions),
+        *rtt_rows,
+        "",
+        "Policies: **preheat** (RTT is a term of the predicted TTFT: a remote region is used "
+        "when it predicts a faster first token, RTT included), **geo-blind** (the same "
+        "scorers without `rtt`), **local-only** (the `same-region` filter: only the client's "
+        "region while it has endpoints).",
+        "",
+        "| policy | "
+        + " | ".join(f"TTFT p95 {r} ms" for r in regions)
+        + " | TTFT p95 all ms | spill-over share | hit rate | ok / rejected / error |",
+        "|---|" + "---:|" * (len(regions) + 4),
+    ]
+    for name, r in results.items():
+        per = _per_region_p95(r.run, regions)
+        spill = _spill_share(r.run, net)
+        s = r.summary
+        label = f"**{name}**" if name == "preheat" else name
+        lines.append(
+            f"| {label} | "
+            + " | ".join(_ms(per[x]) for x in regions)
+            + f" | {_ms(s.ttft_ms.p95)} | {_pct(spill)} | {_pct(s.cache_hit_rate)}"
+            f" | {s.ok} / {s.rejected} / {s.error} |"
+        )
+    lines.append("")
+    link = _geo_plot(results, regions, img_dir)
+    if link:
+        lines += [f"![TTFT p95 per region]({link})", ""]
+    return GeoPart("\n".join(lines))
+
+
+def _per_region_p95(run: Run, regions: Sequence[str]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for reg in regions:
+        vals = [r.ttft_ms for r in run.requests if r.outcome == "ok" and r.region == reg]
+        out[reg] = sample_quantile(0.95, vals) if vals else None
+    return out
+
+
+def _spill_share(run: Run, net: Network) -> float | None:
+    """Share of ok requests served in another region than their client's (their network
+    stage is a remote RTT, not the local one)."""
+    ok = [r for r in run.requests if r.outcome == "ok"]
+    if not ok:
+        return None
+    remote = sum(1 for r in ok if r.stages_ms.get("network", 0.0) > net.local_ms)
+    return remote / len(ok)
+
+
+def _geo_plot(
+    results: dict[str, Result], regions: Sequence[str], img_dir: Path | None
+) -> str | None:
+    if img_dir is None:
+        return None
+    fig = Figure(figsize=(8, 4.2))
+    ax = fig.subplots()
+    width = 0.8 / max(1, len(results))
+    for k, (name, r) in enumerate(results.items()):
+        per = _per_region_p95(r.run, regions)
+        xs = [i + (k - (len(results) - 1) / 2) * width for i in range(len(regions))]
+        ax.bar(xs, [per[x] or 0.0 for x in regions], width, label=name)
+    ax.set_xticks(range(len(regions)), regions)
+    ax.set_ylabel("TTFT p95 (ms)")
+    ax.set_title("SIMULATED: TTFT p95 by client region")
+    ax.legend(fontsize=8)
+    return _save(fig, img_dir, "geography.png")
+
+
+# --- entry ---------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    parts = PARTS if args.part == "all" else (args.part,)
+    for f in (MOONCAKE, AZURE, SERVEGEN):
+        if not (args.data / f).is_file():
+            print(f"error: {args.data / f} not found (--data names the shared data folder)")
+            return 2
+    img_dir: Path | None = args.img_dir
+    if img_dir is None and args.write is not None:
+        img_dir = args.write.parent / "img" / "bench"
+    t0 = time.perf_counter()
+    for part in parts:
+        if part == "routing":
+            body = routing_part(args, img_dir).body
+        elif part == "autoscaling":
+            body = autoscaling_part(args, img_dir).body
+        else:
+            body = geography_part(args, img_dir).body
+        print()
+        print(body, flush=True)
+        if args.write is not None:
+            write_section(args.write, f"sim-{part}", body)
+            print(f"\nwrote section sim-{part} of {args.write}", flush=True)
+    print(f"done in {time.perf_counter() - t0:.0f} s")
+    return 0

@@ -1,0 +1,85 @@
+"""A tiny run of ``preheat bench sim`` (every part) into a temporary benchmarks.md: the
+sections, tables, targets and plots are written, and each policy's run accounts for every
+request."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from preheat.bench import sim_bench
+
+TINY = [
+    "--routing-requests", "120",
+    "--routing-gpus", "2,3",
+    "--search-runs", "1",
+    "--search-requests", "60",
+    "--burst-windows", "4",
+    "--burst-window-s", "8",
+    "--burst-mean-rps", "3",
+    "--geo-gpus", "3",
+    "--geo-requests", "90",
+]  # fmt: skip
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    sim_bench.add_arguments(p)
+    return p.parse_args(argv)
+
+
+def test_all_parts_write_their_sections_and_plots(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = tmp_path / "docs" / "benchmarks.md"
+    doc.parent.mkdir()
+    doc.write_text("# Benchmarks\n\n<!-- bench:worker -->\nkept\n<!-- /bench:worker -->\n")
+    assert sim_bench.run(parse([*TINY, "--write", str(doc)])) == 0
+    text = doc.read_text()
+    assert "<!-- bench:worker -->\nkept\n<!-- /bench:worker -->" in text
+    for part in ("routing", "autoscaling", "geography"):
+        assert f"<!-- bench:sim-{part} -->" in text
+        assert f"Command: `preheat bench sim --part {part} " in text
+    for policy in sim_bench.ROUTING_POLICIES:
+        assert f"| {policy} |" in text or f"| **{policy}** |" in text
+    for scaler in ("**preheat**", "hpa", "keda", "kpa"):
+        assert f"| {scaler} | 0 |" in text
+        assert f"| {scaler} | 1 |" in text
+    for geo in ("**preheat**", "geo-blind", "local-only"):
+        assert f"| {geo} |" in text
+    # 2 routing targets per pool size, one autoscaling target per standby setting
+    assert text.count("**met**") + text.count("**missed**") == 2 * 2 + 2
+    for png in ("routing.png", "autoscaling_pareto.png", "autoscaling_pods.png", "geography.png"):
+        assert (tmp_path / "docs" / "img" / "bench" / png).stat().st_size > 1000
+        assert f"(img/bench/{png})" in text
+    out = capsys.readouterr().out
+    assert "wrote section sim-geography" in out
+
+
+def test_every_request_is_accounted_for_and_runs_repeat(tmp_path: Path) -> None:
+    args = parse([*TINY, "--policies", "preheat,round-robin"])
+    trace = sim_bench._mooncake(args, 60)
+    pool = sim_bench._pool(2)
+    opts = sim_bench._routing_options("preheat", args)
+    a = sim_bench._simulate("a", pool, sim_bench._rescale(trace, 0.6), opts)
+    b = sim_bench._simulate("a", pool, sim_bench._rescale(trace, 0.6), opts)
+    s = a.summary
+    assert s.ok + s.rejected + s.error == len(trace) == 60
+    assert [r.ttft_ms for r in a.run.requests] == [r.ttft_ms for r in b.run.requests]
+
+
+def test_autoscalers_are_the_core_policies() -> None:
+    from preheat.core.autoscaling.baselines import Hpa, Keda, Kpa
+
+    scalers = sim_bench.autoscalers(500.0)
+    assert scalers["preheat"].decide is None  # the simulator calls core decide itself
+    assert isinstance(scalers["hpa"].decide, Hpa)
+    assert isinstance(scalers["keda"].decide, Keda)
+    assert isinstance(scalers["kpa"].decide, Kpa)
+
+
+def test_missing_data_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert sim_bench.run(parse([*TINY, "--data", str(tmp_path)])) == 2
+    assert "not found (--data names the shared data folder)" in capsys.readouterr().out
