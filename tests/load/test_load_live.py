@@ -107,7 +107,7 @@ async def test_cli_replay_accounts_for_every_request_and_reports(tmp_path: Path)
 
 async def test_a_full_worker_rejects_and_the_rejection_is_recorded(tmp_path: Path) -> None:
     # one running sequence, one waiting: six requests at once cannot all be taken
-    trace = write_trace(tmp_path / "t.jsonl", 6, gap_ms=0, output_tokens=32)
+    trace = write_trace(tmp_path / "t.jsonl", 6, gap_ms=0, output_tokens=100)
     args = [*FAST_WORKER, "--sim-max-num-seqs", "1", "--sim-opt", "max_waiting=1"]
     async with spawn_worker(args) as w:
         with RunWriter(tmp_path / "run", RunMeta(name="full")) as writer:
@@ -156,7 +156,7 @@ async def test_openai_http_through_a_router(tmp_path: Path) -> None:
 
 
 async def test_ctrl_c_stops_sending_and_keeps_what_was_sent(tmp_path: Path) -> None:
-    trace = write_trace(tmp_path / "t.jsonl", 40, gap_ms=100)
+    trace = write_trace(tmp_path / "t.jsonl", 40, gap_ms=300)
     run_dir = tmp_path / "run"
     async with spawn_worker(FAST_WORKER) as w, preheat_process(
         "load", "--target", w.grpc_target, "--trace", str(trace),
@@ -164,7 +164,7 @@ async def test_ctrl_c_stops_sending_and_keeps_what_was_sent(tmp_path: Path) -> N
     ) as proc:  # fmt: skip
         assert proc.stdout is not None
         await asyncio.wait_for(proc.stdout.readline(), 30)  # "replaying ..." once started
-        await asyncio.sleep(1.0)  # 4 s of trace: about 10 sent by now
+        await asyncio.sleep(1.0)  # 12 s of trace: about 4 sent by now
         proc.send_signal(signal.SIGINT)
         out, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 130, out.decode() + err.decode()
@@ -214,8 +214,8 @@ async def test_router_admission_rejections_are_recorded_on_both_wires(tmp_path: 
 
 
 async def test_a_second_ctrl_c_cancels_what_is_in_flight(tmp_path: Path) -> None:
-    # long answers (400 tokens at ~8 ms each) and a long drain: only the second Ctrl-C ends it
-    trace = write_trace(tmp_path / "t.jsonl", 10, gap_ms=100, output_tokens=400)
+    # long answers (1000 tokens at ~9 ms each) and a long drain: only the second Ctrl-C ends it
+    trace = write_trace(tmp_path / "t.jsonl", 10, gap_ms=100, output_tokens=1000)
     run_dir = tmp_path / "run"
     async with spawn_worker(FAST_WORKER) as w, preheat_process(
         "load", "--target", w.grpc_target, "--trace", str(trace),
