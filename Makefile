@@ -6,12 +6,13 @@ VENV_VLLM := .venv-vllm
 PY := $(VENV)/bin/python
 PY_VLLM := $(VENV_VLLM)/bin/python
 
-.PHONY: help venv venv-vllm helm prometheus crd e2e lint test test-main test-vllm demo bench proto clean
+.PHONY: help venv venv-vllm helm prometheus crd e2e lint test test-main test-vllm demo bench bench-sim proto clean
 
 help:
 	@echo "make test    build .venv and .venv-vllm, lint, type-check and run every test"
 	@echo "make demo    preheat up on examples/pool.yaml, a Mooncake burst through it, the report (~2 min)"
-	@echo "make bench   benchmarks (not tests): worker and router overhead, router policies (~10 min)"
+	@echo "make bench   benchmarks (not tests): worker and router overhead, router policies (~10 min),"
+	@echo "             then the simulated routing/autoscaling/geography comparisons (make bench-sim, ~10 min)"
 	@echo "make proto   regenerate the gRPC modules from src/preheat/proto/**/*.proto"
 	@echo "make crd     regenerate crds/ and the chart's CRD from src/preheat/api/pool.py"
 
@@ -77,6 +78,11 @@ e2e: venv $(HELM)
 bench: venv
 	$(VENV)/bin/preheat bench worker --write docs/benchmarks.md
 	$(VENV)/bin/preheat bench router --write docs/benchmarks.md
+	$(VENV)/bin/preheat bench sim --part all --write docs/benchmarks.md
+
+# Only the simulated comparisons (routing, autoscaling, geography; ~10 min; plots in docs/img/bench).
+bench-sim: venv
+	$(VENV)/bin/preheat bench sim --part all --write docs/benchmarks.md
 
 proto: venv
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) scripts/gen_proto.py
