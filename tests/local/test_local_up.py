@@ -298,3 +298,52 @@ def test_sigkill_of_up_takes_its_children_with_it(tmp_path: Path) -> None:
         if up.poll() is None:
             up.kill()
             up.wait()
+
+
+WAKE_POOL = """\
+apiVersion: preheat.dev/v1alpha1
+kind: InferencePool
+metadata: {name: wake}
+spec:
+  model: {name: sim-8b}
+  engine:
+    kind: sim
+    args: {loadTime: 300ms, warmupTime: 200ms}
+  replicas: {min: 0, max: 2, warmStandby: 1}
+  autoscaling:
+    objectives:
+      - {signal: ttft, percentile: 95, targetMs: 1500}
+    window: 5s
+"""
+
+
+async def _wake(tmp: Path) -> tuple[LoadSummary, list[ScaleEvent], int]:
+    pool = tmp / "pool.yaml"
+    pool.write_text(WAKE_POOL)
+    run = tmp / "run"
+    up = _start_up(run, pool, "--router-arg=--queue-timeout-s=60")
+    try:
+        await _wait_for(lambda: "router" in _state(run), 60, "the router", run)
+        await asyncio.sleep(2.0)
+        assert _state(run)["workers"] == {}  # at zero: no worker at all
+        target = _state(run)["router"]["grpc"]
+        writer = RunWriter(tmp / "load", RunMeta(name="wake"), parts=(REQUESTS_FILE,))
+        one = [TraceRequest(arrival_s=0.0, input_tokens=64, output_tokens=4, index=0)]
+        summary = await replay(target, one, LoadOptions(request_timeout_s=60.0), writer)
+        writer.close()
+        up.send_signal(signal.SIGINT)
+        code = up.wait(timeout=40)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    return summary, read_run(run).events, code
+
+
+def test_a_pool_at_zero_wakes_for_a_request_the_router_holds(tmp_path: Path) -> None:
+    summary, events, code = asyncio.run(_wake(tmp_path))
+    assert summary.ok == 1
+    wake = _first(events, "scale_up")
+    assert (wake.from_replicas, wake.to_replicas) == (0, 1)
+    assert "waking" in wake.reason
+    assert code == 0

@@ -182,8 +182,9 @@ def test_signals_from_prometheus_scale_the_pool_up(prometheus: tuple[str, Path])
         _wait(lambda: _state(run).get("ready") is True, 60, "the pool to be ready", log)
         assert _state(run)["metrics"] == f"prometheus {url}"
         targets = json.loads((run / "prometheus-targets.json").read_text())
-        assert targets[0]["labels"] == {"pool": "promtest"}
+        assert targets[0]["labels"] == {"pool": "promtest", "component": "worker"}
         assert len(targets[0]["targets"]) == 2  # the active and the standby
+        assert targets[1]["labels"] == {"pool": "promtest", "component": "router"}
         router = _state(run)["router"]
         assert isinstance(router, dict)
         _load(str(router["grpc"]), run.parent, seconds=20, rate=3.0)

@@ -10,6 +10,12 @@ summed over workers, exactly what PromQL's ``histogram_quantile(q, sum by (le)
 
 A worker whose latest scrape failed, or whose newest scrape is older than ``stale_after_s``,
 makes the snapshot stale (the policy then holds). :func:`compute` is the pure part.
+
+With ``routers`` (their base URLs), the requests the routers hold while no endpoint can take
+them (``preheat_router_queue_depth``) count as in flight; and a pool with no worker to
+scrape (scaled to zero) but requests held answers fresh, with no latency yet, which wakes
+it, as :class:`~preheat.autoscaler.prometheus.PrometheusSource` does with its router
+selector.
 """
 
 from __future__ import annotations
@@ -99,9 +105,21 @@ def compute(
     query: SignalQuery,
     now: float,
     stale_after_s: float,
+    held: float | None = None,
 ) -> Signals:
-    """The snapshot from the scrapes kept (pure)."""
+    """The snapshot from the scrapes kept (pure). ``held``: requests the routers hold."""
     if not history:
+        if held is not None and held > 0:
+            # no worker (scaled to zero) but the router holds requests: wake up
+            return Signals(
+                values=tuple(
+                    SignalValue(o.signal, o.percentile, None, now) for o in query.objectives
+                ),
+                observed_at=now,
+                stale=False,
+                requests=held,
+                in_flight=held,
+            )
         return Signals(observed_at=None, stale=True, error="no workers to scrape")
     problems: list[str] = []
     newest: list[float] = []
@@ -161,6 +179,8 @@ def compute(
                 SignalValue(obj.signal, 0.0, v, observed_at, stale or v is None, samples=len(kv))
             )
     in_flight = sum(waiting) + sum(running) if (waiting or running) else None
+    if held:
+        in_flight = (in_flight or 0.0) + held
     return Signals(
         values=tuple(values),
         observed_at=observed_at,
@@ -184,8 +204,11 @@ class DirectScrapeSource:
         timeout_s: float = 2.0,
         stale_after_s: float = 30.0,
         max_scrapes: int = 512,
+        routers: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         self._targets = targets
+        self._routers = routers
+        self.held: float | None = None  # requests the routers held at the last scrape
         self._session = session
         self._own_session = session is None
         self._histograms = histograms
@@ -215,12 +238,35 @@ class DirectScrapeSource:
         for target, result in zip(targets, results, strict=True):
             self.history.setdefault(target, deque(maxlen=self._max)).append(result)
 
+    async def scrape_routers(self) -> None:
+        """``preheat_router_queue_depth`` summed over the routers (None: none answered)."""
+        if self._routers is None:
+            return
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        session = self._session
+
+        async def one(base: str) -> float | None:
+            try:
+                async with session.get(f"{base}/metrics", timeout=self._timeout) as resp:
+                    resp.raise_for_status()
+                    samples = parse_samples(await resp.text())
+            except (aiohttp.ClientError, TimeoutError, ValueError):
+                return None
+            return sum(x.value for x in samples if x.name == mn.ROUTER_QUEUE_DEPTH)
+
+        answers = await asyncio.gather(*(one(b) for b in self._routers()))
+        got = [a for a in answers if a is not None]
+        self.held = sum(got) if got else None
+
     def snapshot(self, query: SignalQuery, now: float | None = None) -> Signals:
         t = self._clock() if now is None else now
-        return compute(self.history, query, t, self.stale_after_s)
+        return compute(self.history, query, t, self.stale_after_s, held=self.held)
 
     async def read(self, query: SignalQuery) -> Signals:
-        await self.scrape()
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        await asyncio.gather(self.scrape(), self.scrape_routers())
         return self.snapshot(query)
 
     async def close(self) -> None:

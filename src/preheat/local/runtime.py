@@ -503,15 +503,20 @@ class LocalPool:
         url = self.options.prometheus_url
         if url:
             self.source_name = f"prometheus {url}"
+            pool = f'pool="{self.pool.name}"'
             return PrometheusSource(
                 url,
-                selector=f'pool="{self.pool.name}"',
+                selector=f'{pool},component="worker"',
+                router_selector=f'{pool},component="router"',
                 clock=self.clock,
                 stale_after_s=self.options.stale_after_s,
             )
         self.source_name = "direct scrape"
         return DirectScrapeSource(
-            self._metric_targets, clock=self.clock, stale_after_s=self.options.stale_after_s
+            self._metric_targets,
+            clock=self.clock,
+            stale_after_s=self.options.stale_after_s,
+            routers=lambda: [f"http://127.0.0.1:{self.router_http}"],
         )
 
     def _metric_targets(self) -> list[str]:
@@ -577,9 +582,17 @@ class LocalPool:
             self._discovery = text
 
     def write_prometheus_targets(self) -> None:
-        """``prometheus-targets.json`` (file_sd): the warm workers, labelled ``pool``."""
-        targets = [t.removeprefix("http://") for t in self._metric_targets()]
-        text = json.dumps([{"targets": targets, "labels": {"pool": self.pool.name}}]) + "\n"
+        """``prometheus-targets.json`` (file_sd): the warm workers and the router, labelled
+        ``pool`` and ``component`` (worker, router)."""
+        workers = [t.removeprefix("http://") for t in self._metric_targets()]
+        groups = [
+            {"targets": workers, "labels": {"pool": self.pool.name, "component": "worker"}},
+            {
+                "targets": [f"127.0.0.1:{self.router_http}"],
+                "labels": {"pool": self.pool.name, "component": "router"},
+            },
+        ]
+        text = json.dumps(groups) + "\n"
         if text != self._targets:
             _atomic_write(self.out / PROMETHEUS_TARGETS_FILE, text)
             self._targets = text
