@@ -179,7 +179,7 @@ class LocalPool:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.pool = pool
-        self.config: PoolConfig = _local_config(pool.config, options.engine)
+        self.config: PoolConfig = local_config(pool.config, options.engine)
         self.options = options
         self.view = view
         self.clock = clock
@@ -431,29 +431,16 @@ class LocalPool:
             if name not in self.workers and name not in self._restart_at:
                 return name
 
-    def _worker_argv(self, name: str, grpc_port: int, http_port: int) -> list[str]:
-        build = BuildOptions(drain_grace_s=int(self.options.drain_grace_s), log_format="json")
-        args = worker_args(self.config, build)
-        src = self.config.model.source
-        if src.kind == "hostPath":
-            args[args.index("--model") + 1] = src.path
-        return preheat_argv(
-            "worker",
-            *args,
-            "--host",
-            "127.0.0.1",
-            "--grpc-port",
-            str(grpc_port),
-            "--http-port",
-            str(http_port),
-            "--worker-id",
-            name,
-            *self.options.worker_args,
-        )
-
     async def _start_worker(self, name: str, *, restarts: int = 0) -> LocalWorker:
         grpc_port, http_port = free_port(), free_port()
-        argv = self._worker_argv(name, grpc_port, http_port)
+        argv = worker_argv(
+            self.config,
+            name,
+            grpc_port=grpc_port,
+            http_port=http_port,
+            drain_grace_s=self.options.drain_grace_s,
+            extra=self.options.worker_args,
+        )
         child = await spawn(
             name,
             argv,
@@ -749,7 +736,39 @@ def _ttft_objective(config: PoolConfig) -> float:
     return 0.0
 
 
-def _local_config(config: PoolConfig, engine: str) -> PoolConfig:
+def worker_argv(
+    config: PoolConfig,
+    name: str,
+    *,
+    grpc_port: int,
+    http_port: int,
+    drain_grace_s: float,
+    extra: tuple[str, ...] = (),
+) -> list[str]:
+    """``preheat worker`` for one local replica: the operator's flags for the pool
+    (:func:`preheat.core.reconcile.worker_args`: engine, model, ``--start-as standby``, the
+    engine args), on loopback ports, a hostPath model read in place."""
+    build = BuildOptions(drain_grace_s=max(0, round(drain_grace_s)), log_format="json")
+    args = worker_args(config, build)
+    src = config.model.source
+    if src.kind == "hostPath":
+        args[args.index("--model") + 1] = src.path
+    return preheat_argv(
+        "worker",
+        *args,
+        "--host",
+        "127.0.0.1",
+        "--grpc-port",
+        str(grpc_port),
+        "--http-port",
+        str(http_port),
+        "--worker-id",
+        name,
+        *extra,
+    )
+
+
+def local_config(config: PoolConfig, engine: str) -> PoolConfig:
     """The pool as it runs here: ``engine`` (sim unless asked), keeping only the engine
     args that apply to it (a cluster pool's vLLM args mean nothing to the sim)."""
     if engine == config.engine.kind:

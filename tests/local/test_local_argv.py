@@ -1,0 +1,62 @@
+"""The worker command line `preheat up` builds: the operator's flags for the pool, on
+loopback, with the engine asked for."""
+
+from __future__ import annotations
+
+import copy
+
+from preheat.local.poolfile import parse_pool
+from preheat.local.runtime import local_config, worker_argv
+
+POOL = {
+    "apiVersion": "preheat.dev/v1alpha1",
+    "kind": "InferencePool",
+    "metadata": {"name": "p"},
+    "spec": {
+        "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+        "engine": {"kind": "vllm", "args": {"maxNumSeqs": 64, "gpuMemoryUtilization": 0.8}},
+        "replicas": {"min": 1, "max": 2},
+    },
+}
+
+
+def _argv(pool: dict[str, object], engine: str) -> list[str]:
+    config = local_config(parse_pool(pool, "p.yaml").config, engine)
+    return worker_argv(
+        config, "w-3", grpc_port=5001, http_port=5002, drain_grace_s=7.0, extra=("--x",)
+    )
+
+
+def _flag(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_a_vllm_pool_runs_on_the_sim_by_default_keeping_the_args_that_apply():
+    argv = _argv(POOL, "sim")
+    assert argv[argv.index("worker") - 2 :][:3] == ["-m", "preheat.cli", "worker"]
+    assert _flag(argv, "--engine") == "sim"
+    assert _flag(argv, "--sim-max-num-seqs") == "64"
+    assert not any(a.startswith("--vllm") for a in argv)  # gpuMemoryUtilization dropped
+    assert _flag(argv, "--start-as") == "standby"
+    assert _flag(argv, "--drain-grace-s") == "7"
+    assert (_flag(argv, "--host"), _flag(argv, "--grpc-port"), _flag(argv, "--http-port")) == (
+        "127.0.0.1",
+        "5001",
+        "5002",
+    )
+    assert _flag(argv, "--worker-id") == "w-3"
+    assert argv[-1] == "--x"
+
+
+def test_engine_vllm_passes_the_vllm_args_through():
+    argv = _argv(POOL, "vllm")
+    assert _flag(argv, "--engine") == "vllm"
+    assert _flag(argv, "--model") == "meta-llama/Llama-3.1-8B-Instruct"
+    assert _flag(argv, "--vllm-max-num-seqs") == "64"
+    assert _flag(argv, "--vllm-gpu-memory-utilization") == "0.8"
+
+
+def test_a_hostpath_model_is_read_in_place():
+    pool = copy.deepcopy(POOL)
+    pool["spec"]["model"]["source"] = "hostpath:///models/tiny"  # type: ignore[index]
+    assert _flag(_argv(pool, "vllm"), "--model") == "/models/tiny"
