@@ -13,7 +13,7 @@ RUN=${RUN:-runs/demo}
 POOL=${POOL:-examples/pool.yaml}
 TRACE=${TRACE:-../shared/data/mooncake_conversation_trace.jsonl}
 TIME_SCALE=${TIME_SCALE:-0.4}
-DURATION_S=${DURATION_S:-50}
+DURATION_S=${DURATION_S:-40}
 MAX_OUTPUT_TOKENS=${MAX_OUTPUT_TOKENS:-64}
 TOKEN_SCALE=${TOKEN_SCALE:-0.5}
 MAX_INPUT_TOKENS=${MAX_INPUT_TOKENS:-12000}
@@ -77,7 +77,7 @@ for _ in $(seq 1 90); do
   [[ "$(state desired)" == "1" && "$(state counts.active)" == "1" ]] && break
   sleep 0.5
 done
-sleep 4  # a few seconds at rest, so that the plot shows the pool scaled down
+sleep 2  # a moment at rest, so that the plot shows the pool scaled down
 stop_up
 trap - EXIT
 echo "demo: scaling events (from $RUN/events.jsonl):"
