@@ -26,8 +26,14 @@ TYPICAL = 102.4  # COST.prefill_ms(1024)
         (make_endpoint(), 0.0),
         (make_endpoint(running=10), 10 * 0.05),
         (make_endpoint(queue=1), TYPICAL),
-        (make_endpoint(queue=2, in_flight=1), 3 * TYPICAL),
+        # our in-flight request is among the engine's waiting ones: counted once
+        (make_endpoint(queue=2, in_flight=1), 2 * TYPICAL),
+        # the engine's count lags (a fresh request of ours not in it yet)
+        (make_endpoint(queue=0, in_flight=3), 3 * TYPICAL),
+        # a faster engine than the cost model: its observed TTFT is the per-request cost
         (make_endpoint(queue=2, observed_ttft_ms=40.0), 80.0),
+        # a slower observed TTFT (it includes queueing) does not multiply the queue again
+        (make_endpoint(queue=2, observed_ttft_ms=1e5), 2 * TYPICAL),
         # 4 slots, 3 running + 2 waiting: we are request 6, two beyond the slots
         (make_endpoint(queue=2, running=3, max_num_seqs=4), 2 * TYPICAL + 2 * 50 + 3 * 0.05),
         # all slots taken, nothing waiting: wait for one slot
