@@ -176,7 +176,7 @@ def _regions(text: str) -> tuple[tuple[str, float], ...]:
 
 
 def sim_options(args: argparse.Namespace) -> SimOptions:
-    routing = SchedulerConfig()
+    routing: SchedulerConfig | None = None
     if args.routing is not None:
         try:
             text = args.routing.read_text()

@@ -164,7 +164,9 @@ class SimOptions:
     ``preheat.core.autoscaling.decide``, looked up at every call.
     """
 
-    routing: SchedulerConfig = field(default_factory=SchedulerConfig)
+    # None: the defaults with the pool's routing.hotspotMarginMs (as `preheat up` and the
+    # chart configure the router); a config replaces them whole (the router's --routing-config)
+    routing: SchedulerConfig | None = None
     network: Network = field(default_factory=Network)
     startup: Startup = field(default_factory=Startup)
     # client region -> share of requests; () = every client in the first pod's region

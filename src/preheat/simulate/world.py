@@ -48,6 +48,7 @@ from preheat.core.autoscaling import Context, ReplicaCounts, Signals, SignalValu
 from preheat.core.pool import PoolConfig, Signal
 from preheat.core.routing import scheduler as core_scheduler
 from preheat.core.routing.baselines import SchedulerState
+from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.history import PrefixHistory
 from preheat.core.routing.types import Endpoint, RequestInfo, RoutingContext
 from preheat.engine.base import EngineRequest, Sampling
@@ -229,7 +230,10 @@ class _World:
             if not options.watch_cache:
                 r.history = PrefixHistory(ttl_s=options.history_ttl_s)
             self.routers[region] = r
-        self.routing = replace(options.routing, pool=options.routing.pool or pool.name)
+        routing = options.routing or SchedulerConfig(
+            hotspot_margin_ms=pool.routing.hotspot_margin_ms
+        )
+        self.routing = replace(routing, pool=routing.pool or pool.name)
         self.objective_ms = options.ttft_objective_ms or next(
             (o.target for o in pool.autoscaling.objectives if o.signal is Signal.TTFT), 0.0
         )

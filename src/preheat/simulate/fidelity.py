@@ -1,0 +1,329 @@
+"""Fidelity: one short scenario run live and simulated, and how far apart they land.
+
+Live: ``workers`` real ``preheat worker --engine sim`` processes on the real clock behind a
+real ``preheat router`` (static endpoints, the workers' ``/metrics`` scraped like in a
+cluster), replayed by ``preheat load``'s client from the same trace slice. Simulated: the
+same pool (same engine settings, fixed size, no scaling) through :func:`simulate`. Both
+read the same trace slice (Mooncake, prompts scaled down block by block so the shared
+prefixes stay shared).
+
+The sim engine's ``time_scale`` multiplies every GPU duration in both: at 4x a prefill of a
+few hundred tokens takes ~80-130 ms, so the few milliseconds of Python overhead of the live
+processes on a loaded 2-core machine stay a small part of each TTFT. Compared: client TTFT
+p50 and p95, and the prefix-cache hit rate (cached / prompt tokens).
+
+    python -m preheat.simulate.fidelity [--trace FILE] [--write docs/benchmarks.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from preheat.bench.traces import TraceOptions, TraceRequest, load_trace
+from preheat.bench.workerproc import ServiceProcess, spawn_router, spawn_worker
+from preheat.core.percentiles import sample_quantile
+from preheat.report.record import Run, RunMeta, RunWriter, read_run
+from preheat.simulate.options import Network, PoolFile, SimOptions, pool_config
+from preheat.simulate.world import simulate
+
+DEFAULT_TRACE = (
+    Path(__file__).resolve().parents[4] / "shared/data/mooncake_conversation_trace.jsonl"
+)
+SECTION = "simulate-fidelity"
+BOUND = 0.10  # the acceptance bound on every relative error
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Multi-turn conversations from the start of the trace, compressed in time: the
+    first ``window_s`` of the trace, only conversations (derived root sessions) with at
+    least ``min_turns`` requests there, the first ``requests`` of those, arrivals scaled
+    so that they span ``replay_s`` (so later turns find their earlier turns cached). Whole
+    conversations are taken in order of their first turn while they fit in ``requests``."""
+
+    trace: Path = DEFAULT_TRACE
+    requests: int = 120
+    window_s: float = 1200.0
+    min_turns: int = 3
+    replay_s: float = 30.0
+    token_scale: float = 1 / 16  # 512-token trace blocks -> 32-token prompts blocks
+    max_input_tokens: int = 1024
+    max_output_tokens: int = 16
+    engine_time_scale: float = 3.0  # every simulated GPU duration x this, live and simulated
+    # sessions stay unless another pod is predicted this much faster (routing config, both):
+    # at the default 150 ms, one request more or less in flight at the wrong moment moves a
+    # session, and the hit rate of a 2-pod, 120-request run swings by +-4 points
+    hotspot_margin_ms: float = 500.0
+    workers: int = 2
+    seed: int = 0
+
+    def load(self) -> list[TraceRequest]:
+        trace = load_trace(
+            self.trace,
+            TraceOptions(
+                duration_s=self.window_s,
+                token_scale=self.token_scale,
+                max_input_tokens=self.max_input_tokens,
+                sessions="root",
+            ),
+        )
+        turns = Counter(t.session_id for t in trace)
+        chosen: set[str] = set()
+        count = 0
+        for t in trace:  # whole conversations, in order of their first turn
+            sid = t.session_id
+            if sid in chosen or turns[sid] < self.min_turns:
+                continue
+            if count + turns[sid] > self.requests:
+                break
+            chosen.add(sid)
+            count += turns[sid]
+        picked = [t for t in trace if t.session_id in chosen]
+        if not picked:
+            return []
+        span = max(picked[-1].arrival_s - picked[0].arrival_s, 1e-9)
+        t0 = picked[0].arrival_s
+        return [
+            dataclasses.replace(
+                t,
+                arrival_s=(t.arrival_s - t0) * self.replay_s / span,
+                output_tokens=min(t.output_tokens, self.max_output_tokens),
+                index=i,
+            )
+            for i, t in enumerate(picked)
+        ]
+
+    def pool_spec(self) -> dict[str, object]:
+        return {
+            "model": {"name": "sim-fidelity"},
+            "engine": {
+                "kind": "sim",
+                "args": {"timeScale": self.engine_time_scale, "seed": self.seed},
+            },
+            "replicas": {"min": self.workers, "max": self.workers},
+            "routing": {"hotspotMarginMs": self.hotspot_margin_ms},
+        }
+
+    def describe(self) -> str:
+        return (
+            f"{self.requests} requests of {self.trace.name}: conversations with >= "
+            f"{self.min_turns} turns in its first {self.window_s:g} s, replayed over "
+            f"{self.replay_s:g} s, prompts x{self.token_scale:g} (<= {self.max_input_tokens} "
+            "tokens), "
+            f"outputs <= {self.max_output_tokens} tokens, {self.workers} sim workers at "
+            f"engine time scale {self.engine_time_scale:g}, fixed pool, preheat routing "
+            f"(hotspot margin {self.hotspot_margin_ms:g} ms)"
+        )
+
+
+def run_simulated(sc: Scenario) -> Run:
+    pool = pool_config(PoolFile("fidelity", "default", sc.pool_spec()))
+    # this machine's loopback: no RTT to speak of; the router's own work ~1.5 ms per request
+    opts = SimOptions(network=Network(local_ms=0.2, router_overhead_ms=1.5), seed=sc.seed)
+    run, _ = simulate(pool, sc.load(), opts)
+    return run
+
+
+async def run_live(sc: Scenario, folder: Path) -> Run:
+    from contextlib import AsyncExitStack
+
+    from preheat.load.clients import make_client
+    from preheat.load.replay import LoadOptions, replay
+
+    trace = sc.load()
+    worker_args = [
+        "--engine",
+        "sim",
+        "--sim-time-scale",
+        str(sc.engine_time_scale),
+        "--sim-load-s",
+        "0",
+        "--sim-warmup-s",
+        "0",
+        "--sim-seed",
+        str(sc.seed),
+        "--log-level",
+        "warning",
+    ]
+    async with AsyncExitStack() as stack:
+        workers: list[ServiceProcess] = list(
+            await asyncio.gather(
+                *(
+                    stack.enter_async_context(
+                        spawn_worker([*worker_args, "--worker-id", f"fidelity-{i}"])
+                    )
+                    for i in range(sc.workers)
+                )
+            )
+        )
+        endpoints = [
+            {
+                "address": w.grpc_target,
+                "id": f"fidelity-{i}",
+                "metrics_url": f"{w.http_url}/metrics",
+            }
+            for i, w in enumerate(workers)
+        ]
+        eps_file = folder / "endpoints.yaml"
+        eps_file.write_text(yaml.safe_dump(endpoints))
+        routing_file = folder / "routing.yaml"
+        routing_file.write_text(f"hotspotMarginMs: {sc.hotspot_margin_ms:g}\n")
+        router = await stack.enter_async_context(
+            spawn_router(
+                [
+                    "--discovery",
+                    f"static:{eps_file}",
+                    "--pool",
+                    "fidelity",
+                    "--refresh-interval-s",
+                    "1",
+                    "--routing-config",
+                    str(routing_file),
+                    "--log-level",
+                    "warning",
+                ]
+            )
+        )
+        await asyncio.sleep(1.5)  # the router's first Status polls and scrapes
+        options = LoadOptions(max_output_tokens=sc.max_output_tokens, request_timeout_s=60.0)
+        meta = RunMeta(name="fidelity-live", target=router.grpc_target, trace=sc.describe())
+        with RunWriter(folder / "live", meta) as writer:
+            async with make_client(router.grpc_target, options) as client:
+                await replay(router.grpc_target, trace, options, writer, client=client)
+    return read_run(folder / "live")
+
+
+@dataclass(frozen=True)
+class Row:
+    metric: str
+    live: float
+    simulated: float
+
+    @property
+    def error(self) -> float:
+        return abs(self.simulated - self.live) / self.live if self.live else float("inf")
+
+
+def _ok(run: Run) -> list[float]:
+    return [r.ttft_ms for r in run.requests if r.outcome == "ok"]
+
+
+def _hit(run: Run) -> float:
+    ok = [r for r in run.requests if r.outcome == "ok"]
+    prompt = sum(r.prompt_tokens for r in ok)
+    return sum(r.cached_tokens for r in ok) / prompt if prompt else 0.0
+
+
+def compare(live: Run, sim: Run) -> list[Row]:
+    lt, st = _ok(live), _ok(sim)
+    if not lt or not st:
+        raise RuntimeError(f"no finished requests to compare (live {len(lt)}, simulated {len(st)})")
+    return [
+        Row("TTFT p50 (ms)", sample_quantile(0.5, lt), sample_quantile(0.5, st)),
+        Row("TTFT p95 (ms)", sample_quantile(0.95, lt), sample_quantile(0.95, st)),
+        Row("cache hit rate", _hit(live), _hit(sim)),
+    ]
+
+
+def engine_rows(live: Run, sim: Run) -> list[Row]:
+    """Where the TTFT goes: the engine's own TTFT (queue + prefill, server-reported) and the
+    rest (router, gRPC hops, tokenization; the simulator models it as router overhead +
+    RTT). Informational: the acceptance is on the client's TTFT."""
+    le = [r.stages_ms["server_ttft"] for r in live.requests if "server_ttft" in r.stages_ms]
+    se = [r.stages_ms["queue"] + r.stages_ms["prefill"] for r in sim.requests if r.outcome == "ok"]
+    lo = [r.stages_ms["outside_engine"] for r in live.requests if "outside_engine" in r.stages_ms]
+    so = [r.stages_ms["route"] + r.stages_ms["network"] for r in sim.requests if r.outcome == "ok"]
+    if not (le and se and lo and so):
+        return []
+    return [
+        Row("engine TTFT p50 (ms)", sample_quantile(0.5, le), sample_quantile(0.5, se)),
+        Row("engine TTFT p95 (ms)", sample_quantile(0.95, le), sample_quantile(0.95, se)),
+        Row("outside the engine p50 (ms)", sample_quantile(0.5, lo), sample_quantile(0.5, so)),
+        Row("outside the engine p95 (ms)", sample_quantile(0.95, lo), sample_quantile(0.95, so)),
+    ]
+
+
+def render(rows: list[Row], sc: Scenario, live: Run, sim: Run, wall_s: float) -> str:
+    def fmt(m: str, v: float) -> str:
+        return f"{100 * v:.1f}%" if "rate" in m else f"{v:.1f}"
+
+    live_ok = sum(r.outcome == "ok" for r in live.requests)
+    sim_ok = sum(r.outcome == "ok" for r in sim.requests)
+    lines = [
+        "## Simulator fidelity: live vs simulated",
+        "",
+        f"Scenario: {sc.describe()}. Live: real `preheat worker --engine sim` processes and a",
+        "real `preheat router` (static endpoints, metrics scraped every 1 s) on this machine,",
+        "replayed with `preheat load`'s client; simulated: `preheat simulate`'s engine with the",
+        "same pool. Acceptance: every error within 10%.",
+        "",
+        "| metric | live | simulated | error |",
+        "|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        flag = "" if r.error <= BOUND else " **over 10%**"
+        lines.append(
+            f"| {r.metric} | {fmt(r.metric, r.live)} | {fmt(r.metric, r.simulated)} "
+            f"| {100 * r.error:.1f}%{flag} |"
+        )
+    extra = engine_rows(live, sim)
+    if extra:
+        lines += [
+            "",
+            "Where the TTFT goes (informational; live server-reported stages):",
+            "",
+            "| stage | live | simulated | difference |",
+            "|---|---:|---:|---:|",
+        ]
+        for r in extra:
+            lines.append(
+                f"| {r.metric} | {r.live:.1f} | {r.simulated:.1f} | {100 * r.error:.1f}% |"
+            )
+    lines += [
+        "",
+        f"Requests finished: live {live_ok}/{len(live.requests)}, simulated "
+        f"{sim_ok}/{len(sim.requests)}; measured {time.strftime('%Y-%m-%d')} in "
+        f"{wall_s:.0f} s wall.",
+        "",
+        "Reproduce: `.venv/bin/python -m preheat.simulate.fidelity --write docs/benchmarks.md`",
+        "(the test `tests/simulate/test_fidelity.py` holds the same bound).",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m preheat.simulate.fidelity")
+    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    parser.add_argument("--requests", type=int, default=Scenario.requests)
+    parser.add_argument("--write", type=Path, default=None, help="docs/benchmarks.md to update")
+    args = parser.parse_args(argv)
+    if not args.trace.is_file():
+        print(f"fidelity: {args.trace}: no such trace file", file=sys.stderr)
+        return 2
+    sc = Scenario(trace=args.trace, requests=args.requests)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="preheat-fidelity-") as tmp:
+        live = asyncio.run(run_live(sc, Path(tmp)))
+    sim = run_simulated(sc)
+    rows = compare(live, sim)
+    text = render(rows, sc, live, sim, time.perf_counter() - t0)
+    print(text)
+    if args.write is not None:
+        from preheat.bench.report_md import write_section
+
+        write_section(args.write, SECTION, text)
+    return 0 if all(r.error <= BOUND for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
