@@ -128,6 +128,31 @@ def test_cli_worker_that_rejects_its_flags_stops_up_with_its_error(tmp_path):
     assert all(_gone(pid) for pid in state["pids"])
 
 
+def test_cli_router_that_rejects_its_flags_stops_up_with_its_error(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "preheat.cli",
+            "up",
+            "-f",
+            str(REPO / "examples" / "pool.yaml"),
+            "--out",
+            str(tmp_path / "run"),
+            "--no-ui",
+            "--router-arg=--policy=no-such-policy",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "the router rejected its flags (exit 2)" in proc.stderr
+    assert "invalid choice: 'no-such-policy'" in proc.stderr
+    state = json.loads((tmp_path / "run" / "up.json").read_text())
+    assert all(_gone(pid) for pid in state["pids"])
+
+
 def _gone(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

@@ -206,6 +206,7 @@ class LocalPool:
         self._crashes: dict[str, list[float]] = {}
         self._restart_at: dict[str, tuple[float, int]] = {}  # name -> (when, restarts)
         self._router_restarts = 0
+        self._router_crashes: list[float] = []
         self._discovery: str | None = None
         self._state: str | None = None
         self._targets: str | None = None
@@ -326,6 +327,13 @@ class LocalPool:
         if self.router is not None and not self.router.alive and not self._stop.is_set():
             code = self.router.returncode or 0
             self._event("crash", "router", f"router pid {self.router.pid} {_exit_text(code)}")
+            self._router_crashes = [t for t in self._router_crashes if now - t < 60.0] + [now]
+            if code == BAD_FLAGS_EXIT or len(self._router_crashes) > MAX_ROUTER_CRASHES:
+                why = "rejected its flags" if code == BAD_FLAGS_EXIT else "keeps crashing"
+                tail = _tail(self.router.log_path)
+                self.fatal = self.fatal or f"the router {why} (exit {code}): {tail}"
+                self._stop.set()
+                return
             self._router_restarts += 1
             await self._start_router()
             self._event("restart", "router", f"restart #{self._router_restarts}")
@@ -703,7 +711,8 @@ def _name_key(name: str) -> tuple[int, str]:
     return (int(num), head) if num.isdigit() else (0, name)
 
 
-BAD_FLAGS_EXIT = 2  # `preheat worker`: bad flags, or the engine could not be built
+BAD_FLAGS_EXIT = 2  # `preheat worker|router`: bad flags or config (the engine not built)
+MAX_ROUTER_CRASHES = 5  # within a minute: then `preheat up` stops and says why
 
 
 def _tail(path: Path, lines: int = 3) -> str:
