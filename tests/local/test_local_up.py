@@ -347,3 +347,33 @@ def test_a_pool_at_zero_wakes_for_a_request_the_router_holds(tmp_path: Path) -> 
     assert (wake.from_replicas, wake.to_replicas) == (0, 1)
     assert "waking" in wake.reason
     assert code == 0
+
+
+SLOW_POOL = (
+    WAKE_POOL.replace("name: wake", "name: slow")
+    .replace("loadTime: 300ms", "loadTime: 30s")
+    .replace("min: 0", "min: 1")
+)
+
+
+def test_a_worker_not_warm_in_time_is_killed_and_restarted(tmp_path: Path) -> None:
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(SLOW_POOL)
+    run = tmp_path / "run"
+    up = _start_up(run, pool, "--startup-timeout-s", "2")
+
+    def crashed() -> bool:
+        text = (run / "events.jsonl").read_text() if (run / "events.jsonl").exists() else ""
+        return '"kind":"restart"' in text
+
+    try:
+        asyncio.run(_wait_for(crashed, 30, "a restart", run))
+    finally:
+        up.send_signal(signal.SIGINT)
+        code = up.wait(timeout=40)
+    events = read_run(run).events
+    crash = _first(events, "crash")
+    assert "SIGKILL: not warm 2 s after start" in crash.reason
+    assert _first(events, "restart", crash.worker).t_s >= crash.t_s
+    assert code == 0
+    assert all(_gone(p) for p in _state(run)["pids"])

@@ -54,6 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a draining worker's in-flight requests get this long (default 10)",
     )
     parser.add_argument(
+        "--startup-timeout-s",
+        type=float,
+        default=0.0,
+        help="a worker not warm this long after its start is killed and restarted "
+        "(default: the operator's startup budget, 300 s for sim, 1800 s for vllm)",
+    )
+    parser.add_argument(
         "--prometheus",
         default="",
         metavar="URL",
@@ -86,6 +93,8 @@ def _problems(args: argparse.Namespace) -> list[str]:
     out = []
     if args.interval_s <= 0:
         out.append(f"--interval-s must be > 0 (got {args.interval_s:g})")
+    if args.startup_timeout_s < 0:
+        out.append(f"--startup-timeout-s must be >= 0 (got {args.startup_timeout_s:g})")
     if args.drain_grace_s < 0:
         out.append(f"--drain-grace-s must be >= 0 (got {args.drain_grace_s:g})")
     for flag in ("router_grpc_port", "router_http_port"):
@@ -138,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         router_http_port=args.router_http_port,
         interval_s=args.interval_s,
         drain_grace_s=args.drain_grace_s,
+        startup_budget_s=args.startup_timeout_s,
         worker_args=tuple(args.worker_arg),
         router_args=tuple(args.router_arg),
         prometheus_url=prometheus,

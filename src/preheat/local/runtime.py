@@ -53,7 +53,7 @@ from preheat.core.autoscaling import (
     Signals,
 )
 from preheat.core.pool import EngineConfig, PoolConfig
-from preheat.core.reconcile import BuildOptions, worker_args
+from preheat.core.reconcile import BuildOptions, startup_failure_threshold, worker_args
 from preheat.local import plan
 from preheat.local.poolfile import PoolFile
 from preheat.local.procs import Child, free_port, preheat_argv, spawn
@@ -89,6 +89,7 @@ class UpOptions:
     stale_after_s: float = 30.0
     restart_backoff_s: tuple[float, ...] = (0.0, 1.0, 2.0, 5.0, 10.0, 30.0)
     sample_every_s: float = 1.0  # replicas.jsonl cadence
+    startup_budget_s: float = 0.0  # a worker not warm this long is restarted; 0: the operator's
     command: str = ""  # the command line (for the record)
 
 
@@ -110,6 +111,7 @@ class LocalWorker:
     restarts: int = 0
     ready_seen: bool = False
     role_error: str = ""
+    killed_because: str = ""  # why the runtime SIGKILLed it (not warm in time)
 
     @property
     def address(self) -> str:
@@ -189,6 +191,10 @@ class LocalPool:
         self.router_grpc = options.router_grpc_port or free_port()
         self.router_http = options.router_http_port or free_port()
         self.desired = self.config.replicas.desired
+        # the operator's startup probe budget for this engine (load + warm-up, seconds)
+        self.startup_budget_s = float(
+            options.startup_budget_s or startup_failure_threshold(self.config, BuildOptions(), 1)
+        )
         self.policy = PolicyState()
         self.tuning = PolicyTuning(stale_after_s=options.stale_after_s)
         self.decision: Decision | None = None
@@ -299,6 +305,12 @@ class LocalPool:
     async def _supervise(self, now: float) -> None:
         for w in list(self.workers.values()):
             code = w.child.returncode
+            cold = w.state in plan.COLD and not w.ready_seen and not w.leaving
+            late = now - w.child.started_at > self.startup_budget_s
+            if code is None and cold and late and not w.killed_because:
+                # as a startup probe would: a worker not warm in time is restarted
+                w.killed_because = f"not warm {self.startup_budget_s:g} s after start"
+                w.child.send(signal.SIGKILL)
             if code is None:
                 continue
             del self.workers[w.name]
@@ -306,6 +318,8 @@ class LocalPool:
                 self._event("stop", w.name, f"exited ({code}) after draining")
                 continue
             how = _exit_text(code)
+            if w.killed_because:
+                how = f"{how}: {w.killed_because}"
             self._event("crash", w.name, f"pid {w.child.pid} {how} while {w.state}")
             if code == BAD_FLAGS_EXIT and not w.answered:
                 # a worker that rejects its flags will reject them again: say why and stop
