@@ -155,7 +155,9 @@ class _Router:
     in_flight: dict[str, int] = field(default_factory=dict)
     ttft_ewma: dict[str, float] = field(default_factory=dict)
     endpoints: dict[str, Endpoint] = field(default_factory=dict)
-    snapshot: tuple[Endpoint, ...] | None = None
+    snapshot: tuple[Endpoint, ...] | None = None  # None: rebuild (the routable set changed)
+    positions: dict[str, int] = field(default_factory=dict)  # pod -> index in snapshot
+    changed: set[str] = field(default_factory=set)  # pods whose entry must be rebuilt
     state: SchedulerState = field(default_factory=SchedulerState)
     history: PrefixHistory | None = None
     held: deque[_Req] = field(default_factory=deque)
@@ -245,6 +247,8 @@ class _World:
         )
         self.scrapes_kept = int(auto.window_s / options.autoscale_interval_s) + 3
         self.standby_wanted = -1
+        # how long unchanged figures may keep their stamp (see _refresh_pod)
+        self.fresh_for_s = self.routing.staleness_s - options.refresh_interval_s
 
     # --- heap -----------------------------------------------------------------------------
     def push(self, t: float, kind: int, payload: object) -> None:
@@ -334,20 +338,20 @@ class _World:
             self._process(pod, core.advance(self.now))
             self._reschedule(pod)
         running, waiting, kv = core.num_running, core.num_waiting, core.kv_cache_usage
-        # metrics_at only matters against the scheduler's staleness bound: refresh the
-        # endpoint when its figures changed or its age nears the bound (same decisions).
+        # metrics_at only matters against the scheduler's staleness bound (is_stale): an
+        # idle pod's unchanged figures are re-stamped only when, by the next refresh, they
+        # could otherwise look stale; the scheduler decides exactly as with 1 s stamps.
         if (
             force
             or running != pod.m_running
             or waiting != pod.m_waiting
             or kv != pod.m_kv
             or pod.m_at is None
-            or self.now - pod.m_at > self.routing.staleness_s / 2
+            or self.now - pod.m_at > self.fresh_for_s
         ):
             pod.m_running, pod.m_waiting, pod.m_kv, pod.m_at = running, waiting, kv, self.now
             for r in self.routers.values():
-                if r.endpoints.pop(pod.name, None) is not None:
-                    r.snapshot = None
+                self._touch(r, pod.name)
 
     def _endpoint(self, router: _Router, pod: _Pod) -> Endpoint:
         ep = router.endpoints.get(pod.name)
@@ -375,13 +379,24 @@ class _World:
     def _snapshot(self, router: _Router) -> tuple[Endpoint, ...]:
         snap = router.snapshot
         if snap is None:
-            snap = tuple(self._endpoint(router, p) for p in self.pod_order if p.state == "active")
+            pods = [p for p in self.pod_order if p.state == "active"]
+            snap = tuple(self._endpoint(router, p) for p in pods)
+            router.positions = {p.name: i for i, p in enumerate(pods)}
+            router.changed.clear()
             router.snapshot = snap
+        elif router.changed:
+            entries = list(snap)
+            for name in router.changed:
+                i = router.positions.get(name)
+                if i is not None:
+                    entries[i] = self._endpoint(router, self.pods[name])
+            router.changed.clear()
+            snap = router.snapshot = tuple(entries)
         return snap
 
     def _touch(self, router: _Router, pod_name: str) -> None:
         if router.endpoints.pop(pod_name, None) is not None:
-            router.snapshot = None
+            router.changed.add(pod_name)
 
     # --- requests -------------------------------------------------------------------------
     def _finish(self, req: _Req, outcome: RequestOutcome) -> None:
@@ -628,9 +643,23 @@ class _World:
 
     # --- control plane --------------------------------------------------------------------
     def refresh(self) -> None:
+        now, fresh = self.now, self.fresh_for_s
         for pod in self.pod_order:
-            if pod.state == "active":
-                self._refresh_pod(pod)
+            if pod.state != "active":
+                continue
+            core = pod.core
+            # an idle pod whose figures are fresh enough: nothing can have changed
+            if (
+                core is not None
+                and not core.has_work()
+                and pod.m_at is not None
+                and now - pod.m_at <= fresh
+                and pod.m_running == 0
+                and pod.m_waiting == 0
+                and pod.m_kv == core.kv_cache_usage
+            ):
+                continue
+            self._refresh_pod(pod)
 
     def _scrape(self, pod: _Pod) -> Scrape:
         core = pod.core
