@@ -196,3 +196,86 @@ def test_mooncake_slice_runs_with_its_real_lengths() -> None:
     assert stats.schedule_calls == 150
     hit = sum(r.cached_tokens for r in run.requests) / sum(r.prompt_tokens for r in run.requests)
     assert 0.02 < hit < 0.9  # the shared system prompt (trace block 0) hits from the 2nd
+
+
+def _write_pool(tmp_path: Path) -> Path:
+    p = tmp_path / "pool.yaml"
+    p.write_text(
+        "apiVersion: preheat.dev/v1alpha1\nkind: InferencePool\nmetadata: {name: t}\n"
+        "spec: {model: {name: m}, engine: {kind: sim}, replicas: {min: 1, max: 2}}\n"
+    )
+    return p
+
+
+def _write_trace(tmp_path: Path, n: int = 12) -> Path:
+    p = tmp_path / "trace.jsonl"
+    lines = [
+        json.dumps(
+            {
+                "timestamp_ms": 250 * i,
+                "input_tokens": 600,
+                "output_tokens": 5,
+                "prefix_block_ids": [0, 1 + i % 3],
+            }
+        )
+        for i in range(n)
+    ]
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--set", "replicas.maxx=3"], "unknown key 'maxx' in replicas; known: desired, max, min"),
+        (["--set", "replicas.max"], "expected KEY=VALUE"),
+        (["--set", "replicas.max=-1"], "replicas.max"),
+        (["--sweep", "autoscaling.window=10s,ten"], "autoscaling.window=ten"),
+        (["--sweep", "nope=1,2"], "unknown key 'nope' in the pool spec"),
+    ],
+)
+def test_cli_bad_set_and_sweep_exit_2_with_one_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    from preheat.cli import main
+
+    argv = ["simulate", "--pool", str(_write_pool(tmp_path)), "--trace"]
+    rc = main([*argv, str(_write_trace(tmp_path)), "--out", str(tmp_path / "run"), *flags])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert message in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_sweep_prints_the_trade_off_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from preheat.cli import main
+
+    argv = ["simulate", "--pool", str(_write_pool(tmp_path)), "--trace"]
+    rc = main(
+        [
+            *argv,
+            str(_write_trace(tmp_path)),
+            "--out",
+            str(tmp_path / "sweep"),
+            "--sweep",
+            "replicas.min=1,2",
+            "--no-plots",
+            "--jobs",
+            "1",
+            "--ttft-objective-ms",
+            "500",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "SLO" in out
+    assert "GPU-h" in out
+    assert "replicas.min=1" in out
+    assert "replicas.min=2" in out
+    for v in ("1", "2"):
+        run = read_run(tmp_path / "sweep" / f"replicas.min={v}")
+        assert run.meta.simulated
+        assert len(run.requests) == 12
