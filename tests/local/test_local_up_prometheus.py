@@ -15,6 +15,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,6 +88,16 @@ def _up(run: Path, pool: Path, prometheus: str) -> subprocess.Popen[bytes]:
         stdout=(run / "up.log").open("wb"),
         stderr=subprocess.STDOUT,
     )
+
+
+def _up_targets(url: str) -> int:
+    """Targets of the pool Prometheus scrapes successfully now."""
+    query = urllib.parse.urlencode({"query": 'up{pool="promtest"} == 1'})
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/query?{query}", timeout=2) as resp:
+            return len(json.load(resp)["data"]["result"])
+    except (OSError, ValueError, KeyError):
+        return 0
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> int:
@@ -179,7 +191,13 @@ def test_signals_from_prometheus_scale_the_pool_up(prometheus: tuple[str, Path])
     up = _up(run, pool, url)
     log = run / "up.log"
     try:
-        _wait(lambda: _state(run).get("ready") is True, 60, "the pool to be ready", log)
+
+        def warm() -> bool:
+            counts = _state(run).get("counts") or {}
+            return isinstance(counts, dict) and counts.get("active") == counts.get("standby") == 1
+
+        _wait(warm, 60, "an active and a standby worker", log)
+        _wait(lambda: _up_targets(url) >= 3, 60, "Prometheus to scrape them and the router", log)
         assert _state(run)["metrics"] == f"prometheus {url}"
         targets = json.loads((run / "prometheus-targets.json").read_text())
         assert targets[0]["labels"] == {"pool": "promtest", "component": "worker"}
