@@ -186,27 +186,28 @@ class _BlockPool:
 
     def allocate(self, n: int) -> list[int]:
         assert n <= len(self.free)
-        out: list[int] = []
+        popitem = self.free.popitem
+        hash_of, ref, cached = self.hash_of, self.ref, self.cached
+        out = [popitem(last=False)[0] for _ in range(n)]
         removed: list[int] = []
-        for _ in range(n):
-            b, _none = self.free.popitem(last=False)
-            h = self.hash_of[b]
+        for b in out:
+            h = hash_of[b]
             if h is not None:
-                del self.cached[h]
-                self.hash_of[b] = None
+                del cached[h]
+                hash_of[b] = None
                 removed.append(h)
-            self.ref[b] = 1
-            out.append(b)
+            ref[b] = 1
         if removed:
             self._emit(CacheEventKind.REMOVED, removed)
         return out
 
     def release(self, blocks: list[int]) -> None:
         # Tail blocks first, so that they are evicted before the shared prefix (as vLLM).
+        ref, free = self.ref, self.free
         for b in reversed(blocks):
-            self.ref[b] -= 1
-            if self.ref[b] == 0:
-                self.free[b] = None
+            ref[b] -= 1
+            if ref[b] == 0:
+                free[b] = None
 
     def store(self, b: int, h: int) -> bool:
         if h in self.cached or self.hash_of[b] is not None:
@@ -214,6 +215,19 @@ class _BlockPool:
         self.cached[h] = b
         self.hash_of[b] = h
         return True
+
+    def store_range(self, blocks: list[int], hashes: list[int], start: int, end: int) -> list[int]:
+        """:meth:`store` for blocks ``start..end-1``; the hashes newly stored, in order."""
+        cached, hash_of = self.cached, self.hash_of
+        stored: list[int] = []
+        for i in range(start, end):
+            b, h = blocks[i], hashes[i]
+            if h in cached or hash_of[b] is not None:
+                continue
+            cached[h] = b
+            hash_of[b] = h
+            stored.append(h)
+        return stored
 
     @property
     def usage(self) -> float:
@@ -540,11 +554,7 @@ class SimCore:
             full = seq.num_computed // bs
             if full > seq.num_stored:
                 seq.hash_upto(full, bs)
-                stored = [
-                    seq.hashes[i]
-                    for i in range(seq.num_stored, full)
-                    if self._pool.store(seq.blocks[i], seq.hashes[i])
-                ]
+                stored = self._pool.store_range(seq.blocks, seq.hashes, seq.num_stored, full)
                 seq.num_stored = full
                 if stored:
                     self._emit_cache(CacheEventKind.STORED, stored)
