@@ -159,3 +159,27 @@ def _gone(pid: int) -> bool:
     except OSError:
         return True
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_cli_unwritable_run_folder(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "preheat.cli",
+            "up",
+            "-f",
+            str(REPO / "examples" / "pool.yaml"),
+            "--out",
+            str(blocker / "run"),
+            "--no-ui",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "cannot write the run folder" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -154,8 +154,13 @@ def run(args: argparse.Namespace) -> int:
         command=shlex.join(["preheat", "up", *sys.argv[2:]]),
     )
     view: LiveView | LogView = LiveView() if ui else LogView()
+    try:
+        runtime = LocalPool(pool, options, view)
+    except OSError as e:
+        print(f"preheat up: cannot write the run folder {out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     with view:
-        return asyncio.run(_serve(LocalPool(pool, options, view), prometheus))
+        return asyncio.run(_serve(runtime, prometheus))
 
 
 async def _serve(runtime: LocalPool, prometheus: str) -> int:
