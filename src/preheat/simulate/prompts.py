@@ -17,28 +17,34 @@ from __future__ import annotations
 from preheat.bench.traces import TraceRequest
 
 _MASK = (1 << 63) - 1
+_SUB_BITS = 6  # sub-blocks of one trace block get consecutive names: chain << 6 | k
+_CHAIN_MASK = (1 << (64 - _SUB_BITS)) - 1  # names stay below 2**64 (SimCore chains them)
 
 
 class BlockNamer:
     """Names the full ``block_size``-token blocks of trace prompts; memoizes per trace
-    block chain, so a shared prefix is named once."""
+    block chain, so a shared prefix is named once. The sub-blocks of a trace block are named
+    ``chain << 6 | k``: consecutive integers, made at C speed."""
 
     def __init__(self, block_size: int) -> None:
         if block_size <= 0:
             raise ValueError(f"block_size must be > 0, got {block_size}")
         self.block_size = block_size
         self._chain: dict[tuple[int, int], int] = {}
-        self._subs: dict[tuple[int, int], tuple[int, ...]] = {}
 
     def names(self, req: TraceRequest) -> tuple[int, ...]:
         bs = self.block_size
         n_full = req.input_tokens // bs
         ids = req.prefix_block_ids
         if not ids:
-            tag = -(req.index + 1)
-            return tuple(hash((tag, k)) & _MASK for k in range(n_full))
+            base = (hash(("unique", req.index)) & _CHAIN_MASK) << _SUB_BITS
+            return (
+                tuple(range(base, base + n_full))
+                if n_full <= 1 << _SUB_BITS
+                else tuple(hash((base, k)) & _MASK for k in range(n_full))
+            )
         bt = req.block_tokens
-        if bt % bs:
+        if bt % bs or bt // bs > 1 << _SUB_BITS:
             return self._general(req, n_full)
         per = bt // bs
         out: list[int] = []
@@ -47,14 +53,11 @@ class BlockNamer:
             key = (chain, b)
             c = self._chain.get(key)
             if c is None:
-                c = hash(key) & _MASK
+                c = hash(key) & _CHAIN_MASK
                 self._chain[key] = c
             chain = c
-            subs = self._subs.get((c, per))
-            if subs is None:
-                subs = tuple(hash((c, k)) & _MASK for k in range(per))
-                self._subs[(c, per)] = subs
-            out.extend(subs)
+            base = c << _SUB_BITS
+            out.extend(range(base, base + per))
             if len(out) >= n_full:
                 break
         return tuple(out[:n_full])
