@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import os
 import sys
 import tempfile
 import time
@@ -262,10 +263,12 @@ def render(rows: list[Row], sc: Scenario, live: Run, sim: Run, wall_s: float) ->
     lines = [
         "## Simulator fidelity: live vs simulated",
         "",
-        f"Scenario: {sc.describe()}. Live: real `preheat worker --engine sim` processes and a",
-        "real `preheat router` (static endpoints, metrics scraped every 1 s) on this machine,",
-        "replayed with `preheat load`'s client; simulated: `preheat simulate`'s engine with the",
-        "same pool. Acceptance: every error within 10%.",
+        f"Scenario: {sc.describe()}.",
+        "",
+        "Live: real `preheat worker --engine sim` processes and a real `preheat router`",
+        "(static endpoints, Status polled every 1 s) on this machine, replayed with",
+        "`preheat load`'s client; simulated: `preheat simulate` with the same pool and routing",
+        "config. Acceptance: every error within 10%.",
         "",
         "| metric | live | simulated | error |",
         "|---|---:|---:|---:|",
@@ -280,7 +283,10 @@ def render(rows: list[Row], sc: Scenario, live: Run, sim: Run, wall_s: float) ->
     if extra:
         lines += [
             "",
-            "Where the TTFT goes (informational; live server-reported stages):",
+            "Where the TTFT goes (informational; live: the worker's reported stages). The",
+            "engine part is the simulator's model; the rest is the live path's Python (client,",
+            "router, two gRPC hops, tokenizing the prompt twice) on a shared 2-core machine,",
+            "which the simulator counts as a constant 1.5 ms router overhead + RTT:",
             "",
             "| stage | live | simulated | difference |",
             "|---|---:|---:|---:|",
@@ -292,8 +298,8 @@ def render(rows: list[Row], sc: Scenario, live: Run, sim: Run, wall_s: float) ->
     lines += [
         "",
         f"Requests finished: live {live_ok}/{len(live.requests)}, simulated "
-        f"{sim_ok}/{len(sim.requests)}; measured {time.strftime('%Y-%m-%d')} in "
-        f"{wall_s:.0f} s wall.",
+        f"{sim_ok}/{len(sim.requests)}; measured {time.strftime('%Y-%m-%d %H:%M')} UTC in "
+        f"{wall_s:.0f} s wall, 1-min load average {os.getloadavg()[0]:.1f} on 2 cores.",
         "",
         "Reproduce: `.venv/bin/python -m preheat.simulate.fidelity --write docs/benchmarks.md`",
         "(the test `tests/simulate/test_fidelity.py` holds the same bound).",
