@@ -79,14 +79,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="FLAG",
-        help="extra `preheat router` flag, e.g. --router-arg=--policy=round_robin",
+        help="extra `preheat router` flag, e.g. --router-arg=--policy=p2c",
     )
     parser.add_argument(
         "--no-ui",
         action="store_true",
         help="structured logs instead of the live view (the default when not a terminal)",
     )
-    parser.add_argument("--log-format", choices=LOG_FORMATS, default="kv")
+    parser.add_argument(
+        "--log-format", choices=LOG_FORMATS, default="kv", help="with --no-ui: kv or json lines"
+    )
 
 
 def _problems(args: argparse.Namespace) -> list[str]:
