@@ -279,3 +279,34 @@ def test_cli_sweep_prints_the_trade_off_table(
         run = read_run(tmp_path / "sweep" / f"replicas.min={v}")
         assert run.meta.simulated
         assert len(run.requests) == 12
+
+
+def test_a_pool_at_zero_wakes_and_held_requests_are_served_or_time_out() -> None:
+    spec: dict[str, Any] = {
+        "model": {"name": "m"},
+        "engine": {"kind": "sim"},
+        "replicas": {"min": 0, "max": 2, "desired": 0},
+        "autoscaling": {"objectives": [{"signal": "queueDepth", "perReplica": 4}]},
+    }
+    pool = pool_config(PoolFile("z", "default", spec))
+    trace = _trace(30, rate=10.0)
+    fast = Startup(image_pull_s=1.0, load_s=1.0, warmup_s=1.0, promote_s=0.5)
+    run, _ = simulate(pool, trace, SimOptions(startup=fast, autoscale_interval_s=2.0))
+    kinds = [e.kind for e in run.events]
+    assert "scale_up" in kinds
+    assert "start" in kinds
+    assert "ready" in kinds
+    assert "waking" in next(e.reason for e in run.events if e.kind == "scale_up")
+    counts = count_outcomes(run.requests)
+    assert sum(counts.values()) == 30
+    assert counts["ok"] == 30  # held at the router (10 s) until the first pod is active
+    first = min(run.requests, key=lambda r: r.t_s)
+    # served only after the wake decision (t=2 s), a 3 s start and a 0.5 s promotion
+    assert first.ttft_ms > 5500
+    # a slower start than the router's hold: the first requests time out, as live
+    slow = Startup(image_pull_s=12.0, load_s=1.0, warmup_s=1.0)
+    run2, _ = simulate(pool, trace, SimOptions(startup=slow, autoscale_interval_s=2.0))
+    c2 = count_outcomes(run2.requests)
+    assert sum(c2.values()) == 30
+    assert c2["error"] > 0
+    assert all("no routable endpoint" in r.error for r in run2.requests if r.outcome == "error")
