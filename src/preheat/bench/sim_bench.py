@@ -16,8 +16,8 @@ its own section of docs/benchmarks.md with PNG plots under docs/img/bench/:
     search on the smallest pool (bracket by factors of 1.5 from the main scale, then one
     bisection step; at most ``--search-runs`` runs per policy).
 ``autoscaling`` (section ``sim-autoscaling``)
-    The bursty trace of :mod:`preheat.bench.bursts` against a pool that starts cold-free at
-    ``--initial-replicas`` and scales between 1 and 32 GPUs, with our ``decide`` and the HPA,
+    The bursty trace of :mod:`preheat.bench.bursts` against a pool that starts with
+    ``--initial-replicas`` warm GPUs and scales between 1 and 32, with our ``decide`` and the HPA,
     KEDA and KPA baselines (:mod:`preheat.core.autoscaling.baselines`, plugged into the
     simulator as ``SimOptions.autoscale``), each without and with one warm standby: SLO
     attainment (share of all requests with TTFT within the objective) against GPU-hours
