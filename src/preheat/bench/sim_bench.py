@@ -686,9 +686,11 @@ def autoscaling_part(args: argparse.Namespace, img_dir: Path | None) -> Autoscal
     lines += [
         "",
         "What the decision logs show (`SimOptions.autoscale` wrapped to print each "
-        "`Decision.reason`): (1) every policy with a 300 s scale-down stabilization scales 2 "
-        "-> 1 within the first 30 s, because a fresh policy has no history to hold it (the "
-        "window only covers what it has seen; a restarted operator would do the same); "
+        "`Decision.reason`): (1) hpa, keda, kpa and preheat@500 scale 2 -> 1 within the "
+        "first 30 s (preheat with its 300 ms objective holds 2: the early p99 is within "
+        "its tolerance band); for the policies with a 300 s scale-down stabilization that "
+        "is because a fresh policy has no history to hold it (the window only covers what "
+        "it has seen; a restarted operator would do the same); "
         "(2) latency and queue-depth objectives react only once requests already wait: a "
         "policy whose objective sits at the SLO (preheat@500) or that watches the engine's "
         "waiting queue (keda) first moves when the climb has filled the one active GPU, "
