@@ -310,3 +310,41 @@ def test_a_pool_at_zero_wakes_and_held_requests_are_served_or_time_out() -> None
     assert sum(c2.values()) == 30
     assert c2["error"] > 0
     assert all("no routable endpoint" in r.error for r in run2.requests if r.outcome == "error")
+
+
+def test_network_rtt_is_on_the_ttft_and_in_the_routers_view(tmp_path: Path) -> None:
+    from preheat.simulate import Network, load_network
+
+    net_file = tmp_path / "net.yaml"
+    net_file.write_text("rttMs: {us-east-1: {eu-west-1: 200}}\nlocalMs: 1\nrouterOverheadMs: 0\n")
+    net = load_network(net_file)
+    assert net.rtt_ms("eu-west-1", "us-east-1") == 200.0
+    spec: dict[str, Any] = {
+        "model": {"name": "m"},
+        "engine": {"kind": "sim"},
+        "topology": {"zones": ["us-east-1a", "eu-west-1a"]},
+        "replicas": {"min": 2, "max": 2},
+    }
+    pool = pool_config(PoolFile("g", "default", spec))
+    trace = _trace(40, rate=2.0)
+    local, _ = simulate(pool, trace, SimOptions(network=net, client_regions=(("eu-west-1", 1.0),)))
+    # a light load: the router keeps eu clients on the eu pod (the 200 ms RTT is in its
+    # view, beyond the sessions' 150 ms hotspot margin)
+    assert {r.endpoint for r in local.requests} == {"g-1"}
+    assert {r.region for r in local.requests} == {"eu-west-1"}
+    assert all(r.stages_ms["network"] == 1.0 for r in local.requests)
+    far = Network(region_rtt_ms={"us-east-1": {"eu-west-1": 80.0}}, router_overhead_ms=0.0)
+    # a pool only in us-east: every eu request pays the 80 ms RTT
+    one = pool_config(PoolFile("g", "default", {**spec, "topology": {"zones": ["us-east-1a"]}}))
+    remote, _ = simulate(one, trace, SimOptions(network=far, client_regions=(("eu-west-1", 1.0),)))
+    for a, b in zip(
+        sorted(local.requests, key=lambda r: r.t_s),
+        sorted(remote.requests, key=lambda r: r.t_s),
+        strict=True,
+    ):
+        assert b.stages_ms["network"] == 80.0
+        assert b.ttft_ms > a.ttft_ms + 30.0  # one RTT more, less the 1 ms local one
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rttMs: {a: {b: -1}}\nfoo: 1\n")
+    with pytest.raises(SimInputError, match=r"unknown key 'foo'.*rttMs.a.b must be a number >= 0"):
+        load_network(bad)
