@@ -348,3 +348,27 @@ def test_network_rtt_is_on_the_ttft_and_in_the_routers_view(tmp_path: Path) -> N
     bad.write_text("rttMs: {a: {b: -1}}\nfoo: 1\n")
     with pytest.raises(SimInputError, match=r"unknown key 'foo'.*rttMs.a.b must be a number >= 0"):
         load_network(bad)
+
+
+def test_without_watch_cache_the_router_routes_on_its_prefix_history(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from preheat.core.routing.history import PrefixHistory
+
+    pool = _pool(min=3, max=3)
+    # no sessions: only a prefix view keeps a conversation's turns together
+    trace = [dataclasses.replace(t, session_id="") for t in _trace()]
+
+    def hit(run: Any) -> float:
+        return float(
+            sum(r.cached_tokens for r in run.requests) / sum(r.prompt_tokens for r in run.requests)
+        )
+
+    precise, _ = simulate(pool, trace, SimOptions())
+    history, _ = simulate(pool, trace, SimOptions(watch_cache=False))
+    assert hit(history) > 0.6
+    assert abs(hit(history) - hit(precise)) < 0.1
+    # the simulator's router uses core's PrefixHistory: blind it and the hits fall
+    monkeypatch.setattr(PrefixHistory, "match", lambda self, hashes, now: {})
+    blind, _ = simulate(pool, trace, SimOptions(watch_cache=False))
+    assert hit(blind) < hit(history) - 0.1
