@@ -12,7 +12,8 @@ def cooldown_left(state: PolicyState, now: float, config: AutoscalingConfig, up:
     if state.last_scale_at is None:
         return 0.0
     rule = config.scale_up if up else config.scale_down
-    return max(0.0, state.last_scale_at + rule.cooldown_s - now)
+    elapsed = now - state.last_scale_at  # compared as elapsed >= cooldown, the definition
+    return 0.0 if elapsed >= rule.cooldown_s else rule.cooldown_s - elapsed
 
 
 def step_limited(current: int, target: int, config: AutoscalingConfig) -> int:
