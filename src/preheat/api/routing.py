@@ -77,6 +77,9 @@ class RoutingConfigSpec(_Spec):
     cross_zone_rtt_ms: float = _ms(_D.cross_zone_rtt_ms)
     remote_region_rtt_ms: float = _ms(_D.remote_region_rtt_ms)
     typical_prompt_tokens: int = Field(default=_D.typical_prompt_tokens, ge=1)
+    typical_prompt_alpha: float = Field(
+        default=_D.typical_prompt_alpha, ge=0.0, le=1.0, allow_inf_nan=False
+    )
     running_seq_ms: float = _ms(_D.running_seq_ms)
     slot_wait_ms: float = _ms(_D.slot_wait_ms)
     kv_pressure_threshold: float = Field(
@@ -133,6 +136,7 @@ class RoutingConfigSpec(_Spec):
             cross_zone_rtt_ms=self.cross_zone_rtt_ms,
             remote_region_rtt_ms=self.remote_region_rtt_ms,
             typical_prompt_tokens=self.typical_prompt_tokens,
+            typical_prompt_alpha=self.typical_prompt_alpha,
             running_seq_ms=self.running_seq_ms,
             slot_wait_ms=self.slot_wait_ms,
             kv_pressure_threshold=self.kv_pressure_threshold,

@@ -8,6 +8,7 @@ queued request counts as one typical (1024-token) prefill.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 
 import pytest
@@ -31,8 +32,30 @@ IDS = ("w-0", "w-1", "w-2")
 
 def run(ctx: RoutingContext, config: SchedulerConfig = CFG) -> Decision:
     d, state = schedule(ctx, config, COST, SchedulerState())
-    assert state == SchedulerState()
+    # preheat carries one thing between decisions: the typical request's uncached tokens
+    assert dataclasses.replace(state, new_tokens_ewma=0.0) == SchedulerState()
     return d
+
+
+def test_a_typical_request_ahead_is_priced_by_what_was_routed() -> None:
+    busy = [make_endpoint("w-0", queue=1), make_endpoint("w-1")]
+    req = make_request(prompt_tokens=8192, session="")
+    state = SchedulerState()
+    first, state = schedule(make_ctx(busy, req), CFG, COST, state)
+    assert state.new_tokens_ewma == 8192  # the first routed request sets it
+    queue_before = first.candidates[0].terms.get("queue", 0.0)
+    for i in range(5):
+        _, state = schedule(
+            make_ctx(busy, make_request(request_id=f"r{i}", prompt_tokens=8192)), CFG, COST, state
+        )
+    # w-0's one waiting request now costs a long prefill, not typical_prompt_tokens' (1024)
+    d, _ = schedule(make_ctx(busy, req), CFG, COST, state)
+    by_id = {c.endpoint.id: c for c in d.candidates}
+    assert by_id["w-0"].terms["queue"] == pytest.approx(COST.prefill_ms(8192, 0))
+    assert by_id["w-0"].terms["queue"] > queue_before or queue_before == 0.0
+    fixed = dataclasses.replace(CFG, typical_prompt_alpha=0.0)
+    _, kept = schedule(make_ctx(busy, req), fixed, COST, SchedulerState())
+    assert kept.new_tokens_ewma == 0.0  # alpha 0: typical_prompt_tokens stays
 
 
 def pool(**overrides: Endpoint) -> list[Endpoint]:

@@ -34,6 +34,9 @@ class SchedulerState:
 
     rr_cursor: int = 0  # round-robin: index of the next endpoint (in id order)
     seed: int = 0  # random: mixed into the hash of the request id
+    # EWMA of the uncached prompt tokens of routed requests: what "a typical request ahead
+    # in the queue" costs (the queue scorer); 0 = none routed yet (typical_prompt_tokens)
+    new_tokens_ewma: float = 0.0
 
 
 Pick = tuple[Endpoint, SchedulerState, str]

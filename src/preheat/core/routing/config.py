@@ -58,6 +58,9 @@ class SchedulerConfig:
     #: prompt length (tokens) whose prefill stands for "a typical request" in the queue
     #: estimate when an endpoint has no observed TTFT.
     typical_prompt_tokens: int = 1024
+    #: weight of each routed request in the EWMA of uncached prompt tokens that replaces
+    #: ``typical_prompt_tokens`` once requests were routed (0: keep the fixed value).
+    typical_prompt_alpha: float = 0.05
     #: ms one running sequence adds to every engine step our prefill shares (decode work).
     running_seq_ms: float = 0.05
     #: ms to wait for a free sequence slot, per request beyond ``max_num_seqs``.

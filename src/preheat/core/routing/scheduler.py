@@ -27,6 +27,7 @@ Decision reasons (``REASONS``):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
 
@@ -118,7 +119,9 @@ def schedule(
     if not endpoints:
         return _no_endpoints(ctx, config), state
     if config.policy == "preheat":
-        return _preheat(ctx, config, cost, endpoints, config.scorers), state
+        typical = state.new_tokens_ewma if state.new_tokens_ewma > 0 else None
+        decision = _preheat(ctx, config, cost, endpoints, config.scorers, typical)
+        return decision, _observe(decision, ctx, config, state)
     if config.policy == "prefix-only":
         return _prefix_only(ctx, config, cost, endpoints), state
     pick = _BASELINES.get(config.policy)
@@ -129,6 +132,21 @@ def schedule(
         )
     chosen, new_state, detail = pick(endpoints, ctx.request, config, state)
     return _baseline_decision(ctx, config, cost, chosen, detail), new_state
+
+
+def _observe(
+    decision: Decision, ctx: RoutingContext, config: SchedulerConfig, state: SchedulerState
+) -> SchedulerState:
+    """The state after routing ``decision``: its uncached prompt tokens folded into the
+    running average the queue scorer prices a typical request ahead with."""
+    alpha = config.typical_prompt_alpha
+    if decision.endpoint is None or alpha <= 0:
+        return state
+    req = ctx.request
+    new_tokens = max(1, req.prompt_tokens - decision.cached_blocks * req.block_size)
+    old = state.new_tokens_ewma
+    ewma = float(new_tokens) if old <= 0 else old + alpha * (new_tokens - old)
+    return dataclasses.replace(state, new_tokens_ewma=ewma)
 
 
 # --- filters ---------------------------------------------------------------------------
@@ -178,8 +196,9 @@ def _preheat(
     cost: PrefillCost,
     endpoints: tuple[Endpoint, ...],
     scorers: Sequence[tuple[str, float]],
+    typical_new_tokens: float | None = None,
 ) -> Decision:
-    inp = ScoreInput(ctx, endpoints, cost, config)
+    inp = ScoreInput(ctx, endpoints, cost, config, typical_new_tokens)
     raw: dict[str, Mapping[str, float]] = {}
     for name in _scorer_names(tuple(scorers)):
         scorer = SCORERS.get(name)  # looked up per call: the registry is the one source

@@ -24,6 +24,14 @@ class ScoreInput:
     endpoints: tuple[Endpoint, ...]
     cost: PrefillCost
     config: SchedulerConfig
+    # uncached prompt tokens of a typical request (the scheduler's running average, or
+    # config.typical_prompt_tokens before any); None: config.typical_prompt_tokens
+    typical_new_tokens: float | None = None
+
+    @property
+    def typical_tokens(self) -> float:
+        t = self.typical_new_tokens
+        return self.config.typical_prompt_tokens if t is None or t <= 0 else t
 
     @cached_property
     def session_bound(self) -> Endpoint | None:

@@ -5,8 +5,10 @@ Formula, for endpoint p::
     ahead    = max(num_waiting, in_flight)   (queued before us: the engine's count, or this
                                               router's requests without a first token yet
                                               when the engine's figure lags behind)
-    per_req  = cost.prefill_ms(typical_prompt_tokens), or the endpoint's observed TTFT
-               (EWMA) when that is lower (a faster engine than the cost model's)
+    per_req  = cost.prefill_ms(typical), or the endpoint's observed TTFT (EWMA) when that
+               is lower (a faster engine than the cost model's); typical = the scheduler's
+               EWMA of routed requests' uncached prompt tokens (typical_prompt_alpha), or
+               typical_prompt_tokens before the first request
     overflow = max(0, num_running + ahead + 1 - max_num_seqs)   (requests beyond the slots)
     queue_ms = ahead * per_req + overflow * slot_wait_ms + num_running * running_seq_ms
 
@@ -54,5 +56,5 @@ class Queue:
     name = "queue"
 
     def score(self, inp: ScoreInput) -> Mapping[str, float]:
-        typical = inp.cost.prefill_ms(inp.config.typical_prompt_tokens, 0)
+        typical = inp.cost.prefill_ms(max(1, round(inp.typical_tokens)), 0)
         return {e.id: queue_wait_ms(e, inp.cost, inp.config, typical) for e in inp.endpoints}
