@@ -107,7 +107,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--sensitivity",
         type=int,
         default=1,
-        help=f"1: add rows for preheat with typicalPromptTokens {TYPICAL_TOKENS} (0: no)",
+        help="1: add rows for preheat pricing the queue at a fixed typicalPromptTokens "
+        f"({TYPICAL_TOKENS}, typicalPromptAlpha 0) instead of its running average (0: no)",
     )
     a = p.add_argument_group("autoscaling")
     a.add_argument("--burst-mean-rps", type=float, default=24.0)
@@ -250,16 +251,16 @@ def _mooncake(args: argparse.Namespace, n: int) -> list[TraceRequest]:
     return load_trace(args.data / MOONCAKE, opts)
 
 
-#: a sensitivity row, not a baseline: the preheat policy with the queue scorer's typical
-#: prompt (what each request ahead is assumed to cost) set nearer this trace's prompts
-#: (mean 12k tokens) than the default 1,024; see the findings in the routing section
-TYPICAL_TOKENS = 4096
-SENSITIVITY = f"preheat, typicalPromptTokens {TYPICAL_TOKENS}"
+#: a sensitivity row, not a baseline: the preheat policy pricing each request ahead in the
+#: queue at a fixed typicalPromptTokens (the default before the running average; routing
+#: config typicalPromptAlpha 0) instead of the average of what it routed
+TYPICAL_TOKENS = 1024
+SENSITIVITY = f"preheat, fixed typicalPromptTokens {TYPICAL_TOKENS}"
 
 
 def _routing_config(policy: str) -> SchedulerConfig:
     if policy == SENSITIVITY:
-        return SchedulerConfig(typical_prompt_tokens=TYPICAL_TOKENS)
+        return SchedulerConfig(typical_prompt_tokens=TYPICAL_TOKENS, typical_prompt_alpha=0.0)
     return SchedulerConfig(policy=policy)
 
 
@@ -435,13 +436,13 @@ def routing_part(args: argparse.Namespace, img_dir: Path | None) -> RoutingPart:
         "over the pooled KV is not optimal, so a policy can exceed it a little) and pays in "
         "queueing when a conversation's GPU is busy. `preheat` leaves a GPU holding the "
         "prefix only when the predicted queue there costs more than the prefill the hit "
-        "saves. Its queue term counts each request ahead at the prefill of "
-        "`typicalPromptTokens` (default 1,024; the observed TTFT when lower), while this "
-        "trace's prompts average 12k tokens, so it underestimates the wait behind a busy "
-        "GPU and follows the cache almost as far as `prefix-only` does. The "
-        f"`{SENSITIVITY}` row is the same policy with that one routing setting "
-        "(`typicalPromptTokens` in the router config) nearer the workload: it keeps nearly "
-        "all the hits and cuts the tail. TTFT p95 on this trace is mostly the prefill of "
+        "saves. Its queue term counts each request ahead at the prefill of a typical "
+        "request: the running average of the uncached prompt tokens it routed "
+        "(`typicalPromptAlpha` 0.05; this trace's prompts average 12k tokens). The "
+        f"`{SENSITIVITY}` row prices them at a fixed 1,024 tokens instead (the earlier "
+        "default): it underestimates the wait behind a busy GPU, follows the cache almost as "
+        "far as `prefix-only` (more hits) and pays for it in the tail and in throughput. "
+        "TTFT p95 on this trace is mostly the prefill of "
         "the longest prompts (clipped at 30,000 tokens; about 1.5 s at light load), so the "
         "policies differ by tens of percent there, by more at p99 and in throughput.",
         "",
