@@ -213,20 +213,29 @@ def _preheat(
 
     candidates: list[Candidate] = []
     ttft: dict[str, float] = {}
+    keyed: list[tuple[tuple[float, bool, str], Candidate]] = []
+    weighted = [(name, w, raw[name]) for name, w in scorers]
+    physical = [raw[name] for name in _PHYSICAL]
+    bound_id = bound.id if bound is not None else None
+    now, staleness_s, penalty = ctx.now, config.staleness_s, config.stale_penalty_ms
     for e in endpoints:
-        terms = {name: w * raw[name][e.id] for name, w in scorers}
-        t = sum(raw[name][e.id] for name in _PHYSICAL)
-        if is_stale(e, ctx.now, config.staleness_s):
-            terms["stale"] = config.stale_penalty_ms
-            t += config.stale_penalty_ms
-        candidates.append(Candidate(e, terms))
-        ttft[e.id] = t
+        eid = e.id
+        terms = {name: w * r[eid] for name, w, r in weighted}
+        t = sum(r[eid] for r in physical)
+        if is_stale(e, now, staleness_s):
+            terms["stale"] = penalty
+            t += penalty
+        c = Candidate(e, terms)
+        candidates.append(c)
+        ttft[eid] = t
+        keyed.append(((sum(terms.values()), eid != bound_id, eid), c))  # = rank(c), once
 
     def rank(c: Candidate) -> tuple[float, bool, str]:
         not_bound = bound is None or c.endpoint.id != bound.id
         return (c.total_ms, not_bound, c.endpoint.id)
 
-    ranked = _break_ties(ctx, sorted(candidates, key=rank), rank)
+    keyed.sort(key=lambda kc: kc[0])
+    ranked = _break_ties(ctx, [c for _, c in keyed], rank)
     deadline = ctx.request.ttft_deadline_ms
     eligible = ranked
     if deadline is not None:
