@@ -22,7 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from preheat.bench.traces import FORMATS, TraceError, TraceOptions, TraceRequest, load_trace
+from preheat.bench.traceargs import add_trace_arguments, read_requests, trace_options
+from preheat.bench.traces import TraceError, TraceRequest
 from preheat.load.clients import ConnectError
 from preheat.load.replay import APIS, LoadOptions, LoadSummary, replay
 from preheat.report.record import REQUESTS_FILE, RequestOutcome, RunMeta, RunWriter, read_meta
@@ -40,40 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--api", choices=APIS, default="grpc", help="wire to use (default grpc)")
     g.add_argument("--model", default="", help="model name to send (default: the pool's)")
     t = parser.add_argument_group("trace")
-    t.add_argument("--trace", type=Path, required=True, help="trace file (JSONL or Azure CSV)")
-    t.add_argument("--format", choices=FORMATS, default="auto", help="trace format (default auto)")
-    t.add_argument("--start-s", type=float, default=0.0, help="skip this much of the trace")
-    t.add_argument(
-        "--time-scale",
-        type=float,
-        default=1.0,
-        help="multiply every arrival time (0.1 = ten times faster)",
-    )
-    t.add_argument(
-        "--rate-scale", type=float, default=1.0, help="divide every arrival time (10 = 10x rate)"
-    )
-    t.add_argument(
-        "--duration",
-        type=float,
-        default=None,
-        help="seconds of replay (after scaling); the rest of the trace is not sent",
-    )
-    t.add_argument("--max-requests", type=int, default=None, help="send at most N requests")
-    t.add_argument(
-        "--token-scale",
-        type=float,
-        default=1.0,
-        help="prompt tokens per trace token, block by block (shared prefixes stay shared)",
-    )
-    t.add_argument("--max-input-tokens", type=int, default=None, help="clip prompt lengths")
-    t.add_argument("--max-output-tokens", type=int, default=None, help="clip output lengths")
-    t.add_argument(
-        "--sessions",
-        choices=("keep", "root", "none"),
-        default="root",
-        help="session ids: keep the trace's, derive from the conversation root when the "
-        "trace has none but has prefix blocks (default), or none",
-    )
+    add_trace_arguments(t)
     s = parser.add_argument_group("sending")
     s.add_argument(
         "--concurrency",
@@ -121,37 +89,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _fail(message: str) -> int:
     print(f"preheat load: {message}", file=sys.stderr)
     return 2
-
-
-def trace_options(args: argparse.Namespace) -> TraceOptions:
-    factor = args.time_scale / args.rate_scale if args.rate_scale > 0 else 1.0
-    duration = None
-    if args.duration is not None:
-        if args.duration <= 0:
-            raise ValueError(f"--duration must be > 0, got {args.duration}")
-        duration = args.duration / factor if factor > 0 else args.duration
-    return TraceOptions(
-        fmt=args.format,
-        start_s=args.start_s,
-        duration_s=duration,
-        time_scale=args.time_scale,
-        rate_scale=args.rate_scale,
-        max_requests=args.max_requests,
-        max_input_tokens=args.max_input_tokens,
-        token_scale=args.token_scale,
-        sessions=args.sessions,
-    )
-
-
-def read_requests(path: Path, options: TraceOptions) -> list[TraceRequest]:
-    """The trace's requests. ``sessions="root"`` needs prefix blocks to find conversations:
-    on a trace without any (Azure, or ours without ``prefix_block_ids``) it would give every
-    request a session of its own, pinning each to a hashed endpoint for no reuse, so there
-    the trace's own session ids are kept instead."""
-    requests = load_trace(path, options)
-    if options.sessions == "root" and not any(r.prefix_block_ids for r in requests):
-        requests = load_trace(path, replace(options, sessions="keep"))
-    return requests
 
 
 def _describe(args: argparse.Namespace) -> str:

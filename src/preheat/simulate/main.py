@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from preheat.api.routing import load_routing_config
-from preheat.bench.traces import FORMATS, TraceError, TraceOptions, TraceRequest, load_trace
+from preheat.bench.traceargs import add_trace_arguments, read_requests, trace_options
+from preheat.bench.traces import TraceError, TraceRequest
 from preheat.core.errors import PreheatError
 from preheat.core.routing.config import SchedulerConfig
 from preheat.report.record import Run, write_run
@@ -66,23 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where clients are (default: all in the first zone's region)",
     )
     t = parser.add_argument_group("trace")
-    t.add_argument("--trace", type=Path, required=True, help="trace file (JSONL or Azure CSV)")
-    t.add_argument("--format", choices=FORMATS, default="auto", help="trace format (default auto)")
-    t.add_argument("--start-s", type=float, default=0.0, help="skip this much of the trace")
-    t.add_argument("--time-scale", type=float, default=1.0, help="multiply every arrival time")
-    t.add_argument("--rate-scale", type=float, default=1.0, help="divide every arrival time")
-    t.add_argument("--duration", type=float, default=None, help="seconds of replay (after scaling)")
-    t.add_argument("--max-requests", type=int, default=None, help="replay at most N requests")
-    t.add_argument("--token-scale", type=float, default=1.0, help="prompt tokens per trace token")
-    t.add_argument("--max-input-tokens", type=int, default=None, help="clip prompt lengths")
-    t.add_argument("--max-output-tokens", type=int, default=None, help="clip output lengths")
-    t.add_argument(
-        "--sessions",
-        choices=("keep", "root", "none"),
-        default="root",
-        help="session ids: the trace's, derived from the conversation root when it has none "
-        "(default, as preheat load), or none",
-    )
+    add_trace_arguments(t)
     t.add_argument(
         "--copies",
         type=int,
@@ -131,28 +116,8 @@ def _fail(message: str) -> int:
     return 2
 
 
-def trace_options(args: argparse.Namespace) -> TraceOptions:
-    factor = args.time_scale / args.rate_scale if args.rate_scale > 0 else 1.0
-    duration = None
-    if args.duration is not None:
-        if args.duration <= 0:
-            raise ValueError(f"--duration must be > 0, got {args.duration}")
-        duration = args.duration / factor if factor > 0 else args.duration
-    return TraceOptions(
-        fmt=args.format,
-        start_s=args.start_s,
-        duration_s=duration,
-        time_scale=args.time_scale,
-        rate_scale=args.rate_scale,
-        max_requests=args.max_requests,
-        max_input_tokens=args.max_input_tokens,
-        token_scale=args.token_scale,
-        sessions=args.sessions,
-    )
-
-
 def read_trace(args: argparse.Namespace) -> list[TraceRequest]:
-    trace = load_trace(args.trace, trace_options(args))
+    trace = read_requests(args.trace, trace_options(args))
     if args.max_output_tokens is not None:
         if args.max_output_tokens <= 0:
             raise ValueError(f"--max-output-tokens must be > 0, got {args.max_output_tokens}")

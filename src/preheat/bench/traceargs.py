@@ -1,0 +1,84 @@
+"""The trace flags that ``preheat load`` and ``preheat simulate`` share, and how they turn
+into :class:`~preheat.bench.traces.TraceOptions` and requests: one definition, so a trace
+replays the same way live and simulated."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from preheat.bench.traces import FORMATS, TraceOptions, TraceRequest, load_trace
+
+
+def add_trace_arguments(group: Any) -> None:
+    """``--trace`` and the flags that select, scale and clip it (an argparse group)."""
+    group.add_argument("--trace", type=Path, required=True, help="trace file (JSONL or Azure CSV)")
+    group.add_argument(
+        "--format", choices=FORMATS, default="auto", help="trace format (default auto)"
+    )
+    group.add_argument("--start-s", type=float, default=0.0, help="skip this much of the trace")
+    group.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="multiply every arrival time (0.1 = ten times faster)",
+    )
+    group.add_argument(
+        "--rate-scale", type=float, default=1.0, help="divide every arrival time (10 = 10x rate)"
+    )
+    group.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="seconds of replay (after scaling); the rest of the trace is not sent",
+    )
+    group.add_argument("--max-requests", type=int, default=None, help="at most N requests")
+    group.add_argument(
+        "--token-scale",
+        type=float,
+        default=1.0,
+        help="prompt tokens per trace token, block by block (shared prefixes stay shared)",
+    )
+    group.add_argument("--max-input-tokens", type=int, default=None, help="clip prompt lengths")
+    group.add_argument("--max-output-tokens", type=int, default=None, help="clip output lengths")
+    group.add_argument(
+        "--sessions",
+        choices=("keep", "root", "none"),
+        default="root",
+        help="session ids: keep the trace's, derive from the conversation root when the "
+        "trace has none but has prefix blocks (default), or none",
+    )
+
+
+def trace_options(args: argparse.Namespace) -> TraceOptions:
+    """The options :func:`add_trace_arguments`' flags ask for; ValueError if they conflict."""
+    factor = args.time_scale / args.rate_scale if args.rate_scale > 0 else 1.0
+    duration = None
+    if args.duration is not None:
+        if args.duration <= 0:
+            raise ValueError(f"--duration must be > 0, got {args.duration}")
+        duration = args.duration / factor if factor > 0 else args.duration
+    return TraceOptions(
+        fmt=args.format,
+        start_s=args.start_s,
+        duration_s=duration,
+        time_scale=args.time_scale,
+        rate_scale=args.rate_scale,
+        max_requests=args.max_requests,
+        max_input_tokens=args.max_input_tokens,
+        token_scale=args.token_scale,
+        sessions=args.sessions,
+    )
+
+
+def read_requests(path: Path, options: TraceOptions) -> list[TraceRequest]:
+    """The trace's requests. ``sessions="root"`` needs prefix blocks to find conversations:
+    on a trace without any (Azure, or ours without ``prefix_block_ids``) it would give every
+    request a session of its own, pinning each to a hashed endpoint for no reuse, so there
+    the trace's own session ids are kept instead."""
+    requests = load_trace(path, options)
+    if options.sessions == "root" and not any(r.prefix_block_ids for r in requests):
+        requests = load_trace(path, replace(options, sessions="keep"))
+    return requests
