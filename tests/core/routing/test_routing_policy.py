@@ -51,7 +51,8 @@ def test_a_typical_request_ahead_is_priced_by_what_was_routed() -> None:
     # w-0's one waiting request now costs a long prefill, not typical_prompt_tokens' (1024)
     d, _ = schedule(make_ctx(busy, req), CFG, COST, state)
     by_id = {c.endpoint.id: c for c in d.candidates}
-    assert by_id["w-0"].terms["queue"] == pytest.approx(COST.prefill_ms(8192, 0))
+    weight = dict(CFG.scorers)["queue"]
+    assert by_id["w-0"].terms["queue"] == pytest.approx(weight * COST.prefill_ms(8192, 0))
     assert by_id["w-0"].terms["queue"] > queue_before or queue_before == 0.0
     fixed = dataclasses.replace(CFG, typical_prompt_alpha=0.0)
     _, kept = schedule(make_ctx(busy, req), fixed, COST, SchedulerState())
