@@ -420,7 +420,7 @@ class Dispatcher:
                     if not call.done():
                         call.cancel()
         except PreheatError as e:
-            outcome = _OUTCOMES.get(e.code, Outcome.ERROR)
+            outcome = Outcome.of_error(e.code)
             if e.code is ErrorCode.UNAVAILABLE and st.first_token_at is not None:
                 outcome = Outcome.FAILED
             raise
@@ -438,7 +438,7 @@ class Dispatcher:
             self.config.forward_token_ids
             and prep.tokens is not None
             and bool(ep.tokenizer)
-            and ep.tokenizer == getattr(self.tokenizer, "name", None)
+            and ep.tokenizer == self.tokenizer.name
         )
 
     def _on_first_token(
@@ -509,15 +509,6 @@ class Dispatcher:
                 explanation=decision.explanation,
             ),
         )
-
-
-_OUTCOMES = {
-    ErrorCode.INVALID_ARGUMENT: Outcome.INVALID,
-    ErrorCode.RESOURCE_EXHAUSTED: Outcome.REJECTED,
-    ErrorCode.UNAVAILABLE: Outcome.UNAVAILABLE,
-    ErrorCode.DEADLINE_EXCEEDED: Outcome.DEADLINE,
-    ErrorCode.CANCELLED: Outcome.CANCELLED,
-}
 
 
 def _r(v: float | None) -> float | None:

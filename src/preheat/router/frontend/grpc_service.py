@@ -124,12 +124,6 @@ def alternates(
 
 MAX_PICK_BATCH = 1024
 
-_PICK_OUTCOMES = {
-    ErrorCode.INVALID_ARGUMENT: Outcome.INVALID,
-    ErrorCode.RESOURCE_EXHAUSTED: Outcome.REJECTED,
-    ErrorCode.UNAVAILABLE: Outcome.UNAVAILABLE,
-}
-
 
 class RouterService(router_pb2_grpc.RouterServicer):
     def __init__(self, dispatcher: Dispatcher) -> None:
@@ -158,7 +152,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
                 alternates=alternates(ep, decision.candidates),
             )
         except PreheatError as e:
-            outcome = _PICK_OUTCOMES.get(e.code, Outcome.ERROR)
+            outcome = Outcome.of_error(e.code)
             raise
         finally:
             self._d.metrics.observe_outcome("pick", outcome)

@@ -103,14 +103,6 @@ def error_response(err: PreheatError) -> web.Response:
     )
 
 
-def _outcome(code: ErrorCode) -> Outcome:
-    return {
-        ErrorCode.INVALID_ARGUMENT: Outcome.INVALID,
-        ErrorCode.RESOURCE_EXHAUSTED: Outcome.REJECTED,
-        ErrorCode.UNAVAILABLE: Outcome.UNAVAILABLE,
-    }.get(code, Outcome.ERROR)
-
-
 def _session(request: web.Request, body: Any) -> str:
     return str(request.headers.get("x-session-id") or body.session_id or body.user or "")
 
@@ -162,7 +154,7 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
             received=received,
         )
     except PreheatError as e:
-        fe.d.metrics.observe_outcome(api, _outcome(e.code))
+        fe.d.metrics.observe_outcome(api, Outcome.of_error(e.code))
         log.info("request_refused", extra=fields(code=e.code.value, reason=e.message))
         return error_response(e)
 

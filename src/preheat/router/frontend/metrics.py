@@ -14,6 +14,7 @@ import enum
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from preheat.core import metric_names as mn
+from preheat.core.errors import ErrorCode
 
 
 class Outcome(enum.Enum):
@@ -25,6 +26,20 @@ class Outcome(enum.Enum):
     CANCELLED = "cancelled"
     DEADLINE = "deadline"
     ERROR = "error"
+
+    @classmethod
+    def of_error(cls, code: ErrorCode) -> Outcome:
+        """The outcome a request refused or failed with ``code`` is counted as."""
+        return _ERROR_OUTCOMES.get(code, cls.ERROR)
+
+
+_ERROR_OUTCOMES = {
+    ErrorCode.INVALID_ARGUMENT: Outcome.INVALID,
+    ErrorCode.RESOURCE_EXHAUSTED: Outcome.REJECTED,
+    ErrorCode.UNAVAILABLE: Outcome.UNAVAILABLE,
+    ErrorCode.DEADLINE_EXCEEDED: Outcome.DEADLINE,
+    ErrorCode.CANCELLED: Outcome.CANCELLED,
+}
 
 
 class RouterMetrics:
