@@ -119,8 +119,7 @@ def schedule(
     if not endpoints:
         return _no_endpoints(ctx, config), state
     if config.policy == "preheat":
-        typical = state.new_tokens_ewma if state.new_tokens_ewma > 0 else None
-        decision = _preheat(ctx, config, cost, endpoints, config.scorers, typical)
+        decision = _preheat(ctx, config, cost, endpoints, config.scorers, state.new_tokens_ewma)
         return decision, _observe(decision, ctx, config, state)
     if config.policy == "prefix-only":
         return _prefix_only(ctx, config, cost, endpoints), state
@@ -196,7 +195,7 @@ def _preheat(
     cost: PrefillCost,
     endpoints: tuple[Endpoint, ...],
     scorers: Sequence[tuple[str, float]],
-    typical_new_tokens: float | None = None,
+    typical_new_tokens: float = 0.0,
 ) -> Decision:
     inp = ScoreInput(ctx, endpoints, cost, config, typical_new_tokens)
     raw: dict[str, Mapping[str, float]] = {}

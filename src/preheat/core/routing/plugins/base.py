@@ -24,14 +24,14 @@ class ScoreInput:
     endpoints: tuple[Endpoint, ...]
     cost: PrefillCost
     config: SchedulerConfig
-    # uncached prompt tokens of a typical request (the scheduler's running average, or
-    # config.typical_prompt_tokens before any); None: config.typical_prompt_tokens
-    typical_new_tokens: float | None = None
+    # uncached prompt tokens of a typical request: the scheduler's running average; 0 (none
+    # routed yet) means config.typical_prompt_tokens
+    typical_new_tokens: float = 0.0
 
     @property
     def typical_tokens(self) -> float:
         t = self.typical_new_tokens
-        return self.config.typical_prompt_tokens if t is None or t <= 0 else t
+        return t if t > 0 else self.config.typical_prompt_tokens
 
     @cached_property
     def session_bound(self) -> Endpoint | None:
