@@ -55,6 +55,7 @@ SELECTOR = f'job="{JOB}"'
 TTFT95 = Objective(Signal.TTFT, 95.0, 50.0)
 QUEUE = Objective(Signal.QUEUE_DEPTH, 0.0, 50.0)
 KV = Objective(Signal.KV_CACHE_USAGE, 0.0, 0.9)
+CONCURRENCY = Objective(Signal.CONCURRENCY, 0.0, 48.0)
 WINDOW_S = 5.0
 STABILIZE_DOWN_S = 3.0
 AUTOSCALING = AutoscalingConfig(
@@ -338,6 +339,7 @@ async def test_decisions_from_promql_follow_load_up_and_down(tmp_path: Path) -> 
                 held = await loop.until(lambda t: True, timeout_s=5)
                 waiting = [t.signals.find(QUEUE) for t in loop.ticks]
                 loaded_queue = max((w.value or 0.0) for w in waiting if w is not None)
+                busy = await source.read(SignalQuery((CONCURRENCY,), window_s=WINDOW_S))
             print(trace(loop.ticks, t0))
             assert up.decision.direction is Direction.UP, up.decision.reason
             assert up.decision.cause is Cause.SCALE_UP
@@ -346,7 +348,11 @@ async def test_decisions_from_promql_follow_load_up_and_down(tmp_path: Path) -> 
             assert (up.decision.previous, up.decision.active) == (2, 4)
             assert held.decision.direction is Direction.HOLD
             assert loaded_queue > 0  # sum(vllm:num_requests_waiting) saw the queue
-
+            conc = busy.find(CONCURRENCY)
+            assert conc is not None
+            assert not conc.stale
+            assert conc.value == busy.in_flight  # running + waiting, as PromQL sums them
+            assert (conc.value or 0.0) > 0
             # The same load through both sources: p95 over everything since the start.
             whole = SignalQuery((TTFT95,), window_s=120.0)
             p_sig, d_sig = await asyncio.gather(source.read(whole), direct.read(whole))

@@ -25,7 +25,8 @@ from preheat.worker.server import WorkerConfig, WorkerServer
 
 TTFT95 = Objective(Signal.TTFT, 95.0, 400.0)
 QUEUE = Objective(Signal.QUEUE_DEPTH, 0.0, 2.0)
-QUERY = SignalQuery((TTFT95, QUEUE), window_s=3600.0)
+CONCURRENCY = Objective(Signal.CONCURRENCY, 0.0, 48.0)
+QUERY = SignalQuery((TTFT95, QUEUE, CONCURRENCY), window_s=3600.0)
 
 
 @contextlib.asynccontextmanager
@@ -133,6 +134,9 @@ async def test_queue_depth_is_num_requests_waiting() -> None:
             assert queue is not None
             assert queue.value == 3.0  # one running, three waiting
             assert signals.in_flight == 4.0
+            conc = signals.find(CONCURRENCY)
+            assert conc is not None
+            assert (conc.value, conc.stale) == (4.0, False)  # running + waiting
         finally:
             for t in tasks:
                 t.cancel()

@@ -7,6 +7,7 @@ from preheat.autoscaler.source import SignalQuery
 from preheat.core.pool import Objective, Signal
 
 QUERY = SignalQuery(objectives=(Objective(Signal.TTFT, 95.0, 500.0),), window_s=10.0)
+CONCURRENCY = Objective(Signal.CONCURRENCY, 0.0, 8.0)
 
 
 def test_no_worker_and_nothing_held_is_stale():
@@ -26,3 +27,16 @@ def test_held_requests_count_as_in_flight():
     scrapes = [Scrape(t=t, ok=True, waiting=1.0, running=2.0) for t in (1.0, 2.0)]
     s = compute({"w": scrapes}, QUERY, now=2.0, stale_after_s=30.0, held=4.0)
     assert s.in_flight == 7.0
+
+
+def test_a_concurrency_objective_reads_what_is_held_at_zero_and_running_plus_waiting():
+    query = SignalQuery(objectives=(QUERY.objectives[0], CONCURRENCY), window_s=10.0)
+    woken = compute({}, query, now=5.0, stale_after_s=30.0, held=3.0)
+    conc = woken.find(CONCURRENCY)
+    assert conc is not None
+    assert (conc.value, conc.stale) == (3.0, False)
+    scrapes = [Scrape(t=t, ok=True, waiting=1.0, running=2.0) for t in (1.0, 2.0)]
+    serving = compute({"w": scrapes}, query, now=2.0, stale_after_s=30.0, held=4.0)
+    conc = serving.find(CONCURRENCY)
+    assert conc is not None
+    assert (conc.value, conc.stale, conc.samples) == (7.0, False, 1)

@@ -44,9 +44,13 @@ def test_all_parts_write_their_sections_and_plots(
         assert f"Command: `preheat bench sim --part {part} " in text
     for policy in sim_bench.ROUTING_POLICIES:
         assert f"| {policy} |" in text or f"| **{policy}** |" in text
-    for scaler in ("**preheat**", "hpa", "keda", "kpa"):
+    for scaler in ("**preheat**", "**preheat w/o concurrency**", "hpa", "keda", "kpa"):
         assert f"| {scaler} | 0 |" in text
         assert f"| {scaler} | 1 |" in text
+    assert (
+        "- **preheat**: `decide`: TTFT p99 <= 300 ms over a 30 s window, queueDepth <= "
+        "4/replica, concurrency <= 68/replica," in text
+    )
     for geo in ("**preheat**", "geo-blind", "local-only"):
         assert f"| {geo} |" in text
     # 2 routing targets per pool size, one autoscaling target per standby setting

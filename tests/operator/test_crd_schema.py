@@ -170,7 +170,14 @@ CEL_BAD: list[tuple[str, dict[str, Any], str, str]] = [
             }
         },
         "spec.autoscaling.objectives[0]",
-        "objective queueDepth: queueDepth needs perReplica "
+        "objective queueDepth: a per-replica signal needs perReplica "
+        "(and no percentile, targetMs or targetRatio)",
+    ),
+    (
+        "concurrency without perReplica",
+        {"autoscaling": {"objectives": [{"signal": "concurrency", "targetRatio": 0.5}]}},
+        "spec.autoscaling.objectives[0]",
+        "objective concurrency: a per-replica signal needs perReplica "
         "(and no percentile, targetMs or targetRatio)",
     ),
     (

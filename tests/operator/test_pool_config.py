@@ -178,7 +178,16 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         spec(
             autoscaling={"objectives": [{"signal": "queueDepth", "perReplica": 2, "targetMs": 1}]}
         ),
-        "objective queueDepth: queueDepth needs perReplica (and no percentile, targetMs",
+        "objective queueDepth: a per-replica signal needs perReplica (and no percentile",
+    ),
+    (
+        "concurrency with a percentile",
+        spec(
+            autoscaling={
+                "objectives": [{"signal": "concurrency", "perReplica": 48, "percentile": 99}]
+            }
+        ),
+        "objective concurrency: a per-replica signal needs perReplica (and no percentile",
     ),
     (
         "kv without ratio",

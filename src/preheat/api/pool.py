@@ -51,6 +51,7 @@ _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 # pvc://CLAIM[/SUB/PATH] or hostpath:///ABSOLUTE/PATH
 SOURCE_PATTERN = r"^(pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/[^/]+)*/?|hostpath:///.*)$"
 LATENCY_SIGNALS = ("ttft", "itl", "e2e")
+PER_REPLICA_SIGNALS = ("queueDepth", "concurrency")
 SIM_ONLY_ARGS = ("numGpuBlocks", "timeScale", "loadTime", "warmupTime", "seed")
 VLLM_ONLY_ARGS = ("gpuMemoryUtilization", "dtype", "enforceEager", "tensorParallelSize")
 DURATION_ARGS = ("loadTime", "warmupTime")
@@ -263,9 +264,9 @@ OBJECTIVE_LATENCY_RULE = _objective_rule(
     "a latency signal needs percentile and targetMs (and no perReplica or targetRatio)",
 )
 OBJECTIVE_QUEUE_RULE = _objective_rule(
-    ("queueDepth",),
+    PER_REPLICA_SIGNALS,
     ("perReplica",),
-    "queueDepth needs perReplica (and no percentile, targetMs or targetRatio)",
+    "a per-replica signal needs perReplica (and no percentile, targetMs or targetRatio)",
 )
 OBJECTIVE_KV_RULE = _objective_rule(
     ("kvCacheUsage",),
@@ -276,7 +277,8 @@ OBJECTIVE_KV_RULE = _objective_rule(
 
 class ObjectiveSpec(_Model):
     """One target: {signal: ttft, percentile: 95, targetMs: 400}, {signal: queueDepth,
-    perReplica: 4} or {signal: kvCacheUsage, targetRatio: 0.8}."""
+    perReplica: 4} (requests waiting), {signal: concurrency, perReplica: 48} (requests
+    running or waiting) or {signal: kvCacheUsage, targetRatio: 0.8}."""
 
     model_config = ConfigDict(
         json_schema_extra=_validations(
@@ -284,7 +286,7 @@ class ObjectiveSpec(_Model):
         )
     )
 
-    signal: Literal["ttft", "itl", "e2e", "queueDepth", "kvCacheUsage"]
+    signal: Literal["ttft", "itl", "e2e", "queueDepth", "concurrency", "kvCacheUsage"]
     percentile: float | None = Field(default=None, ge=50, le=99.99)
     target_ms: float | None = Field(default=None, gt=0, le=3_600_000)
     per_replica: float | None = Field(default=None, gt=0, le=100_000)
@@ -497,10 +499,10 @@ def _objective_needs(signal: str) -> tuple[tuple[str, ...], str]:
             ("percentile", "targetMs"),
             "a latency signal needs percentile and targetMs (and no perReplica or targetRatio)",
         )
-    if signal == "queueDepth":
+    if signal in PER_REPLICA_SIGNALS:
         return (
             ("perReplica",),
-            "queueDepth needs perReplica (and no percentile, targetMs or targetRatio)",
+            "a per-replica signal needs perReplica (and no percentile, targetMs or targetRatio)",
         )
     return (
         ("targetRatio",),

@@ -9,6 +9,7 @@ latency objective     ``histogram_quantile(q, sum by (le) (rate(<hist>_bucket{se
                       in ms; ``NaN`` (no request finished in the window) -> ``None``
   samples / requests  ``sum(increase(<hist>_count{sel}[w]))``
 queueDepth            ``sum(vllm:num_requests_waiting{sel})``
+concurrency           in flight (below)
 kvCacheUsage          ``max(vllm:kv_cache_usage_perc{sel})`` (the fullest worker)
 in flight             ``sum(vllm:num_requests_running{sel})`` + waiting
 freshness             ``timestamp(vllm:num_requests_waiting{sel})`` (per worker) and
@@ -45,7 +46,7 @@ from prometheus_api_client.prometheus_connect import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from preheat.autoscaler.scrape import DEFAULT_HISTOGRAMS
-from preheat.autoscaler.source import SignalQuery
+from preheat.autoscaler.source import SignalQuery, wake_signals
 from preheat.core import metric_names as mn
 from preheat.core.autoscaling import Signals, SignalValue
 from preheat.core.pool import Signal
@@ -240,17 +241,8 @@ class PrometheusSource:
         stamps = answers["freshness"] or []
         if not stamps:
             if held is not None and held > 0:
-                # no worker (scaled to zero) but the router holds requests: wake up
                 self._last_observed = now
-                return Signals(
-                    values=tuple(
-                        SignalValue(o.signal, o.percentile, None, now) for o in query.objectives
-                    ),
-                    observed_at=now,
-                    stale=False,
-                    requests=held,
-                    in_flight=held,
-                )
+                return wake_signals(query, now, held)
             sel = "{" + self.selector + "}"
             return self._stale(f"no worker series match {mn.VLLM_NUM_REQUESTS_WAITING}{sel}")
         oldest = min(stamps, key=lambda s: float(s["value"][1]))
@@ -266,6 +258,9 @@ class PrometheusSource:
         waiting = _scalar(answers["waiting"])
         running = _scalar(answers["running"])
         kv = _scalar(answers["kv"])
+        in_flight = None
+        if waiting is not None or running is not None or held is not None:
+            in_flight = (waiting or 0.0) + (running or 0.0) + (held or 0.0)
         reporting = float(len(stamps))
         requests: float | None = None
         values: list[SignalValue] = []
@@ -302,6 +297,17 @@ class PrometheusSource:
                         obj.signal, 0.0, waiting, observed_at, waiting is None, samples=reporting
                     )
                 )
+            elif obj.signal is Signal.CONCURRENCY:
+                values.append(
+                    SignalValue(
+                        obj.signal,
+                        0.0,
+                        in_flight,
+                        observed_at,
+                        in_flight is None,
+                        samples=reporting,
+                    )
+                )
             else:
                 values.append(
                     SignalValue(obj.signal, 0.0, kv, observed_at, kv is None, samples=reporting)
@@ -309,9 +315,6 @@ class PrometheusSource:
         stale = bool(problems)
         if stale:
             values = [replace(v, stale=True) for v in values]
-        in_flight = None
-        if waiting is not None or running is not None or held is not None:
-            in_flight = (waiting or 0.0) + (running or 0.0) + (held or 0.0)
         return Signals(
             values=tuple(values),
             observed_at=observed_at,

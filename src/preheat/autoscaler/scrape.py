@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from preheat.autoscaler.source import SignalQuery
+from preheat.autoscaler.source import SignalQuery, wake_signals
 from preheat.core import metric_names as mn
 from preheat.core.autoscaling import Signals, SignalValue
 from preheat.core.percentiles import Buckets, bucket_deltas, histogram_quantile
@@ -110,16 +110,7 @@ def compute(
     """The snapshot from the scrapes kept (pure). ``held``: requests the routers hold."""
     if not history:
         if held is not None and held > 0:
-            # no worker (scaled to zero) but the router holds requests: wake up
-            return Signals(
-                values=tuple(
-                    SignalValue(o.signal, o.percentile, None, now) for o in query.objectives
-                ),
-                observed_at=now,
-                stale=False,
-                requests=held,
-                in_flight=held,
-            )
+            return wake_signals(query, now, held)
         return Signals(observed_at=None, stale=True, error="no workers to scrape")
     problems: list[str] = []
     newest: list[float] = []
@@ -141,6 +132,9 @@ def compute(
     waiting = [s.waiting for s in latest if s.waiting is not None]
     running = [s.running for s in latest if s.running is not None]
     kv = [s.kv_usage for s in latest if s.kv_usage is not None]
+    in_flight = sum(waiting) + sum(running) if (waiting or running) else None
+    if held:
+        in_flight = (in_flight or 0.0) + held
     requests: float | None = None
     values: list[SignalValue] = []
     stale = bool(problems)
@@ -173,14 +167,22 @@ def compute(
                     obj.signal, 0.0, v, observed_at, stale or v is None, samples=len(waiting)
                 )
             )
+        elif obj.signal is Signal.CONCURRENCY:
+            values.append(
+                SignalValue(
+                    obj.signal,
+                    0.0,
+                    in_flight,
+                    observed_at,
+                    stale or in_flight is None,
+                    samples=len(running),
+                )
+            )
         else:
             v = max(kv) if kv else None
             values.append(
                 SignalValue(obj.signal, 0.0, v, observed_at, stale or v is None, samples=len(kv))
             )
-    in_flight = sum(waiting) + sum(running) if (waiting or running) else None
-    if held:
-        in_flight = (in_flight or 0.0) + held
     return Signals(
         values=tuple(values),
         observed_at=observed_at,

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from preheat.core.autoscaling import Signals, SignalValue
-from preheat.core.pool import Objective
+from preheat.core.pool import Objective, Signal
 
-__all__ = ["MetricSource", "SignalQuery", "SignalValue", "Signals"]
+__all__ = ["MetricSource", "SignalQuery", "SignalValue", "Signals", "wake_signals"]
 
 
 @dataclass(frozen=True)
@@ -33,3 +33,21 @@ class MetricSource(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+def wake_signals(query: SignalQuery, now: float, held: float) -> Signals:
+    """No worker (a pool at zero) but the routers hold ``held`` requests: a fresh snapshot
+    with no latency yet, whose in-flight count (and concurrency) is what is held, which
+    wakes the pool."""
+    return Signals(
+        values=tuple(
+            SignalValue(
+                o.signal, o.percentile, held if o.signal is Signal.CONCURRENCY else None, now
+            )
+            for o in query.objectives
+        ),
+        observed_at=now,
+        stale=False,
+        requests=held,
+        in_flight=held,
+    )

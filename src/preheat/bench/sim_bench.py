@@ -83,6 +83,11 @@ KV_TOKENS = 400_000
 
 DecideFn = Callable[[Context], tuple[Decision, PolicyState]]
 
+#: Concurrent requests one simulated H100 serves within the SLO: the baselines' 70%
+#: utilization / concurrency targets (HPA, KPA) are 70% of PER_POD_SLOTS = 48 in flight.
+PER_POD = 48.0
+PER_POD_SLOTS = float(int(PER_POD / 0.7))  # 68: the per-pod capacity (100% utilization)
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--part", choices=(*PARTS, "all"), default="all")
@@ -126,6 +131,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="300,500",
         help="preheat's TTFT objective(s), comma-separated (0: the SLO itself); the target "
         "is checked for the first",
+    )
+    a.add_argument(
+        "--preheat-concurrency",
+        type=float,
+        default=PER_POD_SLOTS,
+        help="preheat's concurrency objective, requests in flight per active replica (0: "
+        f"none); default {PER_POD_SLOTS:g}, the per-pod capacity the HPA baseline calls 100%%",
+    )
+    a.add_argument(
+        "--ablate-concurrency",
+        type=int,
+        default=1,
+        help="1: add a row for preheat without the concurrency objective (0: no)",
     )
     a.add_argument("--initial-replicas", type=int, default=2)
     a.add_argument("--autoscalers", default="preheat,hpa,keda,kpa")
@@ -517,19 +535,23 @@ class Autoscaler:
 
 
 def autoscalers(
-    slo_ms: float, percentile: float = 99.0, target_ms: float | None = None
+    slo_ms: float,
+    percentile: float = 99.0,
+    target_ms: float | None = None,
+    concurrency: float = 0.0,
 ) -> dict[str, Autoscaler]:
     """Ours and the baselines, with the parameters the report states."""
-    per_pod = 48.0  # concurrent requests one simulated H100 serves within the SLO (see doc)
+    per_pod = PER_POD
+    conc = f", concurrency <= {concurrency:g}/replica" if concurrency > 0 else ""
     return {
         "preheat": Autoscaler(
             "preheat",
             None,
             15.0,
-            f"`decide`: TTFT p{percentile:g} <= {target_ms or slo_ms:g} ms and "
-            "queueDepth <= 4/replica, over a "
-            "30 s window, panic at 2x (10 s window), scale-up cooldown 15 s (max +4), "
-            "scale-down stabilization 300 s, cooldown 60 s (max -2); every 15 s",
+            f"`decide`: TTFT p{percentile:g} <= {target_ms or slo_ms:g} ms over a 30 s "
+            f"window, queueDepth <= 4/replica{conc}, panic at 2x (10 s window), scale-up "
+            "cooldown 15 s (max +4), scale-down stabilization 300 s, cooldown 60 s (max -2); "
+            "every 15 s",
         ),
         "hpa": Autoscaler(
             "hpa",
@@ -557,16 +579,23 @@ def autoscalers(
 
 
 def _autoscaling_pool(
-    initial: int, standby: int, target_ms: float, percentile: float = 99.0
+    initial: int,
+    standby: int,
+    target_ms: float,
+    percentile: float = 99.0,
+    concurrency: float = 0.0,
 ) -> PoolConfig:
+    objectives: list[dict[str, Any]] = [
+        {"signal": "ttft", "percentile": percentile, "targetMs": target_ms},
+        {"signal": "queueDepth", "perReplica": 4},
+    ]
+    if concurrency > 0:
+        objectives.append({"signal": "concurrency", "perReplica": concurrency})
     return _pool(
         initial,
         max_gpus=32,
         warm_standby=standby,
-        objectives=(
-            {"signal": "ttft", "percentile": percentile, "targetMs": target_ms},
-            {"signal": "queueDepth", "perReplica": 4},
-        ),
+        objectives=objectives,
         autoscaling={
             "window": "30s",
             "scaleUp": {"stabilization": "0s", "cooldown": "15s", "maxStep": 4},
@@ -594,19 +623,27 @@ def autoscaling_part(args: argparse.Namespace, img_dir: Path | None) -> Autoscal
     targets = [t if t > 0 else args.slo_ms for t in targets] or [args.slo_ms]
     names = [n.strip() for n in args.autoscalers.split(",") if n.strip()]
     standbys = [int(x) for x in args.standby.split(",") if x.strip()]
-    # (label, policy, preheat's TTFT objective): one preheat per target, the first is "preheat"
-    runs: list[tuple[str, Autoscaler, float]] = []
+    conc = max(0.0, args.preheat_concurrency)
+    # (label, policy, preheat's TTFT objective, its concurrency objective): one preheat per
+    # target, the first is "preheat"; then, if asked, the first without concurrency
+    runs: list[tuple[str, Autoscaler, float, float]] = []
     for name in names:
         if name == "preheat":
             for i, t in enumerate(targets):
+                a = autoscalers(args.slo_ms, args.preheat_percentile, t, conc)["preheat"]
+                runs.append(("preheat" if i == 0 else f"preheat@{t:g}", a, t, conc))
+            if conc > 0 and args.ablate_concurrency:
+                t = targets[0]
                 a = autoscalers(args.slo_ms, args.preheat_percentile, t)["preheat"]
-                runs.append(("preheat" if i == 0 else f"preheat@{t:g}", a, t))
+                runs.append(("preheat w/o concurrency", a, t, 0.0))
         else:
-            runs.append((name, autoscalers(args.slo_ms)[name], targets[0]))
+            runs.append((name, autoscalers(args.slo_ms)[name], targets[0], 0.0))
     results: dict[tuple[str, int], Result] = {}
     for sb in standbys:
-        for label, a, t in runs:
-            pool = _autoscaling_pool(args.initial_replicas, sb, t, args.preheat_percentile)
+        for label, a, t, c in runs:
+            pool = _autoscaling_pool(
+                args.initial_replicas, sb, t, args.preheat_percentile, concurrency=c
+            )
             opts = SimOptions(
                 autoscale=a.decide,
                 autoscale_interval_s=a.interval_s,
@@ -639,7 +676,7 @@ def autoscaling_part(args: argparse.Namespace, img_dir: Path | None) -> Autoscal
         "with their upstream semantics and sources):",
         "",
     ]
-    for label, a, _ in runs:
+    for label, a, _, _ in runs:
         lines.append(f"- **{label}**: {a.describe}.")
     if len(targets) > 1:
         lines += [
@@ -692,16 +729,23 @@ def autoscaling_part(args: argparse.Namespace, img_dir: Path | None) -> Autoscal
         "its tolerance band); for the policies with a 300 s scale-down stabilization that "
         "is because a fresh policy has no history to hold it (the window only covers what "
         "it has seen; a restarted operator would do the same); "
-        "(2) latency and queue-depth objectives react only once requests already wait: a "
-        "policy whose objective sits at the SLO (preheat@500) or that watches the engine's "
-        "waiting queue (keda) first moves when the climb has filled the one active GPU, "
-        "and a new pod needs about a minute, so tens of seconds of backlog follow; the "
-        "utilization/concurrency baselines (hpa, kpa) see in-flight requests rise before "
-        "latency does; (3) a latency objective scales in proportion, "
+        "(2) latency and queue-depth objectives react only once requests already wait: "
+        "the engine's waiting queue (keda) first moves when the climb has filled the "
+        "active GPUs, and a new pod needs about a minute, so tens of seconds of backlog "
+        "follow; the utilization/concurrency baselines (hpa, kpa) see in-flight requests "
+        "rise before latency does. So does preheat's concurrency objective "
+        "(docs/proposals/0006-concurrency-objective.md), set at a pod's capacity rather "
+        "than 70% of it because the latency objective sizes the operating point: in the "
+        "row without it, with a warm standby, the pool's in-flight count climbed 48 -> 100 "
+        "-> 209 -> 319 over the 45 s before the 30 s p99 crossed 300 ms, the standby was "
+        "promoted at 225 s and 11 requests at 223.6-225.1 s missed the SLO; with it the "
+        "standby is promoted one evaluation earlier and none misses. "
+        "(3) a latency objective scales in proportion, "
         "`ceil(serving x observed / target)`: during a backlog the TTFT is many times its "
         "target, so it asks for many times the pods, which arrive after the backlog has "
-        "cleared (peak pods). Headroom in the objective (p99 <= 300 ms for a 500 ms SLO) or "
-        "a warm standby fixes (2); (1) and (3) are open improvements to "
+        "cleared (peak pods). Headroom in the objective (p99 <= 300 ms for a 500 ms SLO), "
+        "the concurrency objective or a warm standby fixes (2); (1) and (3) are open "
+        "improvements to "
         "`preheat.core.autoscaling` (treat an uncovered down-stabilization window as "
         "holding the current size; bound the latency scale factor per evaluation). The "
         "replay is 8 minutes, shorter than the 300 s down-stabilization plus a cycle, so "

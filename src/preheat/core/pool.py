@@ -20,11 +20,17 @@ class Signal(enum.Enum):
     ITL = "itl"  # inter-token latency, ms, at a percentile
     E2E = "e2e"  # end-to-end request latency, ms, at a percentile
     QUEUE_DEPTH = "queueDepth"  # waiting requests per active replica
+    CONCURRENCY = "concurrency"  # requests running or waiting per active replica
     KV_CACHE_USAGE = "kvCacheUsage"  # fraction of KV cache blocks in use, 0..1
 
     @property
     def is_latency(self) -> bool:
         return self in (Signal.TTFT, Signal.ITL, Signal.E2E)
+
+    @property
+    def is_per_replica(self) -> bool:
+        """A pool-wide count whose target is per active replica (queueDepth, concurrency)."""
+        return self in (Signal.QUEUE_DEPTH, Signal.CONCURRENCY)
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,7 @@ class ReplicasConfig:
 class Objective:
     signal: Signal
     percentile: float  # latency signals only; 0 for the others
-    target: float  # ms (latency), requests per replica (queueDepth), fraction (kvCacheUsage)
+    target: float  # ms (latency), requests per replica (queueDepth, concurrency), fraction (kv)
 
 
 @dataclass(frozen=True)

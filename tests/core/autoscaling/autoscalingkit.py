@@ -53,6 +53,7 @@ def signals(
     *,
     queue: float | None = None,
     kv: float | None = None,
+    concurrency: float | None = None,
     short: float | None = None,
     requests: float = 100.0,
     in_flight: float = 1.0,
@@ -65,6 +66,8 @@ def signals(
         vals.append(SignalValue(Signal.QUEUE_DEPTH, 0.0, queue, at))
     if kv is not None:
         vals.append(SignalValue(Signal.KV_CACHE_USAGE, 0.0, kv, at))
+    if concurrency is not None:
+        vals.append(SignalValue(Signal.CONCURRENCY, 0.0, concurrency, at))
     return Signals(
         values=tuple(vals),
         observed_at=at,

@@ -198,6 +198,21 @@ def test_queue_depth_and_kv_objectives_take_the_max() -> None:
     assert kv.reason.startswith("kvCacheUsage 1.00 > 0.8")
 
 
+def test_concurrency_leads_while_latency_is_still_within_its_objective() -> None:
+    objs = (TTFT95, Objective(Signal.CONCURRENCY, 0.0, 64.0))
+    cfg = config(objectives=objs, up=(0.0, 0.0, 10))
+    # the latency window still reads fine, but 300 in flight on 3 pods is over 64 each
+    dec, _ = decide(ctx(0.0, signals(0.0, 300.0, concurrency=300.0), cfg=cfg))
+    assert dec.active == 5  # ceil(300 / 64)
+    assert dec.reason == "concurrency 300 in flight > 64/replica; +2, new pods"
+    # within tolerance (192 = 3 x 64): no change from it, and latency asks for fewer
+    held, _ = decide(ctx(0.0, signals(0.0, 390.0, concurrency=200.0), cfg=cfg))
+    assert held.active == 3
+    # it asks for what the count needs, so a quiet pool is sized by latency, not by it
+    quiet, _ = decide(ctx(0.0, signals(0.0, 100.0, concurrency=10.0), cfg=cfg))
+    assert quiet.active < 3
+
+
 def test_scale_to_zero_after_the_idle_delay_and_wake() -> None:
     d = Driver(
         cfg=config(down=(60.0, 0.0, 1)),

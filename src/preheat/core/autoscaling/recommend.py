@@ -1,9 +1,9 @@
 """Step 1: per objective, how many active replicas it needs (HPA's scale factor).
 
 Latency and KV-cache usage: ``ceil(serving * observed / target)``, ``serving`` being the
-active replicas that produced the observation. Queue depth: ``ceil(waiting / target)``
-(the target is per replica). Within the tolerance band (``|observed/target - 1| <=
-tolerance``) an objective asks for no change.
+active replicas that produced the observation. Queue depth and concurrency:
+``ceil(count / target)`` (the target is per replica). Within the tolerance band
+(``|observed/target - 1| <= tolerance``) an objective asks for no change.
 """
 
 from __future__ import annotations
@@ -29,13 +29,16 @@ def _ceil(x: float) -> int:
 
 
 def describe(objective: Objective, value: float | None) -> str:
-    """``ttft p95 612 ms``, ``queueDepth 12 waiting``, ``kvCacheUsage 0.91``."""
+    """``ttft p95 612 ms``, ``queueDepth 12 waiting``, ``concurrency 96 in flight``,
+    ``kvCacheUsage 0.91``."""
     s = objective.signal
     if s.is_latency:
         shown = "no requests" if value is None else f"{value:.0f} ms"
         return f"{s.value} p{objective.percentile:g} {shown}"
     if s is Signal.QUEUE_DEPTH:
         return f"queueDepth {'?' if value is None else f'{value:g}'} waiting"
+    if s is Signal.CONCURRENCY:
+        return f"concurrency {'?' if value is None else f'{value:g}'} in flight"
     return f"kvCacheUsage {'?' if value is None else f'{value:.2f}'}"
 
 
@@ -43,17 +46,17 @@ def describe_target(objective: Objective) -> str:
     s = objective.signal
     if s.is_latency:
         return f"{objective.target:g} ms"
-    if s is Signal.QUEUE_DEPTH:
+    if s.is_per_replica:
         return f"{objective.target:g}/replica"
     return f"{objective.target:g}"
 
 
 def ratio_of(objective: Objective, value: float | None, serving: int) -> float | None:
-    """observed / target (queue depth: per serving replica; at zero serving, any wait is
-    infinitely over target)."""
+    """observed / target (queue depth, concurrency: per serving replica; at zero serving,
+    any request is infinitely over target)."""
     if value is None or objective.target <= 0:
         return None
-    if objective.signal is Signal.QUEUE_DEPTH:
+    if objective.signal.is_per_replica:
         if serving <= 0:
             return math.inf if value > 0 else 0.0
         return value / serving / objective.target
@@ -64,7 +67,7 @@ def needed(objective: Objective, value: float | None, serving: int) -> int | Non
     """Replicas the objective needs, ignoring tolerance; None: no constraint."""
     if value is None or objective.target <= 0:
         return None
-    if objective.signal is Signal.QUEUE_DEPTH:
+    if objective.signal.is_per_replica:
         return _ceil(value / objective.target)
     if serving <= 0:
         return None  # nothing serving: the latency cannot say how many
