@@ -51,6 +51,10 @@ def test_all_parts_write_their_sections_and_plots(
         "- **preheat**: `decide`: TTFT p99 <= 300 ms over a 30 s window, queueDepth <= "
         "4/replica, concurrency <= 68/replica," in text
     )
+    assert "| concurrency/replica | warm standby |" in text
+    for c in (48, 68, 96):
+        assert f"| {c} | 0 |" in text
+        assert f"| {c} | 1 |" in text
     for geo in ("**preheat**", "geo-blind", "local-only"):
         assert f"| {geo} |" in text
     # 2 routing targets per pool size, one autoscaling target per standby setting
