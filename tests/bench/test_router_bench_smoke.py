@@ -61,7 +61,13 @@ def test_bench_router_all_parts_tiny(tmp_path: Path):
     assert "Failed requests: 0." in text
     assert "Failed streams: 0." in text
     overhead = _section(text, "router-overhead")
-    assert len([line for line in overhead if line.startswith(("| 1 |", "| 2 |"))]) == 2
+    rows = [line for line in overhead if line.startswith(("| 1 |", "| 2 |"))]
+    assert len(rows) == 2
+    for row in rows:  # the lookaside columns are there and measured
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        assert len(cells) == 18
+        assert float(cells[14]) > 0  # p50 TTFT through Pick, then direct
+    assert any("lookaside (Pick, then direct) adds" in line for line in overhead)
     throughput = _section(text, "router-throughput")
     assert len([line for line in throughput if line.startswith(("| 1 |", "| 0.001 |"))]) == 4
     policy_rows = {line.split("|")[1].strip(): line for line in _section(text, "router-policies")
