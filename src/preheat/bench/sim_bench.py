@@ -560,9 +560,9 @@ def autoscalers(
         ),
         "hpa": Autoscaler(
             "hpa",
-            Hpa(target_utilization=0.7, slots_per_replica=int(per_pod / 0.7)),
+            Hpa(target_utilization=0.7, slots_per_replica=int(PER_POD_SLOTS)),
             15.0,
-            f"average utilization of {int(per_pod / 0.7)} slots/pod, target 70% "
+            f"average utilization of {PER_POD_SLOTS:g} slots/pod, target 70% "
             "(= 48 in flight/pod), tolerance 10%, scale-down stabilization 300 s, "
             "scale-up max(+100%, +4) per 15 s; sync every 15 s",
         ),
@@ -643,21 +643,11 @@ def autoscaling_part(args: argparse.Namespace, img_dir: Path | None) -> Autoscal
                 runs.append(("preheat w/o concurrency", a, t, 0.0))
         else:
             runs.append((name, autoscalers(args.slo_ms)[name], targets[0], 0.0))
+    done: dict[tuple[str, int, float, float], Result] = {}
     results: dict[tuple[str, int], Result] = {}
     for sb in standbys:
         for label, a, t, c in runs:
-            pool = _autoscaling_pool(
-                args.initial_replicas, sb, t, args.preheat_percentile, concurrency=c
-            )
-            opts = SimOptions(
-                autoscale=a.decide,
-                autoscale_interval_s=a.interval_s,
-                ttft_objective_ms=args.slo_ms,
-                seed=args.seed,
-            )
-            results[(label, sb)] = _simulate(
-                f"{label}{' +standby' if sb else ''}", pool, trace, opts
-            )
+            results[(label, sb)] = _run_autoscaler(args, trace, label, a, sb, t, c, done)
 
     lines = [
         "## Simulated autoscaling: preheat against HPA, KEDA and KPA on bursty traffic",
@@ -757,10 +747,41 @@ def autoscaling_part(args: argparse.Namespace, img_dir: Path | None) -> Autoscal
         "GPU-hours mostly reflect how far each policy scaled up.",
         "",
     ]
-    lines += _concurrency_sweep(args, trace, standbys, targets[0])
+    lines += _concurrency_sweep(args, trace, standbys, targets[0], done)
     for link in _autoscaling_plots(results, curve, img_dir):
         lines += [f"![autoscaling]({link})", ""]
     return AutoscalingPart("\n".join(lines), met_all)
+
+
+def _run_autoscaler(
+    args: argparse.Namespace,
+    trace: Sequence[TraceRequest],
+    label: str,
+    a: Autoscaler,
+    standby: int,
+    target_ms: float,
+    concurrency: float,
+    done: dict[tuple[str, int, float, float], Result],
+) -> Result:
+    """One autoscaling run; a run ``done`` already has (same policy and settings, the
+    simulator being deterministic) is not simulated again."""
+    key = (a.name, standby, target_ms, concurrency)
+    if key not in done:
+        pool = _autoscaling_pool(
+            args.initial_replicas,
+            standby,
+            target_ms,
+            args.preheat_percentile,
+            concurrency=concurrency,
+        )
+        opts = SimOptions(
+            autoscale=a.decide,
+            autoscale_interval_s=a.interval_s,
+            ttft_objective_ms=args.slo_ms,
+            seed=args.seed,
+        )
+        done[key] = _simulate(f"{label}{' +standby' if standby else ''}", pool, trace, opts)
+    return done[key]
 
 
 def _concurrency_sweep(
@@ -768,13 +789,13 @@ def _concurrency_sweep(
     trace: Sequence[TraceRequest],
     standbys: Sequence[int],
     target_ms: float,
+    done: dict[tuple[str, int, float, float], Result],
 ) -> list[str]:
     """preheat with its concurrency objective at each swept value: how sensitive the
     result is to the capacity estimate an SRE has to make."""
     values = [float(x) for x in str(args.concurrency_sweep).split(",") if x.strip()]
     if not values:
         return []
-    interval_s = autoscalers(args.slo_ms)["preheat"].interval_s
     lines = [
         f"preheat's concurrency objective swept (`--concurrency-sweep`; TTFT p"
         f"{args.preheat_percentile:g} <= {target_ms:g} ms and queueDepth as above):",
@@ -785,14 +806,9 @@ def _concurrency_sweep(
     ]
     for sb in standbys:
         for c in values:
-            pool = _autoscaling_pool(
-                args.initial_replicas, sb, target_ms, args.preheat_percentile, concurrency=c
-            )
-            opts = SimOptions(
-                autoscale_interval_s=interval_s, ttft_objective_ms=args.slo_ms, seed=args.seed
-            )
-            r = _simulate(
-                f"preheat concurrency {c:g}{' +standby' if sb else ''}", pool, trace, opts
+            a = autoscalers(args.slo_ms, args.preheat_percentile, target_ms, c)["preheat"]
+            r = _run_autoscaler(
+                args, trace, f"preheat concurrency {c:g}", a, sb, target_ms, c, done
             )
             s = r.summary
             lines.append(
