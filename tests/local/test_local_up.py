@@ -26,28 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from localkit import autoscaled_pool
 
 from preheat.bench.traces import TraceRequest
 from preheat.load.replay import LoadOptions, LoadSummary, replay
 from preheat.report.record import REQUESTS_FILE, RunMeta, RunWriter, ScaleEvent, read_run
 
-POOL = """\
-apiVersion: preheat.dev/v1alpha1
-kind: InferencePool
-metadata: {name: itest}
-spec:
-  model: {name: sim-8b}
-  engine:
-    kind: sim
-    args: {timeScale: 10, loadTime: 300ms, warmupTime: 200ms}
-  replicas: {min: 1, max: 3, warmStandby: 1}
-  autoscaling:
-    objectives:
-      - {signal: ttft, percentile: 95, targetMs: 1500}
-    window: 5s
-    scaleUp: {stabilization: 0s, cooldown: 2s, maxStep: 2}
-    scaleDown: {stabilization: 2s, cooldown: 2s, maxStep: 3}
-"""
+POOL = autoscaled_pool("itest")
 
 RATE = 3.0  # requests/s
 LOAD_S = 24.0

@@ -21,26 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from localkit import autoscaled_pool
 
 REPO = Path(__file__).resolve().parents[2]
 
-POOL = """\
-apiVersion: preheat.dev/v1alpha1
-kind: InferencePool
-metadata: {name: promtest}
-spec:
-  model: {name: sim-8b}
-  engine:
-    kind: sim
-    args: {timeScale: 10, loadTime: 300ms, warmupTime: 200ms}
-  replicas: {min: 1, max: 3, warmStandby: 1}
-  autoscaling:
-    objectives:
-      - {signal: ttft, percentile: 95, targetMs: 1500}
-    window: 5s
-    scaleUp: {stabilization: 0s, cooldown: 2s, maxStep: 2}
-    scaleDown: {stabilization: 2s, cooldown: 2s, maxStep: 3}
-"""
+POOL = autoscaled_pool("promtest")
 
 
 def _free_port() -> int:
