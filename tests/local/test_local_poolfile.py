@@ -101,24 +101,19 @@ def test_cli_missing_file(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_cli_worker_that_rejects_its_flags_stops_up_with_its_error(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "preheat.cli",
-            "up",
-            "-f",
-            str(REPO / "examples" / "pool.yaml"),
-            "--out",
-            str(tmp_path / "run"),
-            "--no-ui",
-            "--worker-arg=--no-such-flag",
-        ],
+def _up_example(tmp_path, flag):
+    """`preheat up` on examples/pool.yaml with one extra flag, run to its end."""
+    return subprocess.run(
+        [sys.executable, "-m", "preheat.cli", "up", "-f", str(REPO / "examples" / "pool.yaml"),
+         "--out", str(tmp_path / "run"), "--no-ui", flag],
         capture_output=True,
         text=True,
         timeout=120,
-    )
+    )  # fmt: skip
+
+
+def test_cli_worker_that_rejects_its_flags_stops_up_with_its_error(tmp_path):
+    proc = _up_example(tmp_path, "--worker-arg=--no-such-flag")
     assert proc.returncode == 2
     assert "could not start (exit 2)" in proc.stderr
     assert "unrecognized arguments: --no-such-flag" in proc.stderr
@@ -129,23 +124,7 @@ def test_cli_worker_that_rejects_its_flags_stops_up_with_its_error(tmp_path):
 
 
 def test_cli_router_that_rejects_its_flags_stops_up_with_its_error(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "preheat.cli",
-            "up",
-            "-f",
-            str(REPO / "examples" / "pool.yaml"),
-            "--out",
-            str(tmp_path / "run"),
-            "--no-ui",
-            "--router-arg=--policy=no-such-policy",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _up_example(tmp_path, "--router-arg=--policy=no-such-policy")
     assert proc.returncode == 2
     assert "the router rejected its flags (exit 2)" in proc.stderr
     assert "invalid choice: 'no-such-policy'" in proc.stderr
