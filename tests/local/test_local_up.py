@@ -228,10 +228,18 @@ def test_killed_worker_is_restarted(scenario: Scenario) -> None:
     assert str(scenario.killed_pid) in crash.reason
     restart = _first(events, "restart", scenario.killed)
     assert restart.t_s >= crash.t_s
-    # the restarted process came back warm under the same name
-    assert any(
-        e.kind == "ready" and e.worker == scenario.killed and e.t_s > restart.t_s for e in events
-    )
+    new_pid = restart.reason.rsplit("pid ", 1)[1]
+    assert new_pid != str(scenario.killed_pid)
+    # The new process, under the same name, either came back warm, or a scale-down decided
+    # before it was warm removed it: a pod still starting is the first the reconciler drops
+    # (which of the two depends on how soon the load ebbs, so both are right).
+    after = [e for e in events if e.worker == scenario.killed and e.t_s >= restart.t_s]
+    warm = [e for e in after if e.kind == "ready" and f"pid {new_pid})" in e.reason]
+    drained = [e for e in after if e.kind == "drain" and f"pid {new_pid}:" in e.reason]
+    assert warm or drained, after
+    if not warm:
+        downs = [e for e in events if e.kind == "scale_down"]
+        assert any(restart.t_s <= e.t_s <= drained[0].t_s for e in downs), events
 
 
 def test_router_routes_around_the_killed_worker(scenario: Scenario) -> None:
