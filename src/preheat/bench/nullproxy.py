@@ -2,8 +2,9 @@
 
 ``python -m preheat.bench.nullproxy --target HOST:PORT`` serves ``preheat.v1.Inference``
 (every Generate is forwarded to the target unchanged and every chunk relayed as is: no
-tokenizing, routing, coalescing, metrics or logs) and ``preheat.v1.Router`` (Pick answers a
-constant endpoint without reading the request). It prints one ready line, like a worker::
+tokenizing, routing, coalescing, metrics or logs) and ``preheat.v1.Router`` (Pick, PickBatch
+and PickStream answer a constant endpoint without reading the request). It prints one
+ready line, like a worker::
 
     {"event": "nullproxy_ready", "grpc_port": 41234, "http_port": 0}
 
@@ -53,6 +54,14 @@ class _Picker(router_pb2_grpc.RouterServicer):
         self, request: router_pb2.PickBatchRequest, context: grpc.aio.ServicerContext
     ) -> router_pb2.PickBatchResponse:
         return router_pb2.PickBatchResponse(results=[self._result] * len(request.picks))
+
+    async def PickStream(
+        self,
+        request_iterator: AsyncIterator[router_pb2.PickStreamRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[router_pb2.PickStreamResponse]:
+        async for item in request_iterator:
+            yield router_pb2.PickStreamResponse(id=item.id, result=self._result)
 
 
 async def serve(target: str, host: str) -> int:

@@ -50,6 +50,7 @@ from preheat.bench.traces import TraceOptions, TraceRequest, load_trace, prompt_
 from preheat.bench.workerproc import ServiceProcess, spawn_nullproxy, spawn_router, spawn_worker
 from preheat.core.percentiles import sample_quantile
 from preheat.engine.simtokenizer import SimTokenizer
+from preheat.pickclient import PickFailed, PickStream
 from preheat.proto.preheat.v1 import inference_pb2 as pb
 from preheat.proto.preheat.v1 import inference_pb2_grpc as pb_grpc
 from preheat.proto.preheat.v1 import router_pb2, router_pb2_grpc
@@ -68,6 +69,31 @@ DEFAULT_POLICIES: tuple[str, ...] = (
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_TRACE = (REPO / ".." / "shared" / "data" / "mooncake_conversation_trace.jsonl").resolve()
 SIM_FAST = ["--engine", "sim", "--sim-load-s", "0.1", "--sim-warmup-s", "0.1"]
+PICK_STREAM = 0  # the "batch" of a PickLoad whose decisions go over one kept PickStream
+MAX_PICK_BATCH = 1024  # the router refuses larger PickBatch calls (router.proto)
+
+
+def _pick_calls(text: str) -> list[int]:
+    """``1,stream,16`` -> [1, PICK_STREAM, 16]; ValueError says what is wrong."""
+    out: list[int] = []
+    for item in text.split(","):
+        item = item.strip()
+        if item == "stream":
+            out.append(PICK_STREAM)
+        elif item.isdigit() and 1 <= int(item) <= MAX_PICK_BATCH:
+            out.append(int(item))
+        else:
+            raise ValueError(f"{item!r} is not 'stream' or a batch size from 1 to {MAX_PICK_BATCH}")
+    return out
+
+
+def _pick_calls_arg(text: str) -> str:
+    try:
+        _pick_calls(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
 
 # targets stated in the router issue
 TARGET_ADDED_P50_MS = 1.0
@@ -119,8 +145,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--pick-prompt-tokens", type=int, default=512)
     p.add_argument(
         "--pick-batch",
-        default="1,16",
-        help="requests per call, comma-separated: 1 = Router/Pick, N > 1 = Router/PickBatch",
+        default="1,stream,16",
+        type=_pick_calls_arg,
+        help="calls to measure, comma-separated: 1 = Router/Pick, N > 1 = Router/PickBatch "
+        "of N, stream = Router/PickStream (one kept stream)",
     )
     p.add_argument(
         "--pick-input",
@@ -302,26 +330,32 @@ async def _side(
     return out
 
 
+Picker = Callable[[router_pb2.PickRequest], Awaitable[router_pb2.PickResponse]]
+
+
 async def _lookaside_side(
-    router: router_pb2_grpc.RouterStub,
+    pick: Picker,
     worker: Callable[[str], pb_grpc.InferenceStub],
     prompts: Sequence[str],
     lanes: int,
     tag: str,
     max_tokens: int,
 ) -> list[StreamRecord]:
-    """Every prompt once the lookaside way: ``Pick`` at the router, then Generate straight
-    to the endpoint it names (``worker(address)``, a kept channel). The TTFT counts from
-    before the Pick."""
+    """Every prompt once the lookaside way: ``pick`` at the router (unary ``Pick`` or a
+    kept ``PickStream``), then Generate straight to the endpoint it names
+    (``worker(address)``, a kept channel). The TTFT counts from before the pick."""
     out: list[StreamRecord] = []
 
     async def one(i: int) -> None:
         req = _gen(f"{tag}-{i}", prompts[i], max_tokens)
         t0 = time.monotonic()
         try:
-            picked = await router.Pick(router_pb2.PickRequest(request=req), timeout=30)
+            picked = await pick(router_pb2.PickRequest(request=req))
         except grpc.aio.AioRpcError as e:
             out.append(StreamRecord(request_id=req.request_id, ok=False, error=e.code().name))
+            return
+        except PickFailed as e:
+            out.append(StreamRecord(request_id=req.request_id, ok=False, error=e.code))
             return
         stub = worker(picked.endpoint.address)
         before_s = time.monotonic() - t0  # the Pick and finding the endpoint's stub
@@ -391,23 +425,29 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
     levels = [int(c) for c in args.concurrency.split(",")]
     worker_args = [*SIM_FAST, "--sim-time-scale", args.overhead_time_scale]
     router_args = ["--policy", "preheat", "--coalesce-tokens", "1", *args.router_arg]
-    sides = ("direct", "null hop", "router", "lookaside")
+    sides = ("direct", "null hop", "router", "lookaside", "lookaside stream")
     rows: list[str] = []
+    lookaside_rows: list[str] = []
     failed = 0
     added_p50_c1: float | None = None
-    lookaside_p50_c1: float | None = None
+    lookaside_p50_c1: dict[str, float] = {}
     async with (
         cluster(worker_args, 1, router_args) as c,
         spawn_nullproxy(c.workers[0].grpc_target) as null,
         grpc.aio.insecure_channel(c.workers[0].grpc_target) as direct_ch,
         grpc.aio.insecure_channel(null.grpc_target) as null_ch,
         grpc.aio.insecure_channel(c.router.grpc_target) as router_ch,
+        PickStream(router_ch) as pick_stream,
     ):
         channels = (direct_ch, null_ch, router_ch)
         stubs = {
             side: pb_grpc.InferenceStub(ch) for side, ch in zip(sides[:3], channels, strict=True)
         }
         router_stub = router_pb2_grpc.RouterStub(router_ch)
+        pickers: dict[str, Picker] = {
+            "lookaside": lambda req: router_stub.Pick(req, timeout=30),
+            "lookaside stream": lambda req: pick_stream.pick(req, timeout_s=30),
+        }
         opened: list[grpc.aio.Channel] = []
         kept = {c.workers[0].grpc_target: stubs["direct"]}
 
@@ -420,13 +460,14 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
         async def side_run(
             side: str, prompts: list[str], lanes: int, tag: str
         ) -> list[StreamRecord]:
-            if side == "lookaside":
+            if side in pickers:
                 return await _lookaside_side(
-                    router_stub, worker, prompts, lanes, tag, args.max_tokens
+                    pickers[side], worker, prompts, lanes, tag, args.max_tokens
                 )
             return await _side(stubs[side], prompts, lanes, tag, args.max_tokens)
 
-        pids = {"null hop": null.proc.pid, "router": c.router_pid, "lookaside": c.router_pid}
+        pids = {"null hop": null.proc.pid, "router": c.router_pid}
+        pids |= dict.fromkeys(pickers, c.router_pid)
         # warm every path (connections, the router's endpoint state)
         for side in sides:
             warm = [words(16, 7_000 + i) for i in range(20)]
@@ -447,12 +488,21 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
                     recs[side] += await side_run(side, prompts, level, f"{k}-{level}-{rnd}")
                     if pid:
                         cpu[side] += cpu_seconds(pid) - cpu0
-            d, h, r, la = (_ttfts_ms(recs[side]) for side in sides)
+            d, h, r = (_ttfts_ms(recs[side]) for side in sides[:3])
             failed += sum(1 for s in recs.values() for x in s if not x.ok)
             a50, a99 = _q(r, 0.5) - _q(d, 0.5), _q(r, 0.99) - _q(d, 0.99)
-            l50, l99 = _q(la, 0.5) - _q(d, 0.5), _q(la, 0.99) - _q(d, 0.99)
             if level == 1:
-                added_p50_c1, lookaside_p50_c1 = a50, l50
+                added_p50_c1 = a50
+            cells = [f"| {level} | {_q(d, 0.5):.2f} | {_q(d, 0.99):.2f}"]
+            for side in pickers:
+                la = _ttfts_ms(recs[side])
+                l50, l99 = _q(la, 0.5) - _q(d, 0.5), _q(la, 0.99) - _q(d, 0.99)
+                if level == 1:
+                    lookaside_p50_c1[side] = l50
+                per_pick = 1e3 * cpu[side] / max(len(recs[side]), 1)
+                cells.append(f"{_q(la, 0.5):.2f} | **{l50:+.2f}** | {l99:+.2f} | {per_pick:.2f}")
+            lookaside_rows.append(" | ".join(cells) + " |")
+            print(lookaside_rows[-1], flush=True)
             n = len(recs["router"])
             rows.append(
                 f"| {level} | {n} | {_q(d, 0.5):.2f} | {_q(h, 0.5):.2f} | {_q(r, 0.5):.2f}"
@@ -460,9 +510,7 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
                 f" | {_q(d, 0.99):.2f} | {_q(h, 0.99):.2f} | {_q(r, 0.99):.2f}"
                 f" | {_q(h, 0.99) - _q(d, 0.99):+.2f} | **{a99:+.2f}**"
                 f" | {1e3 * cpu['null hop'] / max(n, 1):.2f}"
-                f" | {1e3 * cpu['router'] / max(n, 1):.2f}"
-                f" | {_q(la, 0.5):.2f} | {l50:+.2f} | {l99:+.2f}"
-                f" | {1e3 * cpu['lookaside'] / max(len(recs['lookaside']), 1):.2f} |"
+                f" | {1e3 * cpu['router'] / max(n, 1):.2f} |"
             )
             print(rows[-1], flush=True)
         for ch in opened:
@@ -473,9 +521,13 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
         f" --max-tokens {args.max_tokens} --overhead-time-scale {args.overhead_time_scale}"
     )
     met = added_p50_c1 is not None and added_p50_c1 < TARGET_ADDED_P50_MS
+    stream_p50 = lookaside_p50_c1.get("lookaside stream")
+    unary_p50 = lookaside_p50_c1.get("lookaside")
+    stream_met = stream_p50 is not None and stream_p50 < TARGET_ADDED_P50_MS
+    unary_met = unary_p50 is not None and unary_p50 < TARGET_ADDED_P50_MS
     body = "\n".join(
         [
-            "## Router: added TTFT of the proxy over going direct",
+            "## Router: added TTFT over going direct (proxy and lookaside)",
             "",
             *_header(cmd, load0),
             f"One sim worker at time scale {args.overhead_time_scale} (the engine is "
@@ -493,25 +545,34 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
             "the decision, metrics and logs); null hop minus direct is the price of any grpc.aio "
             "hop in Python.",
             "CPU ms/request is the hop process's utime+stime over its requests, divided by them.",
-            "Lookaside: the client calls the router's `Pick`, then Generate straight to the "
-            "endpoint it names (a",
-            "kept channel per worker); its TTFT counts from before the Pick, and the router "
-            "CPU is per Pick.",
+            "",
+            "Proxy: the client sends Generate to the router, which forwards it to the worker.",
             "",
             "| concurrency | requests/path | TTFT p50 direct ms | p50 null hop ms | p50 router ms"
             " | added p50 null hop ms | added p50 router ms | TTFT p99 direct ms | p99 null hop ms"
             " | p99 router ms | added p99 null hop ms | added p99 router ms"
-            " | null hop CPU ms/request | router CPU ms/request | p50 lookaside ms"
-            " | added p50 lookaside ms | added p99 lookaside ms | router CPU ms/Pick |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
-            "|---:|",
+            " | null hop CPU ms/request | router CPU ms/request |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             *rows,
             "",
-            f"Target: under {TARGET_ADDED_P50_MS:g} ms added p50 TTFT at concurrency 1: "
-            f"{_met(met)} through the proxy ({_ms2(added_p50_c1)}); lookaside (Pick, then "
-            f"direct) adds {_ms2(lookaside_p50_c1)}"
-            f" ({_met(lookaside_p50_c1 is not None and lookaside_p50_c1 < TARGET_ADDED_P50_MS)})."
-            f" Failed requests: {failed}.",
+            "Lookaside: the client asks the router where to go, then sends Generate straight to "
+            "the worker it",
+            "names (a kept channel per worker); its TTFT counts from before the question. "
+            "`Pick` is a unary call",
+            "per request; `PickStream` is one stream the client keeps open and shares between "
+            "its concurrent",
+            "requests (`preheat.pickclient.PickStream`). Router CPU is per decision.",
+            "",
+            "| concurrency | TTFT p50 direct ms | TTFT p99 direct ms | p50 Pick ms"
+            " | added p50 Pick ms | added p99 Pick ms | router CPU ms/Pick | p50 PickStream ms"
+            " | added p50 PickStream ms | added p99 PickStream ms | router CPU ms/PickStream |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            *lookaside_rows,
+            "",
+            f"Target: under {TARGET_ADDED_P50_MS:g} ms added p50 TTFT at concurrency 1:"
+            f" lookaside over a kept `PickStream` adds {_ms2(stream_p50)} ({_met(stream_met)});"
+            f" lookaside with unary `Pick` {_ms2(unary_p50)} ({_met(unary_met)});"
+            f" the proxy {_ms2(added_p50_c1)} ({_met(met)}). Failed requests: {failed}.",
         ]
     )
     return PartResult("router-overhead", body, failed)
@@ -702,9 +763,15 @@ class PickLoad:
     def per_core(self) -> float:
         return self.decisions / self.cpu_s if self.cpu_s > 0 else float("nan")
 
+    @property
+    def call(self) -> str:
+        if self.batch == PICK_STREAM:
+            return "PickStream (one kept stream)"
+        return "Pick" if self.batch == 1 else f"PickBatch of {self.batch}"
+
     def row(self) -> str:
         return (
-            f"| {self.server} | {'Pick' if self.batch == 1 else f'PickBatch of {self.batch}'}"
+            f"| {self.server} | {self.call}"
             f" | {self.input} | {self.decisions:,} | {self.wall_s:.1f}"
             f" | {self.decisions / self.wall_s:,.0f} | {self.cpu_s:.2f} | **{self.per_core:,.0f}**"
             f" | {_q(self.lat_ms, 0.5):.2f} | {_q(self.lat_ms, 0.99):.2f} | {len(self.errors)} |"
@@ -720,12 +787,13 @@ async def _pick_load(
     batch: int = 1,
     prompt_input: str = "text",
 ) -> PickLoad:
-    """Closed-loop Pick (``batch`` 1) or PickBatch calls against ``target`` for ``--pick-s``;
-    CPU of process ``pid``. Latency is per call."""
+    """Closed-loop Pick (``batch`` 1), PickBatch, or PickStream (``batch`` PICK_STREAM: the
+    callers share one kept stream) calls against ``target`` for ``--pick-s``; CPU of process
+    ``pid``. Latency is per call (per decision on the stream)."""
     lat_ms: list[float] = []
     errors: list[str] = []
     decided = 0
-    async with grpc.aio.insecure_channel(target) as ch:
+    async with grpc.aio.insecure_channel(target) as ch, PickStream(ch) as stream:
         stub = router_pb2_grpc.RouterStub(ch)
 
         tokenizer = SimTokenizer()
@@ -741,7 +809,10 @@ async def _pick_load(
             nonlocal decided
             t0 = time.monotonic()
             try:
-                if batch == 1:
+                if batch == PICK_STREAM:
+                    await stream.pick(pick(i), timeout_s=10)
+                    decided += 1
+                elif batch == 1:
                     await stub.Pick(pick(i), timeout=10)
                     decided += 1
                 else:
@@ -757,9 +828,12 @@ async def _pick_load(
             except grpc.aio.AioRpcError as e:
                 errors.append(f"{e.code().name}: {e.details()}")
                 return
+            except PickFailed as e:
+                errors.append(str(e))
+                return
             lat_ms.append((time.monotonic() - t0) * 1e3)
 
-        await _closed_loop(one, 4, count=200 // batch + 1, seconds=None)  # warm
+        await _closed_loop(one, 4, count=200 // max(batch, 1) + 1, seconds=None)  # warm
         lat_ms.clear()
         decided = 0
         cpu0 = cpu_seconds(pid)
@@ -773,7 +847,7 @@ async def part_pick(args: argparse.Namespace) -> PartResult:
     worker_args = [*SIM_FAST, "--sim-time-scale", "0.01"]
     router_args = ["--policy", "preheat", *args.router_arg]
     prompts = [words(args.pick_prompt_tokens, 30_000 + i) for i in range(64)]
-    batches = [int(b) for b in args.pick_batch.split(",")]
+    batches = _pick_calls(args.pick_batch)
     inputs = args.pick_input.split(",")
     loads: list[PickLoad] = []
     async with cluster(worker_args, args.workers, router_args) as c:
@@ -826,7 +900,9 @@ async def part_pick(args: argparse.Namespace) -> PartResult:
             "grpc.aio floor for a unary call in Python on this machine. `PickBatch` carries "
             "several requests in",
             "one call (each decided exactly as `Pick` would, in order): a gateway that batches "
-            "pays the RPC once.",
+            "pays the RPC once. `PickStream`: the callers share one stream the client keeps "
+            "open, one message",
+            "each way per decision (`preheat.pickclient.PickStream`).",
             "",
             "Prompts come as text (the router tokenizes them) or as `prompt_token_ids` (a "
             "gateway that",

@@ -123,6 +123,7 @@ def alternates(
 
 
 MAX_PICK_BATCH = 1024
+MAX_PICK_STREAM_IN_FLIGHT = 1024
 
 
 class RouterService(router_pb2_grpc.RouterServicer):
@@ -182,18 +183,63 @@ class RouterService(router_pb2_grpc.RouterServicer):
             )
         md = _metadata(context)
         deadline = self._deadline(context)
-        results: list[router_pb2.PickResult] = []
-        for item in request.picks:
-            try:
-                results.append(router_pb2.PickResult(picked=await self._pick(item, md, deadline)))
-            except PreheatError as e:
-                results.append(
-                    router_pb2.PickResult(
-                        error=router_pb2.PickError(
-                            code=grpc_status(e.code).name,
-                            message=e.message,
-                            retry_after_s=e.retry_after_s or 0.0,
-                        )
-                    )
-                )
+        results = [await self._result(item, md, deadline) for item in request.picks]
         return router_pb2.PickBatchResponse(results=results)
+
+    async def _result(
+        self, request: router_pb2.PickRequest, md: dict[str, str], deadline: float | None
+    ) -> router_pb2.PickResult:
+        """One decision as an item of PickBatch or PickStream: a refusal is its answer."""
+        try:
+            return router_pb2.PickResult(picked=await self._pick(request, md, deadline))
+        except PreheatError as e:
+            return router_pb2.PickResult(
+                error=router_pb2.PickError(
+                    code=grpc_status(e.code).name,
+                    message=e.message,
+                    retry_after_s=e.retry_after_s or 0.0,
+                )
+            )
+
+    async def PickStream(
+        self, request_iterator: AsyncIterator[router_pb2.PickStreamRequest], context: Any
+    ) -> AsyncIterator[router_pb2.PickStreamResponse]:
+        md = _metadata(context)
+        loop = asyncio.get_running_loop()
+        answers: asyncio.Queue[router_pb2.PickStreamResponse | None] = asyncio.Queue()
+        room = asyncio.Semaphore(MAX_PICK_STREAM_IN_FLIGHT)  # released as answers are sent
+        deciding: set[asyncio.Task[None]] = set()
+
+        async def decide(item: router_pb2.PickStreamRequest) -> None:
+            deadline = loop.time() + item.timeout_ms / 1e3 if item.timeout_ms else None
+            try:
+                result = await self._result(item.pick, md, deadline)
+            except Exception as e:  # a bug must still answer, or the client waits forever
+                log.exception("pick_error")
+                result = router_pb2.PickResult(
+                    error=router_pb2.PickError(code="INTERNAL", message=f"internal error: {e!r}")
+                )
+            answers.put_nowait(router_pb2.PickStreamResponse(id=item.id, result=result))
+
+        async def read() -> None:
+            try:
+                async for item in request_iterator:
+                    await room.acquire()
+                    task = asyncio.create_task(decide(item))
+                    deciding.add(task)
+                    task.add_done_callback(deciding.discard)
+                while deciding:  # the client has said all it will: answer what is left
+                    await asyncio.wait(set(deciding))
+            finally:
+                answers.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (answer := await answers.get()) is not None:
+                room.release()
+                yield answer
+            await reader  # a failed read (the client went away) ends the call with it
+        finally:
+            reader.cancel()
+            for task in list(deciding):
+                task.cancel()

@@ -74,3 +74,21 @@ class PickBatchResponse(_message.Message):
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[PickResult]
     def __init__(self, results: _Optional[_Iterable[_Union[PickResult, _Mapping]]] = ...) -> None: ...
+
+class PickStreamRequest(_message.Message):
+    __slots__ = ("id", "pick", "timeout_ms")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PICK_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    pick: PickRequest
+    timeout_ms: int
+    def __init__(self, id: _Optional[int] = ..., pick: _Optional[_Union[PickRequest, _Mapping]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class PickStreamResponse(_message.Message):
+    __slots__ = ("id", "result")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    result: PickResult
+    def __init__(self, id: _Optional[int] = ..., result: _Optional[_Union[PickResult, _Mapping]] = ...) -> None: ...

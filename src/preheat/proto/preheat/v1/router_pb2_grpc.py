@@ -44,6 +44,11 @@ class RouterStub:
                 request_serializer=preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickBatchRequest.SerializeToString,
                 response_deserializer=preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickBatchResponse.FromString,
                 _registered_method=True)
+        self.PickStream = channel.stream_stream(
+                '/preheat.v1.Router/PickStream',
+                request_serializer=preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickStreamRequest.SerializeToString,
+                response_deserializer=preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickStreamResponse.FromString,
+                _registered_method=True)
 
 
 class RouterServicer:
@@ -67,6 +72,19 @@ class RouterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PickStream(self, request_iterator, context):
+        """Pick over one long-lived stream: each message is one decision, made exactly as Pick
+        would make it and answered as soon as it is made (answers may overtake one another;
+        the id ties an answer to its question). A client or gateway that keeps the stream
+        open does not pay for setting up a call per request. Each item succeeds or fails on
+        its own and the stream stays open; a malformed item gets INVALID_ARGUMENT in its
+        answer. At most 1024 decisions are in flight per stream: past that the router reads
+        no more until answers have been sent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RouterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -79,6 +97,11 @@ def add_RouterServicer_to_server(servicer, server):
                     servicer.PickBatch,
                     request_deserializer=preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickBatchRequest.FromString,
                     response_serializer=preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickBatchResponse.SerializeToString,
+            ),
+            'PickStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PickStream,
+                    request_deserializer=preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickStreamRequest.FromString,
+                    response_serializer=preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -135,6 +158,33 @@ class Router:
             '/preheat.v1.Router/PickBatch',
             preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickBatchRequest.SerializeToString,
             preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PickStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/preheat.v1.Router/PickStream',
+            preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickStreamRequest.SerializeToString,
+            preheat_dot_proto_dot_preheat_dot_v1_dot_router__pb2.PickStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -43,6 +43,15 @@ class RouterStub:
     gateway that batches its picks pays for the RPC once). Each item succeeds or fails on
     its own; at most 1024 items.
     """
+    PickStream: _grpc.StreamStreamMultiCallable[_router_pb2.PickStreamRequest, _router_pb2.PickStreamResponse]
+    """Pick over one long-lived stream: each message is one decision, made exactly as Pick
+    would make it and answered as soon as it is made (answers may overtake one another;
+    the id ties an answer to its question). A client or gateway that keeps the stream
+    open does not pay for setting up a call per request. Each item succeeds or fails on
+    its own and the stream stays open; a malformed item gets INVALID_ARGUMENT in its
+    answer. At most 1024 decisions are in flight per stream: past that the router reads
+    no more until answers have been sent.
+    """
 
 @_typing.type_check_only
 class RouterAsyncStub(RouterStub):
@@ -56,6 +65,15 @@ class RouterAsyncStub(RouterStub):
     """Many decisions in one call, made in order, each exactly as Pick would make it (a
     gateway that batches its picks pays for the RPC once). Each item succeeds or fails on
     its own; at most 1024 items.
+    """
+    PickStream: _aio.StreamStreamMultiCallable[_router_pb2.PickStreamRequest, _router_pb2.PickStreamResponse]  # type: ignore[assignment]
+    """Pick over one long-lived stream: each message is one decision, made exactly as Pick
+    would make it and answered as soon as it is made (answers may overtake one another;
+    the id ties an answer to its question). A client or gateway that keeps the stream
+    open does not pay for setting up a call per request. Each item succeeds or fails on
+    its own and the stream stays open; a malformed item gets INVALID_ARGUMENT in its
+    answer. At most 1024 decisions are in flight per stream: past that the router reads
+    no more until answers have been sent.
     """
 
 class RouterServicer(metaclass=_abc_1.ABCMeta):
@@ -79,6 +97,21 @@ class RouterServicer(metaclass=_abc_1.ABCMeta):
         """Many decisions in one call, made in order, each exactly as Pick would make it (a
         gateway that batches its picks pays for the RPC once). Each item succeeds or fails on
         its own; at most 1024 items.
+        """
+
+    @_abc_1.abstractmethod
+    def PickStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_router_pb2.PickStreamRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_router_pb2.PickStreamResponse], _abc.AsyncIterator[_router_pb2.PickStreamResponse]]:
+        """Pick over one long-lived stream: each message is one decision, made exactly as Pick
+        would make it and answered as soon as it is made (answers may overtake one another;
+        the id ties an answer to its question). A client or gateway that keeps the stream
+        open does not pay for setting up a call per request. Each item succeeds or fails on
+        its own and the stream stays open; a malformed item gets INVALID_ARGUMENT in its
+        answer. At most 1024 decisions are in flight per stream: past that the router reads
+        no more until answers have been sent.
         """
 
 def add_RouterServicer_to_server(servicer: RouterServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
