@@ -87,6 +87,12 @@ def _pick_calls(text: str) -> list[int]:
     return out
 
 
+def _at_least_one(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
+
+
 def _pick_calls_arg(text: str) -> str:
     try:
         _pick_calls(text)
@@ -115,6 +121,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--concurrency", default="1,32", help="comma-separated levels")
     o.add_argument("--requests", type=int, default=200, help="requests per side and level")
     o.add_argument("--rounds", type=int, default=4, help="interleaved rounds per level")
+    o.add_argument(
+        "--repeat",
+        type=_at_least_one,
+        default=1,
+        help="fresh clusters to measure in turn; the tables pool their requests and the "
+        "added p50 of each run is listed",
+    )
     o.add_argument("--prompt-tokens", type=int, default=256)
     o.add_argument("--max-tokens", type=int, default=8)
     o.add_argument(
@@ -420,17 +433,23 @@ class PartResult:
 # --- part 1: overhead --------------------------------------------------------------------
 
 
-async def part_overhead(args: argparse.Namespace) -> PartResult:
-    load0 = os.getloadavg()[0]
-    levels = [int(c) for c in args.concurrency.split(",")]
+OVERHEAD_SIDES = ("direct", "null hop", "router", "lookaside", "lookaside stream")
+PICK_SIDES = ("lookaside", "lookaside stream")
+
+Samples = dict[int, dict[str, list[StreamRecord]]]  # level -> side -> records
+CpuSeconds = dict[int, dict[str, float]]  # level -> side -> CPU-s of its hop process
+
+
+async def _overhead_once(
+    args: argparse.Namespace, levels: Sequence[int]
+) -> tuple[Samples, CpuSeconds]:
+    """One fresh cluster (a worker, the router, a null hop): every path at every level, in
+    rounds whose order rotates."""
     worker_args = [*SIM_FAST, "--sim-time-scale", args.overhead_time_scale]
     router_args = ["--policy", "preheat", "--coalesce-tokens", "1", *args.router_arg]
-    sides = ("direct", "null hop", "router", "lookaside", "lookaside stream")
-    rows: list[str] = []
-    lookaside_rows: list[str] = []
-    failed = 0
-    added_p50_c1: float | None = None
-    lookaside_p50_c1: dict[str, float] = {}
+    sides = OVERHEAD_SIDES
+    samples: Samples = {}
+    cpu_s: CpuSeconds = {}
     async with (
         cluster(worker_args, 1, router_args) as c,
         spawn_nullproxy(c.workers[0].grpc_target) as null,
@@ -488,37 +507,78 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
                     recs[side] += await side_run(side, prompts, level, f"{k}-{level}-{rnd}")
                     if pid:
                         cpu[side] += cpu_seconds(pid) - cpu0
-            d, h, r = (_ttfts_ms(recs[side]) for side in sides[:3])
-            failed += sum(1 for s in recs.values() for x in s if not x.ok)
-            a50, a99 = _q(r, 0.5) - _q(d, 0.5), _q(r, 0.99) - _q(d, 0.99)
-            if level == 1:
-                added_p50_c1 = a50
-            cells = [f"| {level} | {_q(d, 0.5):.2f} | {_q(d, 0.99):.2f}"]
-            for side in pickers:
-                la = _ttfts_ms(recs[side])
-                l50, l99 = _q(la, 0.5) - _q(d, 0.5), _q(la, 0.99) - _q(d, 0.99)
-                if level == 1:
-                    lookaside_p50_c1[side] = l50
-                per_pick = 1e3 * cpu[side] / max(len(recs[side]), 1)
-                cells.append(f"{_q(la, 0.5):.2f} | **{l50:+.2f}** | {l99:+.2f} | {per_pick:.2f}")
-            lookaside_rows.append(" | ".join(cells) + " |")
-            print(lookaside_rows[-1], flush=True)
-            n = len(recs["router"])
-            rows.append(
-                f"| {level} | {n} | {_q(d, 0.5):.2f} | {_q(h, 0.5):.2f} | {_q(r, 0.5):.2f}"
-                f" | {_q(h, 0.5) - _q(d, 0.5):+.2f} | **{a50:+.2f}**"
-                f" | {_q(d, 0.99):.2f} | {_q(h, 0.99):.2f} | {_q(r, 0.99):.2f}"
-                f" | {_q(h, 0.99) - _q(d, 0.99):+.2f} | **{a99:+.2f}**"
-                f" | {1e3 * cpu['null hop'] / max(n, 1):.2f}"
-                f" | {1e3 * cpu['router'] / max(n, 1):.2f} |"
-            )
-            print(rows[-1], flush=True)
+            samples[level], cpu_s[level] = recs, cpu
         for ch in opened:
             await ch.close()
+    return samples, cpu_s
+
+
+def _added_p50(recs: dict[str, list[StreamRecord]], side: str) -> float:
+    return _q(_ttfts_ms(recs[side]), 0.5) - _q(_ttfts_ms(recs["direct"]), 0.5)
+
+
+async def part_overhead(args: argparse.Namespace) -> PartResult:
+    load0 = os.getloadavg()[0]
+    levels = [int(c) for c in args.concurrency.split(",")]
+    sides = OVERHEAD_SIDES
+    rows: list[str] = []
+    lookaside_rows: list[str] = []
+    failed = 0
+    added_p50_c1: float | None = None
+    lookaside_p50_c1: dict[str, float] = {}
+    recs_by_level: Samples = {level: {side: [] for side in sides} for level in levels}
+    cpu_by_level: CpuSeconds = {level: dict.fromkeys(sides[1:], 0.0) for level in levels}
+    per_run: dict[str, list[float]] = {side: [] for side in sides[1:]}  # added p50 at the 1st level
+    for _ in range(args.repeat):
+        samples, cpu_s = await _overhead_once(args, levels)
+        for level in levels:
+            for side in sides:
+                recs_by_level[level][side] += samples[level][side]
+            for side, used in cpu_s[level].items():
+                cpu_by_level[level][side] += used
+        for side in per_run:
+            per_run[side].append(_added_p50(samples[levels[0]], side))
+        print("added p50 per run:", {k: [round(x, 2) for x in v] for k, v in per_run.items()})
+    for level in levels:
+        recs, cpu = recs_by_level[level], cpu_by_level[level]
+        d, h, r = (_ttfts_ms(recs[side]) for side in sides[:3])
+        failed += sum(1 for s in recs.values() for x in s if not x.ok)
+        a50, a99 = _q(r, 0.5) - _q(d, 0.5), _q(r, 0.99) - _q(d, 0.99)
+        if level == 1:
+            added_p50_c1 = a50
+        cells = [f"| {level} | {_q(d, 0.5):.2f} | {_q(d, 0.99):.2f}"]
+        for side in PICK_SIDES:
+            la = _ttfts_ms(recs[side])
+            l50, l99 = _q(la, 0.5) - _q(d, 0.5), _q(la, 0.99) - _q(d, 0.99)
+            if level == 1:
+                lookaside_p50_c1[side] = l50
+            per_pick = 1e3 * cpu[side] / max(len(recs[side]), 1)
+            cells.append(f"{_q(la, 0.5):.2f} | **{l50:+.2f}** | {l99:+.2f} | {per_pick:.2f}")
+        lookaside_rows.append(" | ".join(cells) + " |")
+        print(lookaside_rows[-1], flush=True)
+        n = len(recs["router"])
+        rows.append(
+            f"| {level} | {n} | {_q(d, 0.5):.2f} | {_q(h, 0.5):.2f} | {_q(r, 0.5):.2f}"
+            f" | {_q(h, 0.5) - _q(d, 0.5):+.2f} | **{a50:+.2f}**"
+            f" | {_q(d, 0.99):.2f} | {_q(h, 0.99):.2f} | {_q(r, 0.99):.2f}"
+            f" | {_q(h, 0.99) - _q(d, 0.99):+.2f} | **{a99:+.2f}**"
+            f" | {1e3 * cpu['null hop'] / max(n, 1):.2f}"
+            f" | {1e3 * cpu['router'] / max(n, 1):.2f} |"
+        )
+        print(rows[-1], flush=True)
+    names = {
+        "null hop": "null hop",
+        "router": "proxy",
+        **dict(zip(PICK_SIDES, ("Pick", "PickStream"), strict=True)),
+    }
+    runs_line = "; ".join(
+        f"{names[side]} {', '.join(f'{x:+.2f}' for x in xs)}" for side, xs in per_run.items()
+    )
     cmd = (
         f"preheat bench router --part overhead --concurrency {args.concurrency}"
         f" --requests {args.requests} --rounds {args.rounds} --prompt-tokens {args.prompt_tokens}"
         f" --max-tokens {args.max_tokens} --overhead-time-scale {args.overhead_time_scale}"
+        f" --repeat {args.repeat}"
     )
     met = added_p50_c1 is not None and added_p50_c1 < TARGET_ADDED_P50_MS
     stream_p50 = lookaside_p50_c1.get("lookaside stream")
@@ -538,8 +598,9 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
             "unchanged, nothing else).",
             f"Each level sends {args.requests} requests on each path ({args.prompt_tokens}-token "
             f"distinct prompts, {args.max_tokens} output tokens),",
-            f"interleaved in {args.rounds} rounds whose order rotates. TTFT is measured by the "
-            "client. Router minus null hop",
+            f"interleaved in {args.rounds} rounds whose order rotates, on each of {args.repeat} "
+            "fresh cluster(s) in turn (the",
+            "tables pool them). TTFT is measured by the client. Router minus null hop",
             "is what the router's own work adds (tokenizing and hashing the prompt, the "
             "endpoint snapshot,",
             "the decision, metrics and logs); null hop minus direct is the price of any grpc.aio "
@@ -573,6 +634,8 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
             f" lookaside over a kept `PickStream` adds {_ms2(stream_p50)} ({_met(stream_met)});"
             f" lookaside with unary `Pick` {_ms2(unary_p50)} ({_met(unary_met)});"
             f" the proxy {_ms2(added_p50_c1)} ({_met(met)}). Failed requests: {failed}.",
+            "",
+            f"Added p50 at concurrency {levels[0]}, run by run: {runs_line}.",
         ]
     )
     return PartResult("router-overhead", body, failed)
