@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +39,8 @@ def test_bench_router_all_parts_tiny(tmp_path: Path):
     proc = subprocess.run(
         [
             sys.executable, "-m", "preheat.cli", "bench", "router",
-            "--requests", "4", "--rounds", "2", "--concurrency", "1,2", "--max-tokens", "4",
+            "--requests", "4", "--rounds", "2", "--repeat", "2", "--concurrency", "1,2",
+            "--max-tokens", "4",
             "--streams", "2", "--stream-tokens", "16", "--throughput-s", "0.5",
             "--coalesce", "1:0,8:5",
             "--pick-s", "0.5", "--pick-concurrency", "2", "--endpoints", "4",
@@ -61,13 +63,34 @@ def test_bench_router_all_parts_tiny(tmp_path: Path):
     assert "Failed requests: 0." in text
     assert "Failed streams: 0." in text
     overhead = _section(text, "router-overhead")
-    rows = [line for line in overhead if line.startswith(("| 1 |", "| 2 |"))]
-    assert len(rows) == 2
-    for row in rows:  # the lookaside columns are there and measured
-        cells = [c.strip() for c in row.split("|")[1:-1]]
-        assert len(cells) == 18
-        assert float(cells[14]) > 0  # p50 TTFT through Pick, then direct
-    assert any("lookaside (Pick, then direct) adds" in line for line in overhead)
+    rows = [
+        [c.strip() for c in line.split("|")[1:-1]]
+        for line in overhead
+        if line.startswith(("| 1 |", "| 2 |"))
+    ]
+    proxy = [cells for cells in rows if len(cells) == 14]
+    lookaside = [cells for cells in rows if len(cells) == 11]
+    assert len(proxy) == 2, rows
+    assert len(lookaside) == 2, rows
+    for cells in proxy:
+        assert cells[1] == "8"  # 4 requests a level on each of the 2 clusters, pooled
+        assert float(cells[4]) > 0  # p50 TTFT through the router
+    for cells in lookaside:  # both lookaside paths measured
+        assert float(cells[3]) > 0  # p50 TTFT through Pick, then direct
+        assert float(cells[7]) > 0  # p50 TTFT through PickStream, then direct
+    assert any("lookaside over a kept `PickStream` adds" in line for line in overhead)
+    by_run = [
+        line for line in overhead if line.startswith("Added p50 at concurrency 1, run by run")
+    ]
+    assert len(by_run) == 1
+    runs = re.findall(
+        r"(null hop|proxy|Pick|PickStream) ([+-]\d+\.\d+), ([+-]\d+\.\d+)[;.]", by_run[0]
+    )
+    assert [r[0] for r in runs] == ["null hop", "proxy", "Pick", "PickStream"]  # two runs each
+    pick = _section(text, "router-pick")
+    streams = [line for line in pick if "| PickStream (one kept stream) |" in line]
+    assert len(streams) == 3  # the null hop, then the router with text and with ids
+    assert all(line.rstrip().endswith("| 0 |") for line in streams)  # no errors
     throughput = _section(text, "router-throughput")
     assert len([line for line in throughput if line.startswith(("| 1 |", "| 0.001 |"))]) == 4
     policy_rows = {line.split("|")[1].strip(): line for line in _section(text, "router-policies")
