@@ -153,6 +153,11 @@ async def test_openai_http_through_a_router(tmp_path: Path) -> None:
     assert all(r.ttft_ms <= r.e2e_ms for r in run.requests)
     assert sum(r.cached_tokens for r in run.requests) > 0
     assert [r.session_id for r in run.requests[:4]] == ["s0", "s1", "s2", "s3"]
+    # the router names the worker and passes the engine's stage breakdown over HTTP too
+    assert {r.endpoint for r in run.requests} == {"w0"}
+    for r in run.requests:
+        assert set(r.stages_ms) == {"queue", "prefill", "decode", "server_ttft", "outside_engine"}
+        assert 0 < r.stages_ms["server_ttft"] <= r.ttft_ms
 
 
 async def test_ctrl_c_stops_sending_and_keeps_what_was_sent(tmp_path: Path) -> None:

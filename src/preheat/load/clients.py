@@ -6,7 +6,10 @@
   ``timing`` gives the stage breakdown and ``worker_id`` the endpoint.
 - The OpenAI HTTP API of ``preheat router``: ``POST /v1/completions`` with ``stream: true``
   and ``stream_options.include_usage`` (server-sent events), the session id in header
-  ``x-session-id`` and in ``user``. HTTP carries no stage breakdown or worker id.
+  ``x-session-id`` and in ``user``. The router names the worker in header
+  ``X-Preheat-Worker`` and puts the stage breakdown on the last chunk (``"preheat":
+  {"worker_id", "timing": {...}}``); a server that sends neither (another OpenAI-compatible
+  one) leaves the outcome's endpoint and stages empty.
 
 A rejection (gRPC ``RESOURCE_EXHAUSTED``, HTTP 429) is ``rejected``; any other failure
 ``error`` with the status and the server's message.
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from preheat.load.replay import LoadOptions
 
 SESSION_HEADER = "x-session-id"
+WORKER_HEADER = "X-Preheat-Worker"
 DEADLINE_HEADER = "x-ttft-deadline-ms"
 
 
@@ -56,6 +60,42 @@ def max_tokens(req: TraceRequest, options: LoadOptions) -> int:
     return req.output_tokens if cap is None else min(req.output_tokens, cap)
 
 
+def stages(
+    ttft_ms: float, *, queue_ms: float, prefill_ms: float, decode_ms: float, server_ttft_ms: float
+) -> dict[str, float]:
+    """The stage breakdown of one request, from the engine's timing and the client's TTFT."""
+    return {
+        "queue": _r(queue_ms),
+        "prefill": _r(prefill_ms),
+        "decode": _r(decode_ms),
+        "server_ttft": _r(server_ttft_ms),
+        # router, network and client: the client's TTFT beyond the engine's
+        "outside_engine": _r(max(0.0, ttft_ms - server_ttft_ms)),
+    }
+
+
+def _http_stages(ttft_ms: float, extra: object) -> dict[str, float] | None:
+    """``stages`` from the router's ``"preheat"`` object; None when it is missing or odd."""
+    timing = extra.get("timing") if isinstance(extra, dict) else None
+    if not isinstance(timing, dict):
+        return None
+    try:
+        server_ttft = float(timing["ttft_ms"])
+        return (
+            stages(
+                ttft_ms,
+                queue_ms=float(timing["queue_ms"]),
+                prefill_ms=float(timing["prefill_ms"]),
+                decode_ms=float(timing["decode_ms"]),
+                server_ttft_ms=server_ttft,
+            )
+            if server_ttft > 0
+            else None
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def outcome_from_stream(
     rec: StreamRecord, request_id: str, t_s: float, session_id: str
 ) -> RequestOutcome:
@@ -76,14 +116,13 @@ def outcome_from_stream(
     )
     if rec.ok:
         if rec.server_ttft_ms > 0:
-            out.stages_ms = {
-                "queue": _r(rec.server_queue_ms),
-                "prefill": _r(rec.server_prefill_ms),
-                "decode": _r(rec.server_decode_ms),
-                "server_ttft": _r(rec.server_ttft_ms),
-                # router, network and client: the client's TTFT beyond the engine's
-                "outside_engine": _r(max(0.0, ttft_ms - rec.server_ttft_ms)),
-            }
+            out.stages_ms = stages(
+                ttft_ms,
+                queue_ms=rec.server_queue_ms,
+                prefill_ms=rec.server_prefill_ms,
+                decode_ms=rec.server_decode_ms,
+                server_ttft_ms=rec.server_ttft_ms,
+            )
         return out
     out.outcome = "rejected" if rec.status_code == "RESOURCE_EXHAUSTED" else "error"
     out.error = rec.error
@@ -172,7 +211,8 @@ class OpenAIClient:
                     out.error = _http_error_message(resp.status, await resp.text())
                     out.e2e_ms = _r((time.monotonic() - start) * 1e3)
                     return out
-                finished = await self._read_events(resp, rec, out, start)
+                out.endpoint = resp.headers.get(WORKER_HEADER, "")
+                finished, extra = await self._read_events(resp, rec, out, start)
         except (aiohttp.ClientError, TimeoutError) as err:
             out.outcome = "error"
             out.error = f"{type(err).__name__}: {err}"
@@ -182,6 +222,11 @@ class OpenAIClient:
         if out.outcome == "ok" and not finished:
             out.outcome = "error"
             out.error = "stream ended without a finish reason"
+        if out.outcome == "ok" and extra is not None:
+            out.stages_ms = _http_stages(out.ttft_ms, extra) or {}
+            worker = extra.get("worker_id") if isinstance(extra, dict) else None
+            if isinstance(worker, str) and worker:
+                out.endpoint = worker
         return out
 
     async def _read_events(
@@ -190,9 +235,11 @@ class OpenAIClient:
         rec: StreamRecord,
         out: RequestOutcome,
         start: float,
-    ) -> bool:
-        """Reads the SSE stream into ``rec``/``out``; True when a finish reason came."""
+    ) -> tuple[bool, object]:
+        """Reads the SSE stream into ``rec``/``out``: whether a finish reason came, and the
+        router's ``"preheat"`` object (None if none came)."""
         finished = False
+        extra: object = None
         async for raw in resp.content:
             line = raw.strip()
             if not line.startswith(b"data:"):
@@ -205,13 +252,14 @@ class OpenAIClient:
             except ValueError:
                 out.outcome = "error"
                 out.error = f"bad event from the server: {data[:80]!r}"
-                return False
+                return False, extra
             if "error" in obj:
                 err = obj["error"] if isinstance(obj["error"], dict) else {}
                 code = str(err.get("code", "error"))
                 out.outcome = "rejected" if code == "resource_exhausted" else "error"
                 out.error = f"{code}: {err.get('message', obj['error'])}"
-                return False
+                return False, extra
+            extra = obj.get("preheat", extra)
             for choice in obj.get("choices") or []:
                 if choice.get("text"):
                     rec.tokens_arrived(start, time.monotonic(), 1)
@@ -225,7 +273,7 @@ class OpenAIClient:
                 out.cached_tokens = int(details.get("cached_tokens") or 0)
         if not out.output_tokens:
             out.output_tokens = rec.completion_tokens
-        return finished
+        return finished, extra
 
     async def connect(self, timeout_s: float) -> None:
         """Checks that the server answers HTTP (any status) within the time."""

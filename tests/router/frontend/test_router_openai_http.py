@@ -64,12 +64,21 @@ async def test_completions_sse_and_json() -> None:
         ) as resp:
             assert resp.status == 200
             assert resp.headers["Content-Type"].startswith("text/event-stream")
+            assert resp.headers["X-Preheat-Worker"] == "w-1"
             events = await _sse_events(resp)
         assert events[-1] == "[DONE]"
         chunks = [json.loads(e) for e in events[:-1]]
         assert all(c["object"] == "text_completion" for c in chunks)
         assert chunks[-1]["choices"][0]["finish_reason"] == "length"
         assert len("".join(c["choices"][0]["text"] for c in chunks).split()) == 4
+        # the engine's stage breakdown rides on the chunk that ends the stream, only there
+        assert [("preheat" in c) for c in chunks] == [False] * (len(chunks) - 1) + [True]
+        extra = chunks[-1]["preheat"]
+        assert extra["worker_id"] == "w-1"
+        timing = extra["timing"]
+        assert set(timing) == {"queue_ms", "prefill_ms", "decode_ms", "ttft_ms", "e2e_ms"}
+        assert 0 < timing["ttft_ms"] <= timing["e2e_ms"]
+        assert timing["queue_ms"] + timing["prefill_ms"] == pytest.approx(timing["ttft_ms"], 0.01)
 
         async with r.http.post(
             r.url + "/v1/chat/completions",
@@ -81,6 +90,9 @@ async def test_completions_sse_and_json() -> None:
         assert body["choices"][0]["message"]["role"] == "assistant"
         assert len(body["choices"][0]["message"]["content"].split()) == 3
         assert body["usage"]["completion_tokens"] == 3
+        assert resp.headers["X-Preheat-Worker"] == "w-1"
+        assert body["preheat"]["worker_id"] == "w-1"
+        assert body["preheat"]["timing"]["ttft_ms"] > 0
 
 
 @pytest.mark.parametrize(

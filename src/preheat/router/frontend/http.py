@@ -8,6 +8,11 @@
   status from :func:`preheat.core.errors.http_status` (400 malformed, 429 + ``Retry-After``
   on admission, 503 when no endpoint can take the request). A failure after the stream
   started is sent as a final ``data: {"error": ...}`` event before ``[DONE]``.
+- Beyond OpenAI's schema (clients ignore unknown fields): header ``X-Preheat-Worker`` names
+  the worker that serves the request, and the chunk that ends the stream (or the whole
+  body) carries ``"preheat": {"worker_id", "timing": {"queue_ms", "prefill_ms",
+  "decode_ms", "ttft_ms", "e2e_ms"}}``, the engine's stage breakdown that gRPC clients get
+  in ``GenerateResponse.timing``.
 - ``GET /v1/models``; ``GET /metrics``; ``GET /healthz`` (liveness: always 200);
   ``GET /ready`` (200 once the store has a routable endpoint, else 503).
 """
@@ -118,6 +123,33 @@ def _usage(u: inference_pb2.Usage | None) -> dict[str, Any] | None:
     }
 
 
+WORKER_HEADER = "X-Preheat-Worker"
+
+
+def _preheat(chunk: inference_pb2.GenerateResponse) -> dict[str, Any] | None:
+    """The worker and its stage breakdown, from the chunk that carries ``timing`` (the last)."""
+    if not chunk.HasField("timing"):
+        return None
+    t = chunk.timing
+    return {
+        "worker_id": chunk.worker_id,
+        "timing": {
+            "queue_ms": t.queue_ms,
+            "prefill_ms": t.prefill_ms,
+            "decode_ms": t.decode_ms,
+            "ttft_ms": t.ttft_ms,
+            "e2e_ms": t.e2e_ms,
+        },
+    }
+
+
+def _headers(first: inference_pb2.GenerateResponse, **more: str) -> dict[str, str]:
+    headers = {**more, "X-Request-Id": first.request_id}
+    if first.worker_id:
+        headers[WORKER_HEADER] = first.worker_id
+    return headers
+
+
 async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
     fe = request.app[FRONTEND_KEY]
     received = asyncio.get_running_loop().time()
@@ -203,11 +235,9 @@ async def _sse(
     chunks: AsyncIterator[inference_pb2.GenerateResponse],
 ) -> web.StreamResponse:
     resp = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Request-Id": first.request_id,
-        }
+        headers=_headers(
+            first, **{"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
     )
     await resp.prepare(request)
     kind = "chat.completion.chunk" if chat else "text_completion"
@@ -223,15 +253,16 @@ async def _sse(
             finish = _FINISH.get(chunk.finish_reason)
             if chunk.HasField("usage"):
                 usage = _usage(chunk.usage)
-            await send(
-                {
-                    "id": obj_id,
-                    "object": kind,
-                    "created": created,
-                    "model": model,
-                    "choices": [_choice(chat, chunk.text, finish, is_first)],
-                }
-            )
+            event: dict[str, Any] = {
+                "id": obj_id,
+                "object": kind,
+                "created": created,
+                "model": model,
+                "choices": [_choice(chat, chunk.text, finish, is_first)],
+            }
+            if (extra := _preheat(chunk)) is not None:
+                event["preheat"] = extra
+            await send(event)
             is_first = False
             chunk = await anext(chunks, None)
         if body.include_usage:
@@ -282,17 +313,17 @@ async def _whole(
         }
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-    return web.json_response(
-        {
-            "id": obj_id,
-            "object": "chat.completion" if chat else "text_completion",
-            "created": created,
-            "model": model,
-            "choices": [choice],
-            "usage": _usage(last.usage if last.HasField("usage") else None),
-        },
-        headers={"X-Request-Id": first.request_id},
-    )
+    whole: dict[str, Any] = {
+        "id": obj_id,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [choice],
+        "usage": _usage(last.usage if last.HasField("usage") else None),
+    }
+    if (extra := _preheat(last)) is not None:
+        whole["preheat"] = extra
+    return web.json_response(whole, headers=_headers(first))
 
 
 async def _completions(request: web.Request) -> web.StreamResponse:
