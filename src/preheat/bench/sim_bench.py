@@ -719,11 +719,13 @@ def autoscaling_part(args: argparse.Namespace, img_dir: Path | None) -> Autoscal
     lines += [
         "",
         "What the decision logs show (`SimOptions.autoscale` wrapped to print each "
-        "`Decision.reason`): (1) hpa, keda, kpa and preheat@500 scale 2 -> 1 within the "
-        "first 30 s (preheat with its 300 ms objective holds 2: the early p99 is within "
-        "its tolerance band); for the policies with a 300 s scale-down stabilization that "
-        "is because a fresh policy has no history to hold it (the window only covers what "
-        "it has seen; a restarted operator would do the same); "
+        "`Decision.reason`): (1) hpa, keda and kpa scale 2 -> 1 within the first 30 s: "
+        "an HPA-style policy with a 300 s scale-down stabilization but no history has "
+        "nothing to hold (the window only covers what it has seen; a restarted controller "
+        "does the same). preheat's policy counts the part of the window before its first "
+        "evaluation as recommending the current size (docs/proposals/0007-unseen-"
+        "stabilization-window.md), so preheat and preheat@500 hold 2 through the first "
+        "300 s; "
         "(2) latency and queue-depth objectives react only once requests already wait: "
         "the engine's waiting queue (keda) first moves when the climb has filled the "
         "active GPUs, and a new pod needs about a minute, so tens of seconds of backlog "
@@ -739,10 +741,9 @@ def autoscaling_part(args: argparse.Namespace, img_dir: Path | None) -> Autoscal
         "`ceil(serving x observed / target)`: during a backlog the TTFT is many times its "
         "target, so it asks for many times the pods, which arrive after the backlog has "
         "cleared (peak pods). Headroom in the objective (p99 <= 300 ms for a 500 ms SLO), "
-        "the concurrency objective or a warm standby fixes (2); (1) and (3) are open "
-        "improvements to "
-        "`preheat.core.autoscaling` (treat an uncovered down-stabilization window as "
-        "holding the current size; bound the latency scale factor per evaluation). The "
+        "the concurrency objective or a warm standby fixes (2); (3) is an open "
+        "improvement to `preheat.core.autoscaling` (bound the latency scale factor per "
+        "evaluation). The "
         "replay is 8 minutes, shorter than the 300 s down-stabilization plus a cycle, so "
         "GPU-hours mostly reflect how far each policy scaled up.",
         "",

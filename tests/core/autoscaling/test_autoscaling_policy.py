@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from autoscalingkit import TTFT95, Driver, config, ctx, signals, with_state
 
-from preheat.core.autoscaling import Cause, Direction, Plan, PolicyTuning, decide
+from preheat.core.autoscaling import Cause, Direction, Plan, PolicyState, PolicyTuning, decide
 from preheat.core.pool import Objective, Signal
 
 
@@ -36,10 +36,27 @@ def test_brief_spike_shorter_than_down_stabilization_does_not_scale_down_after()
         dec = d.tick(float(t), signals(float(t), 150.0))
         assert dec.active == 6, (t, dec.reason)
         assert dec.cause is Cause.STABILIZING
-    assert "stabilizing (down)" in dec.reason
+    # what it has seen (the spike) holds it, so the reason does not blame start-up
+    assert dec.reason.endswith("holding 6: needs 3, stabilizing (down)")
     after = d.tick(320.0, signals(320.0, 150.0))
     assert (after.active, after.direction) == (5, Direction.DOWN)  # max step down 1
     assert after.reason == "ttft p95 150 ms < 400 ms over 60 s; -1, removed"
+
+
+def test_a_fresh_policy_holds_the_current_size_for_the_down_window_it_did_not_see() -> None:
+    # an operator restarted (no history) during a lull after a spike: 6 pods, latency low
+    d = Driver(desired=6, cfg=config(down=(300.0, 0.0, 1)))
+    for t in range(0, 300, 10):
+        dec = d.tick(float(t), signals(float(t), 150.0))
+        assert (dec.active, dec.cause) == (6, Cause.STABILIZING), (t, dec.reason)
+    assert dec.reason.endswith(
+        "holding 6: needs 3, stabilizing (down; the 300 s window began at start-up)"
+    )
+    after = d.tick(300.0, signals(300.0, 150.0))  # the whole window seen: it says 3
+    assert (after.active, after.direction) == (5, Direction.DOWN)  # max step down 1
+    # with no scale-down window there is nothing unseen to hold
+    now = Driver(desired=6, cfg=config(down=(0.0, 0.0, 1)))
+    assert now.tick(0.0, signals(0.0, 150.0)).direction is Direction.DOWN
 
 
 def test_up_stabilization_ignores_a_blip() -> None:
@@ -209,7 +226,9 @@ def test_concurrency_leads_while_latency_is_still_within_its_objective() -> None
     held, _ = decide(ctx(0.0, signals(0.0, 390.0, concurrency=200.0), cfg=cfg))
     assert held.active == 3
     # it asks for what the count needs, so a quiet pool is sized by latency, not by it
-    quiet, _ = decide(ctx(0.0, signals(0.0, 100.0, concurrency=10.0), cfg=cfg))
+    # (a policy that has seen its whole scale-down window)
+    seen = PolicyState(since=-300.0)
+    quiet, _ = decide(ctx(0.0, signals(0.0, 100.0, concurrency=10.0), cfg=cfg, state=seen))
     assert quiet.active < 3
 
 

@@ -135,7 +135,8 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
     idle_from = zero.idle_since(st.idle_since, now, ctx.signals)
     lowest = zero.lower_bound(reps.min, idle_from, now, ctx.tuning.scale_to_zero_delay_s)
     history = stabilize.record(st.history, now, rec, stabilize.horizon(cfg))
-    base = replace(st, history=history, panic_until=panic_until, idle_since=idle_from)
+    since = st.since if st.since is not None else now
+    base = replace(st, history=history, panic_until=panic_until, idle_since=idle_from, since=since)
     head = _head(driver, cfg.window_s, cfg.tolerance)
     if fired is not None:
         fobj, fval = fired
@@ -153,7 +154,7 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
         return _scale(ctx, base, target, Cause.WAKE, "requests arrived at zero; waking", rec)
 
     # 4. stabilization (panic: the latest recommendation, up only).
-    target = stabilize.stabilized(history, now, current, cfg)
+    target = stabilize.stabilized(history, now, current, cfg, since=since)
     if panicking:
         target = max(current, rec if fired is not None else target)
     target = limits.bounded(target, lowest, reps.max)
@@ -184,7 +185,12 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
         return _scale(ctx, base, target, cause, head, rec)
 
     # hold: say what kept it.
-    return _hold(ctx, *_why_hold(ctx, rec, raw, driver, head, panicking, lowest), base, rec)
+    # the window's unseen part alone kept it (what was seen would have scaled down)
+    unseen_hold = stabilize.unseen(now, since, cfg) and (
+        stabilize.down_recommendation(history, now, cfg) < current
+    )
+    cause, reason = _why_hold(ctx, rec, raw, driver, head, panicking, lowest, unseen_hold)
+    return _hold(ctx, cause, reason, base, rec)
 
 
 def _why_hold(
@@ -195,6 +201,7 @@ def _why_hold(
     head: str,
     panicking: bool,
     lowest: int,
+    unseen_hold: bool,
 ) -> tuple[Cause, str]:
     current, serving = ctx.replicas.desired, ctx.counts.active
     if rec > current and current >= ctx.replicas.max:
@@ -205,6 +212,12 @@ def _why_hold(
         return Cause.PANIC, f"{head}; holding {current}: panic mode (no scale-down until it ends)"
     if rec > current:
         return Cause.STABILIZING, f"{head}; holding {current}: needs {rec}, stabilizing (up)"
+    if rec < current and unseen_hold:
+        window = ctx.autoscaling.scale_down.stabilization_s
+        return Cause.STABILIZING, (
+            f"{head}; holding {current}: needs {rec}, stabilizing (down; the {window:g} s "
+            "window began at start-up)"
+        )
     if rec < current:
         return Cause.STABILIZING, f"{head}; holding {current}: needs {rec}, stabilizing (down)"
     if driver is not None and driver.within_tolerance:

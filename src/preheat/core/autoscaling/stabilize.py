@@ -3,6 +3,11 @@
 Scale-up follows the *lowest* recommendation over its window (a blip does not scale up;
 0 s = the latest), scale-down the *highest* over its window (a brief lull does not scale
 down, and after a spike the pool stays up for the whole window).
+
+Unlike HPA, the part of the scale-down window before the policy's first evaluation
+(``since``: a fresh pool, or an operator that restarted and lost its history) counts as
+recommending the current size: a restart during a lull after a spike does not shed the
+replicas the window was holding.
 """
 
 from __future__ import annotations
@@ -35,13 +40,26 @@ def down_recommendation(history: History, now: float, config: AutoscalingConfig)
     return max(window(history, now, config.scale_down.stabilization_s))
 
 
-def stabilized(history: History, now: float, current: int, config: AutoscalingConfig) -> int:
+def unseen(now: float, since: float | None, config: AutoscalingConfig) -> bool:
+    """Whether part of the scale-down window lies before the first evaluation."""
+    return since is not None and now - since < config.scale_down.stabilization_s
+
+
+def stabilized(
+    history: History,
+    now: float,
+    current: int,
+    config: AutoscalingConfig,
+    *,
+    since: float | None = None,
+) -> int:
     """The target after both windows: up if even the lowest recent recommendation is above
-    ``current``, down if even the highest is below it, else ``current``."""
+    ``current``, down if even the highest is below it (and the whole down window was seen
+    since ``since``), else ``current``."""
     up = up_recommendation(history, now, config)
     if up > current:
         return up
     down = down_recommendation(history, now, config)
-    if down < current:
+    if down < current and not unseen(now, since, config):
         return down
     return current

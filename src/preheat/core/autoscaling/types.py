@@ -109,6 +109,9 @@ class PolicyState:
     last_direction: Direction = Direction.HOLD
     panic_until: float | None = None
     idle_since: float | None = None
+    # the first evaluation (this process's start, or the pool's): the scale-down window
+    # before it was not seen, and an unseen window holds the current size
+    since: float | None = None
 
 
 @dataclass(frozen=True)
