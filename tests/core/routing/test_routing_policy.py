@@ -175,6 +175,21 @@ def test_remote_region_is_spill_over_when_local_is_saturated() -> None:
     assert "spill-over from region eu to us" in d.explanation
 
 
+def test_a_session_kept_on_a_remote_endpoint_says_it_spills_over() -> None:
+    # a margin wide enough to keep a session on the remote endpoint (RTT ~100 ms)
+    cfg = dataclasses.replace(CFG, hotspot_margin_ms=500.0)
+    remote = [f"s-{i}" for i in range(40) if rendezvous(f"s-{i}", geo(0), 1.25, 4).id == "us-0"]
+    assert remote  # some sessions are homed in the remote region
+    d = run(make_ctx(geo(0), make_request(session=remote[0], region="eu")), cfg)
+    assert (picked(d), d.reason) == ("us-0", "session")
+    assert "spill-over from region eu to us" in d.explanation
+    # a session homed locally says nothing of the kind
+    local = next(f"s-{i}" for i in range(40) if f"s-{i}" not in remote)
+    d = run(make_ctx(geo(0), make_request(session=local, region="eu")), cfg)
+    assert (picked(d), d.reason) in (("eu-0", "session"), ("eu-1", "session"))
+    assert "spill-over" not in d.explanation
+
+
 def test_region_rtt_table_and_measured_rtt() -> None:
     req = make_request(region="eu")
     # a 300 ms link: local stays better even with two queued requests

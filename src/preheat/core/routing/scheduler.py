@@ -14,7 +14,8 @@ real time).
 
 Decision reasons (``REASONS``):
 
-- ``session``: the session's endpoint (rendezvous hashing, bounded load) was chosen;
+- ``session``: the session's endpoint (rendezvous hashing, bounded load) was chosen (in
+  another region than the client, the explanation says it spills over);
 - ``spill-over``: the chosen endpoint is in another region than the client;
 - ``session-yield``: the session's endpoint was predicted worse than the best by more than
   ``hotspot_margin_ms`` (or was filtered out), so another one was chosen;
@@ -281,7 +282,10 @@ def _preheat(
                 f"session's endpoint {bound.id} yields at {ttft[bound.id]:.0f} ms "
                 f"(total {bc.total_ms:.0f} ms, margin {config.hotspot_margin_ms:.0f} ms)"
             )
-    elif reason == "spill-over":
+    elif reason == "spill-over" or (
+        reason == "session" and req.client_region and e.region and e.region != req.client_region
+    ):
+        # a session kept on a remote endpoint is a spill-over too: say so
         parts.append(f"spill-over from region {req.client_region} to {e.region}")
     alt = next((c for c in ranked if c is not chosen), None)
     if alt is not None:
