@@ -31,15 +31,14 @@ from grpc_health.v1.health import aio as health_aio
 from preheat.coalesce import CoalesceConfig
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.types import PrefillCost
-from preheat.engine.costmodel import CostModel
 from preheat.logs import fields
 from preheat.proto.preheat.v1 import inference_pb2_grpc, router_pb2_grpc
+from preheat.router.embedded import EmbeddedRouter
 from preheat.router.endpoints import DiscoverySource, EndpointStore
-from preheat.router.frontend.dispatch import DispatchConfig, Dispatcher
+from preheat.router.frontend.dispatch import DispatchConfig
 from preheat.router.frontend.grpc_service import InferenceProxy, RouterService
 from preheat.router.frontend.http import HttpFrontend, start_http
 from preheat.router.frontend.metrics import RouterMetrics
-from preheat.router.frontend.tokenizer import build_tokenizer
 
 log = logging.getLogger("preheat.router")
 
@@ -111,34 +110,24 @@ class RouterServer:
         metrics: RouterMetrics | None = None,
     ) -> None:
         self.config = config
-        self.store = (
-            store
-            if store is not None
-            else EndpointStore(
-                discovery,
-                pool=config.pool,
-                refresh_interval_s=config.refresh_interval_s,
-                region_rtt_ms=config.region_rtt_ms,
-            )
-        )
-        self.metrics = metrics if metrics is not None else RouterMetrics()
-        self.dispatcher = Dispatcher(
-            self.store,
-            config.scheduler,
-            cost if cost is not None else CostModel.default(),
-            build_tokenizer(config.tokenizer),
-            config.dispatch_config(),
-            self.metrics,
-        )
+        # the view and the scheduler: what an embedded router is; the servers go around it
+        self.embedded = EmbeddedRouter(discovery, config, cost=cost, store=store, metrics=metrics)
+        self.store = self.embedded.store
+        self.metrics = self.embedded.metrics
+        self.dispatcher = self.embedded.dispatcher
         self._health = health_aio.HealthServicer()
         self._grpc: Any = None
         self._http: Any = None
         self._tasks: list[asyncio.Task[None]] = []
-        self.store_task: asyncio.Task[None] | None = None  # ends only if discovery fails
         self.ports: RouterPorts | None = None
 
+    @property
+    def store_task(self) -> asyncio.Task[None] | None:
+        """The view's task: it ends only if discovery fails."""
+        return self.embedded.store_task
+
     def ready(self) -> bool:
-        return bool(self.store.snapshot())
+        return self.embedded.ready()
 
     def models(self) -> list[str]:
         """The served model: --model, else what the pool's workers report."""
@@ -150,8 +139,7 @@ class RouterServer:
     async def start(self) -> RouterPorts:
         """Starts the store, then binds gRPC and HTTP; returns the bound ports."""
         loop = asyncio.get_running_loop()
-        self.store_task = loop.create_task(self._run_store())
-        self._tasks.append(self.store_task)
+        self.embedded.start()
         for svc in ("", INFERENCE_SERVICE, ROUTER_SERVICE):
             await self._health.set(svc, health_pb2.HealthCheckResponse.NOT_SERVING)
         server = grpc.aio.server()
@@ -181,15 +169,6 @@ class RouterServer:
         )
         return self.ports
 
-    async def _run_store(self) -> None:
-        try:
-            await self.store.run()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("endpoint_store_failed")
-            raise
-
     async def _health_loop(self) -> None:
         """gRPC health follows readiness: SERVING while >= 1 endpoint is routable."""
         serving: bool | None = None
@@ -207,7 +186,7 @@ class RouterServer:
             await asyncio.sleep(HEALTH_POLL_S)
 
     async def wait_ready(self, min_endpoints: int = 1, timeout_s: float = 30.0) -> None:
-        await self.store.wait_ready(min_endpoints, timeout_s)
+        await self.embedded.wait_ready(min_endpoints, timeout_s)
 
     async def stop(self) -> None:
         """Stops gRPC (``stop(grace)``), HTTP, then the store and background tasks."""
@@ -224,6 +203,7 @@ class RouterServer:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        await self.embedded.stop()
         log.info("router_stopped")
 
 

@@ -239,15 +239,16 @@ class Dispatcher:
         limit = loop.time() + self.config.queue_timeout_s
         if deadline is not None:
             limit = min(limit, deadline)
+        waited = max(0.0, limit - loop.time())  # the request's deadline may cut it short
         self._waiting += 1
         self.metrics.queue_depth.set(self._waiting)
         try:
             try:
-                await self.store.wait_ready(timeout_s=max(0.0, limit - loop.time()))
+                await self.store.wait_ready(timeout_s=waited)
             except TimeoutError as e:
                 raise PreheatError(
                     ErrorCode.UNAVAILABLE,
-                    f"no routable endpoint within {self.config.queue_timeout_s:g}s: {e}",
+                    f"no routable endpoint within {waited:.3g}s: {e}",
                     retry_after_s=1.0,
                 ) from None
             return self._snapshot()

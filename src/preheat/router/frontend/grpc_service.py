@@ -126,37 +126,39 @@ MAX_PICK_BATCH = 1024
 MAX_PICK_STREAM_IN_FLIGHT = 1024
 
 
+async def pick_response(
+    d: Dispatcher, request: router_pb2.PickRequest, md: dict[str, str], deadline: float | None
+) -> router_pb2.PickResponse:
+    """One decision, as Pick, each item of PickBatch and PickStream, and the embedded
+    router make it (``md``: the caller's gRPC metadata); raises PreheatError."""
+    outcome = Outcome.ERROR
+    try:
+        prep = d.prepare(
+            _with_session(request.request, md),
+            client_region=request.client_region or md.get(CLIENT_REGION_KEY, ""),
+            client_zone=request.client_zone or md.get(CLIENT_ZONE_KEY, ""),
+        )
+        decision = await d.decide(prep, deadline=deadline)
+        ep = decision.endpoint
+        assert ep is not None
+        outcome = Outcome.OK
+        return router_pb2.PickResponse(
+            endpoint=picked(ep, decision.predicted_ttft_ms),
+            reason=decision.reason,
+            explanation=decision.explanation,
+            cached_blocks=decision.cached_blocks,
+            alternates=alternates(ep, decision.candidates),
+        )
+    except PreheatError as e:
+        outcome = Outcome.of_error(e.code)
+        raise
+    finally:
+        d.metrics.observe_outcome("pick", outcome)
+
+
 class RouterService(router_pb2_grpc.RouterServicer):
     def __init__(self, dispatcher: Dispatcher) -> None:
         self._d = dispatcher
-
-    async def _pick(
-        self, request: router_pb2.PickRequest, md: dict[str, str], deadline: float | None
-    ) -> router_pb2.PickResponse:
-        """One decision, as Pick and each item of PickBatch make it; raises PreheatError."""
-        outcome = Outcome.ERROR
-        try:
-            prep = self._d.prepare(
-                _with_session(request.request, md),
-                client_region=request.client_region or md.get(CLIENT_REGION_KEY, ""),
-                client_zone=request.client_zone or md.get(CLIENT_ZONE_KEY, ""),
-            )
-            decision = await self._d.decide(prep, deadline=deadline)
-            ep = decision.endpoint
-            assert ep is not None
-            outcome = Outcome.OK
-            return router_pb2.PickResponse(
-                endpoint=picked(ep, decision.predicted_ttft_ms),
-                reason=decision.reason,
-                explanation=decision.explanation,
-                cached_blocks=decision.cached_blocks,
-                alternates=alternates(ep, decision.candidates),
-            )
-        except PreheatError as e:
-            outcome = Outcome.of_error(e.code)
-            raise
-        finally:
-            self._d.metrics.observe_outcome("pick", outcome)
 
     @staticmethod
     def _deadline(context: Any) -> float | None:
@@ -165,7 +167,9 @@ class RouterService(router_pb2_grpc.RouterServicer):
 
     async def Pick(self, request: router_pb2.PickRequest, context: Any) -> router_pb2.PickResponse:
         try:
-            return await self._pick(request, _metadata(context), self._deadline(context))
+            return await pick_response(
+                self._d, request, _metadata(context), self._deadline(context)
+            )
         except PreheatError as e:
             await abort(context, e)
 
@@ -191,7 +195,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
     ) -> router_pb2.PickResult:
         """One decision as an item of PickBatch or PickStream: a refusal is its answer."""
         try:
-            return router_pb2.PickResult(picked=await self._pick(request, md, deadline))
+            return router_pb2.PickResult(picked=await pick_response(self._d, request, md, deadline))
         except PreheatError as e:
             return router_pb2.PickResult(
                 error=router_pb2.PickError(
