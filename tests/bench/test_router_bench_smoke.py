@@ -69,24 +69,26 @@ def test_bench_router_all_parts_tiny(tmp_path: Path):
         if line.startswith(("| 1 |", "| 2 |"))
     ]
     proxy = [cells for cells in rows if len(cells) == 14]
-    lookaside = [cells for cells in rows if len(cells) == 11]
+    lookaside = [cells for cells in rows if len(cells) == 15]
     assert len(proxy) == 2, rows
     assert len(lookaside) == 2, rows
     for cells in proxy:
         assert cells[1] == "8"  # 4 requests a level on each of the 2 clusters, pooled
         assert float(cells[4]) > 0  # p50 TTFT through the router
-    for cells in lookaside:  # both lookaside paths measured
+    for cells in lookaside:  # the three lookaside paths measured
         assert float(cells[3]) > 0  # p50 TTFT through Pick, then direct
         assert float(cells[7]) > 0  # p50 TTFT through PickStream, then direct
-    assert any("lookaside over a kept `PickStream` adds" in line for line in overhead)
+        assert float(cells[11]) > 0  # p50 TTFT with the embedded router, then direct
+        assert cells[14] == "-"  # no router process CPU to count for it
+    assert any("the embedded router adds" in line for line in overhead)
     by_run = [
         line for line in overhead if line.startswith("Added p50 at concurrency 1, run by run")
     ]
     assert len(by_run) == 1
     runs = re.findall(
-        r"(null hop|proxy|Pick|PickStream) ([+-]\d+\.\d+), ([+-]\d+\.\d+)[;.]", by_run[0]
+        r"(null hop|proxy|Pick|PickStream|embedded) ([+-]\d+\.\d+), ([+-]\d+\.\d+)[;.]", by_run[0]
     )
-    assert [r[0] for r in runs] == ["null hop", "proxy", "Pick", "PickStream"]  # two runs each
+    assert [r[0] for r in runs] == ["null hop", "proxy", "Pick", "PickStream", "embedded"]
     pick = _section(text, "router-pick")
     streams = [line for line in pick if "| PickStream (one kept stream) |" in line]
     assert len(streams) == 3  # the null hop, then the router with text and with ids

@@ -48,12 +48,17 @@ from preheat.bench.prompts import words
 from preheat.bench.report_md import write_section
 from preheat.bench.traces import TraceOptions, TraceRequest, load_trace, prompt_text
 from preheat.bench.workerproc import ServiceProcess, spawn_nullproxy, spawn_router, spawn_worker
+from preheat.core.errors import PreheatError
 from preheat.core.percentiles import sample_quantile
 from preheat.engine.simtokenizer import SimTokenizer
 from preheat.pickclient import PickFailed, PickStream
 from preheat.proto.preheat.v1 import inference_pb2 as pb
 from preheat.proto.preheat.v1 import inference_pb2_grpc as pb_grpc
 from preheat.proto.preheat.v1 import router_pb2, router_pb2_grpc
+from preheat.router.app import RouterConfig
+from preheat.router.embedded import EmbeddedRouter
+from preheat.router.endpoints.discovery import DiscoveredEndpoint
+from preheat.router.endpoints.static import StaticDiscovery
 
 PARTS: tuple[str, ...] = ("overhead", "throughput", "pick", "policies")
 DEFAULT_POLICIES: tuple[str, ...] = (
@@ -244,10 +249,7 @@ async def cluster(
                 )
             )
         )
-        endpoints = [
-            {"address": w.grpc_target, "id": f"w{i}", "metrics_url": f"{w.http_url}/metrics"}
-            for i, w in enumerate(workers)
-        ]
+        endpoints = _endpoint_rows(workers)
         path = tmp / "endpoints.json"
         path.write_text(json.dumps(endpoints))
         router = await stack.enter_async_context(
@@ -255,6 +257,22 @@ async def cluster(
         )
         await _wait_routable(router, k)
         yield Cluster(workers, router)
+
+
+def _endpoint_rows(workers: Sequence[ServiceProcess]) -> list[dict[str, str]]:
+    """The workers as a static discovery file lists them."""
+    return [
+        {"address": w.grpc_target, "id": f"w{i}", "metrics_url": f"{w.http_url}/metrics"}
+        for i, w in enumerate(workers)
+    ]
+
+
+def _discovered(c: Cluster) -> list[DiscoveredEndpoint]:
+    """The cluster's workers as its router discovers them."""
+    return [
+        DiscoveredEndpoint(address=r["address"], id=r["id"], metrics_url=r["metrics_url"])
+        for r in _endpoint_rows(c.workers)
+    ]
 
 
 async def _wait_routable(router: ServiceProcess, k: int, timeout_s: float = 30.0) -> None:
@@ -370,6 +388,9 @@ async def _lookaside_side(
         except PickFailed as e:
             out.append(StreamRecord(request_id=req.request_id, ok=False, error=e.code))
             return
+        except PreheatError as e:
+            out.append(StreamRecord(request_id=req.request_id, ok=False, error=e.code.name))
+            return
         stub = worker(picked.endpoint.address)
         before_s = time.monotonic() - t0  # the Pick and finding the endpoint's stub
         rec = await stream_generate(stub, req, timeout_s=30)
@@ -433,8 +454,8 @@ class PartResult:
 # --- part 1: overhead --------------------------------------------------------------------
 
 
-OVERHEAD_SIDES = ("direct", "null hop", "router", "lookaside", "lookaside stream")
-PICK_SIDES = ("lookaside", "lookaside stream")
+OVERHEAD_SIDES = ("direct", "null hop", "router", "lookaside", "lookaside stream", "embedded")
+PICK_SIDES = ("lookaside", "lookaside stream", "embedded")
 
 Samples = dict[int, dict[str, list[StreamRecord]]]  # level -> side -> records
 CpuSeconds = dict[int, dict[str, float]]  # level -> side -> CPU-s of its hop process
@@ -457,7 +478,9 @@ async def _overhead_once(
         grpc.aio.insecure_channel(null.grpc_target) as null_ch,
         grpc.aio.insecure_channel(c.router.grpc_target) as router_ch,
         PickStream(router_ch) as pick_stream,
+        EmbeddedRouter(StaticDiscovery(_discovered(c)), RouterConfig()) as embedded,
     ):
+        await embedded.wait_ready(len(c.workers), timeout_s=30)
         channels = (direct_ch, null_ch, router_ch)
         stubs = {
             side: pb_grpc.InferenceStub(ch) for side, ch in zip(sides[:3], channels, strict=True)
@@ -466,6 +489,7 @@ async def _overhead_once(
         pickers: dict[str, Picker] = {
             "lookaside": lambda req: router_stub.Pick(req, timeout=30),
             "lookaside stream": lambda req: pick_stream.pick(req, timeout_s=30),
+            "embedded": lambda req: embedded.pick(req, timeout_s=30),
         }
         opened: list[grpc.aio.Channel] = []
         kept = {c.workers[0].grpc_target: stubs["direct"]}
@@ -486,7 +510,8 @@ async def _overhead_once(
             return await _side(stubs[side], prompts, lanes, tag, args.max_tokens)
 
         pids = {"null hop": null.proc.pid, "router": c.router_pid}
-        pids |= dict.fromkeys(pickers, c.router_pid)
+        # the embedded router decides in this process: no hop, and no router CPU to count
+        pids |= {side: c.router_pid for side in pickers if side != "embedded"}
         # warm every path (connections, the router's endpoint state)
         for side in sides:
             warm = [words(16, 7_000 + i) for i in range(20)]
@@ -527,7 +552,7 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
     added_p50_c1: float | None = None
     lookaside_p50_c1: dict[str, float] = {}
     recs_by_level: Samples = {level: {side: [] for side in sides} for level in levels}
-    cpu_by_level: CpuSeconds = {level: dict.fromkeys(sides[1:], 0.0) for level in levels}
+    cpu_by_level: CpuSeconds = {level: {} for level in levels}  # paths with a hop process
     per_run: dict[str, list[float]] = {side: [] for side in sides[1:]}  # added p50 at the 1st level
     for _ in range(args.repeat):
         samples, cpu_s = await _overhead_once(args, levels)
@@ -535,7 +560,7 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
             for side in sides:
                 recs_by_level[level][side] += samples[level][side]
             for side, used in cpu_s[level].items():
-                cpu_by_level[level][side] += used
+                cpu_by_level[level][side] = cpu_by_level[level].get(side, 0.0) + used
         for side in per_run:
             per_run[side].append(_added_p50(samples[levels[0]], side))
         print("added p50 per run:", {k: [round(x, 2) for x in v] for k, v in per_run.items()})
@@ -552,8 +577,8 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
             l50, l99 = _q(la, 0.5) - _q(d, 0.5), _q(la, 0.99) - _q(d, 0.99)
             if level == 1:
                 lookaside_p50_c1[side] = l50
-            per_pick = 1e3 * cpu[side] / max(len(recs[side]), 1)
-            cells.append(f"{_q(la, 0.5):.2f} | **{l50:+.2f}** | {l99:+.2f} | {per_pick:.2f}")
+            per_pick = f"{1e3 * cpu[side] / max(len(recs[side]), 1):.2f}" if side in cpu else "-"
+            cells.append(f"{_q(la, 0.5):.2f} | **{l50:+.2f}** | {l99:+.2f} | {per_pick}")
         lookaside_rows.append(" | ".join(cells) + " |")
         print(lookaside_rows[-1], flush=True)
         n = len(recs["router"])
@@ -569,7 +594,7 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
     names = {
         "null hop": "null hop",
         "router": "proxy",
-        **dict(zip(PICK_SIDES, ("Pick", "PickStream"), strict=True)),
+        **dict(zip(PICK_SIDES, ("Pick", "PickStream", "embedded"), strict=True)),
     }
     runs_line = "; ".join(
         f"{names[side]} {', '.join(f'{x:+.2f}' for x in xs)}" for side, xs in per_run.items()
@@ -585,6 +610,8 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
     unary_p50 = lookaside_p50_c1.get("lookaside")
     stream_met = stream_p50 is not None and stream_p50 < TARGET_ADDED_P50_MS
     unary_met = unary_p50 is not None and unary_p50 < TARGET_ADDED_P50_MS
+    embedded_p50 = lookaside_p50_c1.get("embedded")
+    embedded_met = embedded_p50 is not None and embedded_p50 < TARGET_ADDED_P50_MS
     body = "\n".join(
         [
             "## Router: added TTFT over going direct (proxy and lookaside)",
@@ -622,16 +649,23 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
             "`Pick` is a unary call",
             "per request; `PickStream` is one stream the client keeps open and shares between "
             "its concurrent",
-            "requests (`preheat.pickclient.PickStream`). Router CPU is per decision.",
+            "requests (`preheat.pickclient.PickStream`); embedded is the router's view and "
+            "scheduler in the client's",
+            "own process (`preheat.router.embedded.EmbeddedRouter`, the router's defaults, the "
+            "same static discovery),",
+            "so the decision is a function call. Router CPU is per decision (none for "
+            "embedded: it runs in the client).",
             "",
             "| concurrency | TTFT p50 direct ms | TTFT p99 direct ms | p50 Pick ms"
             " | added p50 Pick ms | added p99 Pick ms | router CPU ms/Pick | p50 PickStream ms"
-            " | added p50 PickStream ms | added p99 PickStream ms | router CPU ms/PickStream |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            " | added p50 PickStream ms | added p99 PickStream ms | router CPU ms/PickStream"
+            " | p50 embedded ms | added p50 embedded ms | added p99 embedded ms | router CPU |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             *lookaside_rows,
             "",
             f"Target: under {TARGET_ADDED_P50_MS:g} ms added p50 TTFT at concurrency 1:"
-            f" lookaside over a kept `PickStream` adds {_ms2(stream_p50)} ({_met(stream_met)});"
+            f" the embedded router adds {_ms2(embedded_p50)} ({_met(embedded_met)});"
+            f" lookaside over a kept `PickStream` {_ms2(stream_p50)} ({_met(stream_met)});"
             f" lookaside with unary `Pick` {_ms2(unary_p50)} ({_met(unary_met)});"
             f" the proxy {_ms2(added_p50_c1)} ({_met(met)}). Failed requests: {failed}.",
             "",
