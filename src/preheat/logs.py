@@ -45,7 +45,10 @@ def request_context(request_id: str) -> Iterator[None]:
     try:
         yield
     finally:
-        _request_id.reset(token)
+        # an async generator closed from another context (a finalizer task) set the
+        # variable in a context that is not this one: nothing to restore here
+        with contextlib.suppress(ValueError):
+            _request_id.reset(token)
 
 
 def current_request_id() -> str | None:

@@ -158,7 +158,7 @@ async def test_illegal_transition_is_failed_precondition(op: str) -> None:
 async def test_drain_grace_over_aborts_leftovers_with_abort() -> None:
     engine = FakeEngine(token_interval_s=0.05)
     async with running_worker(engine, drain_grace_s=0.2) as c:
-        call = c.inference.Generate(gen_request(max_tokens=200))
+        call = c.inference.Generate(gen_request(max_tokens=200), timeout=20)  # never hangs
         chunks = [await call.read()]
         await c.control.Drain(worker_pb2.DrainRequest())
         while (ch := await call.read()) is not grpc.aio.EOF:
@@ -168,6 +168,30 @@ async def test_drain_grace_over_aborts_leftovers_with_abort() -> None:
         assert await call.code() == grpc.StatusCode.OK
         await asyncio.wait_for(c.server.wait_stopped(), 5)
         assert engine.running == set()
+
+
+class _Context:
+    """What the Generate servicer reads of a gRPC context when nothing goes wrong."""
+
+    def time_remaining(self) -> float | None:
+        return None
+
+
+async def test_an_abort_while_a_chunk_is_being_sent_still_ends_with_abort() -> None:
+    # The drain's grace ends while the stream is suspended at a yield, i.e. while gRPC is
+    # sending its chunk (an await outside the stream). The abort must not cancel that send:
+    # the stream sees it when it resumes and ends with its ABORT chunk.
+    engine = FakeEngine(token_interval_s=0.01)
+    async with running_worker(engine) as c:
+        stream = c.server.generate(gen_request(max_tokens=200, request_id="r-1"), _Context())
+        first = await anext(stream)  # suspended at its yield now
+        c.server._in_flight["r-1"].abort()
+        await asyncio.sleep(0.05)  # gRPC "writing" the chunk: nothing may cancel this
+        rest = [chunk async for chunk in stream]
+        assert first.finish_reason == inference_pb2.FINISH_REASON_UNSPECIFIED
+        assert [ch.finish_reason for ch in rest] == [inference_pb2.FINISH_REASON_ABORT]
+        assert rest[-1].usage.completion_tokens == len(first.token_ids)
+        assert "r-1" not in c.server._in_flight  # released: a drain would not wait for it
 
 
 async def test_promote_while_warming_sets_where_start_up_ends() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import io
 import json
 import logging
@@ -11,7 +12,7 @@ import pytest
 
 from preheat.core.errors import ErrorCode
 from preheat.grpc_errors import error_code, grpc_status
-from preheat.logs import fields, request_context, setup_logging
+from preheat.logs import current_request_id, fields, request_context, setup_logging
 
 
 @pytest.fixture
@@ -53,6 +54,18 @@ def test_kv_lines_quote_values_with_spaces() -> None:
     assert "request_id=r2" in line
     assert 'reason="grace over"' in line
     assert "n=2" in line
+
+
+def test_a_request_context_left_from_another_context_does_not_raise() -> None:
+    # an async generator holding it may be closed by a finalizer task in another context
+    def scenario() -> None:
+        held = request_context("r-3")
+        held.__enter__()
+        assert current_request_id() == "r-3"
+        contextvars.Context().run(held.__exit__, None, None, None)  # must not raise
+
+    contextvars.copy_context().run(scenario)  # nothing leaks into this test's context
+    assert current_request_id() is None
 
 
 def test_unknown_format_is_refused() -> None:

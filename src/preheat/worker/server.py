@@ -121,21 +121,26 @@ class Ports:
 
 
 class _InFlight:
-    """One open Generate stream; :meth:`abort` makes it finish with ABORT."""
+    """One open Generate stream; :meth:`abort` makes it finish with ABORT.
+
+    The stream is interrupted only while it waits for the engine (``waiting``): a timeout
+    fired while it is suspended at a ``yield`` would cancel gRPC's write of the chunk, not
+    the stream, and the call would end without its ABORT chunk. Otherwise the stream sees
+    ``abort_requested`` when it resumes.
+    """
 
     def __init__(self, request_id: str) -> None:
         self.request_id = request_id
         self.abort_requested = False
+        self.waiting = False  # awaiting the engine's next output
         self._timeout: asyncio.Timeout | None = None
 
     def bind(self, timeout: asyncio.Timeout) -> None:
         self._timeout = timeout
-        if self.abort_requested:
-            timeout.reschedule(asyncio.get_running_loop().time())
 
     def abort(self) -> None:
         self.abort_requested = True
-        if self._timeout is not None and not self._timeout.expired():
+        if self.waiting and self._timeout is not None and not self._timeout.expired():
             self._timeout.reschedule(asyncio.get_running_loop().time())
 
 
@@ -603,19 +608,27 @@ class WorkerServer:
                 handle.bind(abort_cm)
                 try:
                     while True:
+                        if handle.abort_requested:  # asked while a chunk was being sent
+                            raise TimeoutError
                         out: EngineOutput
-                        if first_at is None and ttft_at is not None:
-                            try:
-                                async with asyncio.timeout_at(ttft_at):
-                                    out = await anext(it)
-                            except TimeoutError:
-                                raise PreheatError(
-                                    ErrorCode.DEADLINE_EXCEEDED,
-                                    f"no first token within ttft_deadline_ms="
-                                    f"{req.ttft_deadline_ms}; the request was aborted",
-                                ) from None
-                        else:
-                            out = await anext(it)
+                        handle.waiting = True
+                        try:
+                            if first_at is None and ttft_at is not None:
+                                try:
+                                    async with asyncio.timeout_at(ttft_at):
+                                        out = await anext(it)
+                                except TimeoutError:
+                                    if handle.abort_requested:
+                                        raise
+                                    raise PreheatError(
+                                        ErrorCode.DEADLINE_EXCEEDED,
+                                        f"no first token within ttft_deadline_ms="
+                                        f"{req.ttft_deadline_ms}; the request was aborted",
+                                    ) from None
+                            else:
+                                out = await anext(it)
+                        finally:
+                            handle.waiting = False
                         now = loop.time()
                         n = len(out.token_ids)
                         if n:
