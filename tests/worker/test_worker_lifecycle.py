@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -17,6 +18,7 @@ from workerkit import (
 )
 
 from preheat.core.lifecycle import LifecycleState
+from preheat.engine.base import EngineOutput, EngineRequest
 from preheat.proto.preheat.v1 import inference_pb2, worker_pb2
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -192,6 +194,47 @@ async def test_an_abort_while_a_chunk_is_being_sent_still_ends_with_abort() -> N
         assert [ch.finish_reason for ch in rest] == [inference_pb2.FINISH_REASON_ABORT]
         assert rest[-1].usage.completion_tokens == len(first.token_ids)
         assert "r-1" not in c.server._in_flight  # released: a drain would not wait for it
+
+
+class _AnswerOnCue(FakeEngine):
+    """Outputs exactly when the test puts them, and yields each at once (no extra await)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outputs: asyncio.Queue[EngineOutput] = asyncio.Queue()
+
+    async def _gen(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        try:
+            while True:
+                out = await self.outputs.get()
+                yield out
+                if out.finish_reason is not None:
+                    return
+        finally:
+            self.running.discard(request.request_id)
+
+
+async def test_an_abort_as_the_engine_answers_still_ends_with_abort() -> None:
+    # The drain's abort lands in the same instant the engine answers: its timeout is due
+    # just after the stream resumes. It must not fire while the chunk is being sent.
+    engine = _AnswerOnCue()
+    async with running_worker(engine) as c:
+        stream = c.server.generate(gen_request(max_tokens=5, request_id="r-2"), _Context())
+        got: list[inference_pb2.GenerateResponse] = []
+
+        async def send_all() -> None:  # as gRPC does: one task iterates and sends
+            async for chunk in stream:
+                got.append(chunk)
+                await asyncio.sleep(0.02)  # sending it
+
+        sender = asyncio.create_task(send_all())
+        await eventually(
+            lambda: "r-2" in c.server._in_flight and c.server._in_flight["r-2"].waiting
+        )
+        engine.outputs.put_nowait(EngineOutput(text=" t0", token_ids=(1,)))
+        c.server._in_flight["r-2"].abort()
+        await asyncio.wait_for(sender, 5)  # not cancelled mid-send
+        assert [ch.finish_reason for ch in got] == [inference_pb2.FINISH_REASON_ABORT]
 
 
 async def test_promote_while_warming_sets_where_start_up_ends() -> None:

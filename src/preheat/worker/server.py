@@ -126,7 +126,8 @@ class _InFlight:
     The stream is interrupted only while it waits for the engine (``waiting``): a timeout
     fired while it is suspended at a ``yield`` would cancel gRPC's write of the chunk, not
     the stream, and the call would end without its ABORT chunk. Otherwise the stream sees
-    ``abort_requested`` when it resumes.
+    ``abort_requested`` when it resumes, and a timeout armed just as the engine answered is
+    disarmed before the stream yields.
     """
 
     def __init__(self, request_id: str) -> None:
@@ -629,6 +630,11 @@ class WorkerServer:
                                 out = await anext(it)
                         finally:
                             handle.waiting = False
+                        if handle.abort_requested and not abort_cm.expired():
+                            # the abort came as the engine answered: disarm its timeout, which
+                            # would otherwise fire while the chunk is being sent
+                            abort_cm.reschedule(None)
+                            raise TimeoutError
                         now = loop.time()
                         n = len(out.token_ids)
                         if n:
