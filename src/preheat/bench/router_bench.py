@@ -59,6 +59,7 @@ from preheat.router.app import RouterConfig
 from preheat.router.embedded import EmbeddedRouter
 from preheat.router.endpoints.discovery import DiscoveredEndpoint
 from preheat.router.endpoints.static import StaticDiscovery
+from preheat.router.frontend.grpc_service import MAX_PICK_BATCH
 
 PARTS: tuple[str, ...] = ("overhead", "throughput", "pick", "policies")
 DEFAULT_POLICIES: tuple[str, ...] = (
@@ -75,7 +76,6 @@ REPO = Path(__file__).resolve().parents[3]
 DEFAULT_TRACE = (REPO / ".." / "shared" / "data" / "mooncake_conversation_trace.jsonl").resolve()
 SIM_FAST = ["--engine", "sim", "--sim-load-s", "0.1", "--sim-warmup-s", "0.1"]
 PICK_STREAM = 0  # the "batch" of a PickLoad whose decisions go over one kept PickStream
-MAX_PICK_BATCH = 1024  # the router refuses larger PickBatch calls (router.proto)
 
 
 def _pick_calls(text: str) -> list[int]:

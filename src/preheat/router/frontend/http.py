@@ -143,8 +143,11 @@ def _preheat(chunk: inference_pb2.GenerateResponse) -> dict[str, Any] | None:
     }
 
 
-def _headers(first: inference_pb2.GenerateResponse, **more: str) -> dict[str, str]:
-    headers = {**more, "X-Request-Id": first.request_id}
+def _headers(
+    first: inference_pb2.GenerateResponse, base: dict[str, str] | None = None
+) -> dict[str, str]:
+    """``base`` plus the request id and, once known, the worker serving it."""
+    headers = {**(base or {}), "X-Request-Id": first.request_id}
     if first.worker_id:
         headers[WORKER_HEADER] = first.worker_id
     return headers
@@ -235,9 +238,7 @@ async def _sse(
     chunks: AsyncIterator[inference_pb2.GenerateResponse],
 ) -> web.StreamResponse:
     resp = web.StreamResponse(
-        headers=_headers(
-            first, **{"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
+        headers=_headers(first, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     )
     await resp.prepare(request)
     kind = "chat.completion.chunk" if chat else "text_completion"
