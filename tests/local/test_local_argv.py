@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from preheat.local.poolfile import parse_pool
+from preheat.api.poolfile import parse_pool
 from preheat.local.runtime import local_config, worker_argv
 
 POOL = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from preheat.api.poolfile import parse_pool
 from preheat.core.autoscaling import (
     Cause,
     Direction,
@@ -15,7 +16,6 @@ from preheat.core.autoscaling import (
 from preheat.core.pool import Signal
 from preheat.local import plan
 from preheat.local.plan import WorkerView
-from preheat.local.poolfile import parse_pool
 
 
 def w(name: str, state: str, *, leaving: bool = False, in_flight: int = 0, t: float = 0.0):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from preheat.local.poolfile import PoolFileError, load_pool
+from preheat.api.poolfile import PoolFileError, load_pool
 
 REPO = Path(__file__).resolve().parents[2]
 

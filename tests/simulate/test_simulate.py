@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from preheat.api.poolfile import PoolFileError
 from preheat.bench.traces import TraceOptions, TraceRequest, load_trace
 from preheat.core import autoscaling as core_autoscaling
 from preheat.core.autoscaling import Context, Decision, PolicyState
@@ -18,13 +19,13 @@ from preheat.core.routing.plugins import registry
 from preheat.core.routing.plugins.base import ScoreInput
 from preheat.report.record import count_outcomes, read_run, write_run
 from preheat.simulate import (
-    PoolFile,
     SimInputError,
     SimOptions,
     Startup,
     parse_sweep,
     pool_config,
     simulate,
+    spec_document,
 )
 
 MOONCAKE = (
@@ -39,7 +40,7 @@ def _pool(**replicas: int | str) -> PoolConfig:
         "replicas": {"min": 2, "max": 2},
     }
     spec["replicas"].update(replicas)
-    return pool_config(PoolFile("p", "default", spec))
+    return pool_config(spec_document("p", spec))
 
 
 def _trace(n: int = 60, rate: float = 4.0) -> list[TraceRequest]:
@@ -83,9 +84,8 @@ def test_every_request_is_accounted_for_and_the_record_round_trips(tmp_path: Pat
     # one request longer than the context window: an error, not a silent drop
     trace.append(dataclasses.replace(trace[-1], input_tokens=40_000, index=80, arrival_s=1.0))
     pool = pool_config(
-        PoolFile(
+        spec_document(
             "p",
-            "default",
             {
                 "model": {"name": "m"},
                 "engine": {"kind": "sim", "args": {"maxModelLen": 4096, "maxNumSeqs": 4}},
@@ -147,7 +147,7 @@ def test_an_autoscaling_change_in_core_shows_up_in_the_simulator(
         "replicas": {"min": 1, "max": 4, "warmStandby": 1},
         "autoscaling": {"objectives": [{"signal": "ttft", "percentile": 95, "targetMs": 500}]},
     }
-    pool = pool_config(PoolFile("p", "default", spec))
+    pool = pool_config(spec_document("p", spec))
     trace = _trace(120, rate=2.0)
     opts = SimOptions(startup=Startup(image_pull_s=1.0, load_s=1.0, warmup_s=1.0))
     calm, _ = simulate(pool, trace, opts)
@@ -171,12 +171,12 @@ def test_an_autoscaling_change_in_core_shows_up_in_the_simulator(
 
 
 def test_set_and_sweep_errors_name_the_bad_key() -> None:
-    pf = PoolFile("p", "default", {"model": {"name": "m"}, "replicas": {"max": 2}})
+    pf = spec_document("p", {"model": {"name": "m"}, "replicas": {"max": 2}})
     with pytest.raises(
         SimInputError, match=r"unknown key 'scaleDwn' in autoscaling; known: .*scaleDown"
     ):
         pool_config(pf, [("autoscaling.scaleDwn.stabilization", "600s")])
-    with pytest.raises(SimInputError, match=r"stabilization.*600 seconds"):
+    with pytest.raises(PoolFileError, match=r"stabilization.*600 seconds"):
         pool_config(pf, [("autoscaling.scaleDown.stabilization", "600 seconds")])
     cfg = pool_config(pf, [("autoscaling.scale_down.stabilization", "600s")])
     assert cfg.autoscaling.scale_down.stabilization_s == 600.0
@@ -288,7 +288,7 @@ def test_a_pool_at_zero_wakes_and_held_requests_are_served_or_time_out() -> None
         "replicas": {"min": 0, "max": 2, "desired": 0},
         "autoscaling": {"objectives": [{"signal": "queueDepth", "perReplica": 4}]},
     }
-    pool = pool_config(PoolFile("z", "default", spec))
+    pool = pool_config(spec_document("z", spec))
     trace = _trace(30, rate=10.0)
     fast = Startup(image_pull_s=1.0, load_s=1.0, warmup_s=1.0, promote_s=0.5)
     run, _ = simulate(pool, trace, SimOptions(startup=fast, autoscale_interval_s=2.0))
@@ -325,7 +325,7 @@ def test_network_rtt_is_on_the_ttft_and_in_the_routers_view(tmp_path: Path) -> N
         "topology": {"zones": ["us-east-1a", "eu-west-1a"]},
         "replicas": {"min": 2, "max": 2},
     }
-    pool = pool_config(PoolFile("g", "default", spec))
+    pool = pool_config(spec_document("g", spec))
     trace = _trace(40, rate=2.0)
     local, _ = simulate(pool, trace, SimOptions(network=net, client_regions=(("eu-west-1", 1.0),)))
     # a light load: the router keeps eu clients on the eu pod (the 200 ms RTT is in its
@@ -335,7 +335,7 @@ def test_network_rtt_is_on_the_ttft_and_in_the_routers_view(tmp_path: Path) -> N
     assert all(r.stages_ms["network"] == 1.0 for r in local.requests)
     far = Network(region_rtt_ms={"us-east-1": {"eu-west-1": 80.0}}, router_overhead_ms=0.0)
     # a pool only in us-east: every eu request pays the 80 ms RTT
-    one = pool_config(PoolFile("g", "default", {**spec, "topology": {"zones": ["us-east-1a"]}}))
+    one = pool_config(spec_document("g", {**spec, "topology": {"zones": ["us-east-1a"]}}))
     remote, _ = simulate(one, trace, SimOptions(network=far, client_regions=(("eu-west-1", 1.0),)))
     for a, b in zip(
         sorted(local.requests, key=lambda r: r.t_s),

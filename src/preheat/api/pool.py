@@ -449,48 +449,126 @@ def _pydantic_problems(err: ValidationError) -> list[str]:
     return problems
 
 
-def _cross_field_problems(spec: InferencePoolSpec) -> list[str]:
-    """The checks the CEL rules state, with the same messages (plus what CEL cannot say)."""
+_ABSENT: Any = object()  # a field neither set nor defaulted
+
+
+def _lookup(raw: Mapping[str, Any], model: type[BaseModel], name: str) -> Any:
+    """The value ``raw`` gives field ``name`` of ``model`` (by alias or by name; pydantic
+    accepts both), else the field's default, else :data:`_ABSENT`. None counts as unset."""
+    info = model.model_fields[name]
+    for key in (info.alias or name, name):
+        if key in raw and raw[key] is not None:
+            return raw[key]
+    if info.is_required():
+        return _ABSENT
+    default = info.get_default(call_default_factory=True)
+    if isinstance(default, BaseModel):
+        return default.model_dump(by_alias=True)
+    return _ABSENT if default is None else default
+
+
+def _section(raw: Mapping[str, Any], model: type[BaseModel], name: str) -> Mapping[str, Any] | None:
+    """A nested mapping of ``raw`` ({} when unset); None when it is not a mapping (its own
+    problem is reported by the field-level parse, and the rules that need it are skipped)."""
+    value = _lookup(raw, model, name)
+    if value is _ABSENT:
+        return {}
+    return value if isinstance(value, Mapping) else None
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _set_aliases(raw: Mapping[str, Any], model: type[BaseModel]) -> set[str]:
+    """The aliases of the fields of ``model`` that ``raw`` sets (to something not None)."""
+    out: set[str] = set()
+    for name, info in model.model_fields.items():
+        alias = info.alias or name
+        if any(k in raw and raw[k] is not None for k in (alias, name)):
+            out.add(alias)
+    return out
+
+
+def _cross_field_problems(raw: Mapping[str, Any]) -> list[str]:
+    """The checks the CEL rules state, with the same messages (plus what CEL cannot say).
+
+    They read the raw spec, not the parsed model, so that they run and report even when
+    other fields are wrong (pydantic's after-validators run only once every field parsed):
+    each rule is checked when the fields it compares have the right type, and skipped
+    otherwise (those fields' own problems are reported by the field-level parse).
+    """
     problems: list[str] = []
-    r = spec.replicas
-    if r.min > r.max:
-        problems.append(f"replicas.min ({r.min}) must be <= replicas.max ({r.max})")
-    args = spec.engine.args
-    if args is not None:
-        set_args = args.model_dump(by_alias=True, exclude_none=True)
-        if spec.engine.kind != "sim" and any(a in set_args for a in SIM_ONLY_ARGS):
-            problems.append(f"engine.args {', '.join(SIM_ONLY_ARGS)} apply to engine kind sim only")
-        if spec.engine.kind != "vllm" and any(a in set_args for a in VLLM_ONLY_ARGS):
-            problems.append(
-                f"engine.args {', '.join(VLLM_ONLY_ARGS)} apply to engine kind vllm only"
-            )
-        tp, gpus = args.tensor_parallel_size, spec.resources.gpus
-        if tp is not None and gpus is not None and tp > gpus:
-            problems.append(
-                f"engine.args.tensorParallelSize ({tp}) must be <= resources.gpus ({gpus})"
-            )
-    res = spec.resources
-    if res.gpu_type and res.gpus is not None and res.gpus < 1:
-        problems.append(f"resources.gpuType ({res.gpu_type}) needs resources.gpus >= 1")
+    spec = InferencePoolSpec
+    replicas = _section(raw, spec, "replicas")
+    if replicas is not None:
+        lo, hi = _lookup(replicas, ReplicasSpec, "min"), _lookup(replicas, ReplicasSpec, "max")
+        if _is_int(lo) and _is_int(hi) and lo > hi:
+            problems.append(f"replicas.min ({lo}) must be <= replicas.max ({hi})")
+    engine = _section(raw, spec, "engine")
+    resources = _section(raw, spec, "resources")
+    gpus = _lookup(resources, ResourcesSpec, "gpus") if resources is not None else _ABSENT
+    if engine is not None:
+        kind = _lookup(engine, EngineSpec, "kind")
+        args = _section(engine, EngineSpec, "args")
+        if args is not None:
+            set_args = _set_aliases(args, EngineArgs)
+            if kind == "vllm" and set_args & set(SIM_ONLY_ARGS):
+                problems.append(
+                    f"engine.args {', '.join(SIM_ONLY_ARGS)} apply to engine kind sim only"
+                )
+            if kind == "sim" and set_args & set(VLLM_ONLY_ARGS):
+                problems.append(
+                    f"engine.args {', '.join(VLLM_ONLY_ARGS)} apply to engine kind vllm only"
+                )
+            tp = _lookup(args, EngineArgs, "tensor_parallel_size")
+            if _is_int(tp) and _is_int(gpus) and tp > gpus:
+                problems.append(
+                    f"engine.args.tensorParallelSize ({tp}) must be <= resources.gpus ({gpus})"
+                )
+    if resources is not None:
+        gpu_type = _lookup(resources, ResourcesSpec, "gpu_type")
+        if isinstance(gpu_type, str) and gpu_type and _is_int(gpus) and gpus < 1:
+            problems.append(f"resources.gpuType ({gpu_type}) needs resources.gpus >= 1")
+    autoscaling = _section(raw, spec, "autoscaling")
+    objectives = _lookup(autoscaling, AutoscalingSpec, "objectives") if autoscaling else []
     seen: set[tuple[str, float | None]] = set()
-    for i, o in enumerate(spec.autoscaling.objectives):
-        have = {k for k, v in o.model_dump(by_alias=True).items() if v is not None} - {"signal"}
-        rule = _objective_needs(o.signal)
+    for i, o in enumerate(objectives if isinstance(objectives, list) else []):
+        signal = o.get("signal") if isinstance(o, Mapping) else None
+        if not isinstance(o, Mapping) or signal not in _SIGNALS:
+            continue
+        have = _set_aliases(o, ObjectiveSpec) - {"signal"}
+        rule = _objective_needs(signal)
         if have != set(rule[0]):
-            problems.append(f"autoscaling.objectives[{i}]: objective {o.signal}: {rule[1]}")
-        key = (o.signal, o.percentile)
+            problems.append(f"autoscaling.objectives[{i}]: objective {signal}: {rule[1]}")
+        percentile = _lookup(o, ObjectiveSpec, "percentile")
+        if percentile is _ABSENT:
+            percentile = None
+        elif not _is_number(percentile):
+            continue
+        key = (signal, percentile)
         if key in seen:
             problems.append(
-                f"autoscaling.objectives[{i}]: a second {o.signal} objective"
-                + (f" at percentile {o.percentile:g}" if o.percentile is not None else "")
+                f"autoscaling.objectives[{i}]: a second {signal} objective"
+                + (f" at percentile {percentile:g}" if percentile is not None else "")
                 + "; keep one"
             )
         seen.add(key)
-    zones = spec.topology.zones
-    dupes = sorted({z for z in zones if zones.count(z) > 1})
-    if dupes:
-        problems.append(f"topology.zones lists {', '.join(dupes)} more than once")
+    topology = _section(raw, spec, "topology")
+    zones = _lookup(topology, TopologySpec, "zones") if topology is not None else []
+    if isinstance(zones, list):
+        names = [z for z in zones if isinstance(z, str)]
+        dupes = sorted({z for z in names if names.count(z) > 1})
+        if dupes:
+            problems.append(f"topology.zones lists {', '.join(dupes)} more than once")
     return problems
+
+
+_SIGNALS = (*LATENCY_SIGNALS, *PER_REPLICA_SIGNALS, "kvCacheUsage")
 
 
 def _objective_needs(signal: str) -> tuple[tuple[str, ...], str]:
@@ -511,12 +589,15 @@ def _objective_needs(signal: str) -> tuple[tuple[str, ...], str]:
 
 
 def validate_spec(raw: Mapping[str, Any]) -> tuple[InferencePoolSpec | None, list[str]]:
-    """The parsed spec (None when its shape is wrong) and every problem with it."""
+    """The parsed spec (None when a field is wrong) and every problem with it: each field's
+    own, then the cross-field rules, which are checked even when some field is wrong."""
+    if not isinstance(raw, Mapping):
+        return None, [f"spec: must be a mapping (got {type(raw).__name__})"]
     try:
         spec = InferencePoolSpec.model_validate(raw)
     except ValidationError as e:
-        return None, _pydantic_problems(e)
-    return spec, _cross_field_problems(spec)
+        return None, _pydantic_problems(e) + _cross_field_problems(raw)
+    return spec, _cross_field_problems(spec.model_dump(by_alias=True))
 
 
 def _source(text: str | None) -> ModelSource:

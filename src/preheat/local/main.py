@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from preheat.local.poolfile import PoolFileError, load_pool
+from preheat.api.poolfile import PoolFileError, load_pool
 from preheat.local.runtime import LocalPool, UpOptions
 from preheat.local.view import LiveView, LogView
 from preheat.logs import LOG_FORMATS, fields, setup_logging
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         pool = load_pool(args.file)
     except PoolFileError as e:
-        print(f"preheat up: {e.message}", file=sys.stderr)
+        print(f"preheat up: {e.describe('nothing was started')}", file=sys.stderr)
         if problems:
             print("  and the flags: " + "; ".join(problems), file=sys.stderr)
         return 2

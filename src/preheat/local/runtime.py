@@ -40,6 +40,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from preheat import workerctl
+from preheat.api.poolfile import PoolFile
 from preheat.autoscaler.describe import describe_signals
 from preheat.autoscaler.prometheus import PrometheusSource
 from preheat.autoscaler.scrape import DirectScrapeSource
@@ -55,7 +56,6 @@ from preheat.core.autoscaling import (
 from preheat.core.pool import EngineConfig, PoolConfig
 from preheat.core.reconcile import BuildOptions, startup_failure_threshold, worker_args
 from preheat.local import plan
-from preheat.local.poolfile import PoolFile
 from preheat.local.procs import Child, free_port, preheat_argv, spawn
 from preheat.local.stats import LiveStats, TrafficView, scrape_into
 from preheat.logs import fields

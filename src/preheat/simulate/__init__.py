@@ -7,7 +7,6 @@ routing and autoscaling policies of :mod:`preheat.core` (see ``README.md`` here)
 
 from preheat.simulate.options import (
     Network,
-    PoolFile,
     SimInputError,
     SimOptions,
     Startup,
@@ -16,12 +15,12 @@ from preheat.simulate.options import (
     parse_sweep,
     pool_config,
     read_pool,
+    spec_document,
 )
 from preheat.simulate.world import SimStats, engine_config, simulate
 
 __all__ = [
     "Network",
-    "PoolFile",
     "SimInputError",
     "SimOptions",
     "SimStats",
@@ -33,4 +32,5 @@ __all__ = [
     "pool_config",
     "read_pool",
     "simulate",
+    "spec_document",
 ]

@@ -34,7 +34,7 @@ from preheat.bench.traces import TraceOptions, TraceRequest, load_trace
 from preheat.bench.workerproc import ServiceProcess, spawn_router, spawn_worker
 from preheat.core.percentiles import sample_quantile
 from preheat.report.record import Run, RunMeta, RunWriter, read_run
-from preheat.simulate.options import Network, PoolFile, SimOptions, pool_config
+from preheat.simulate.options import Network, SimOptions, pool_config, spec_document
 from preheat.simulate.world import simulate
 
 DEFAULT_TRACE = (
@@ -129,7 +129,7 @@ class Scenario:
 
 
 def run_simulated(sc: Scenario) -> Run:
-    pool = pool_config(PoolFile("fidelity", "default", sc.pool_spec()))
+    pool = pool_config(spec_document("fidelity", sc.pool_spec()))
     # this machine's loopback: no RTT to speak of. The live path outside the engine (client,
     # router, two gRPC hops, the prompt tokenized twice) took 6.1 ms at the median on a
     # quiet machine (1-min load 0.9; the "outside the engine" row of the docs table, measured

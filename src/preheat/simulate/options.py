@@ -26,7 +26,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from preheat.api.pool import InferencePoolSpec, PoolSpecError, to_config
+from preheat.api.pool import InferencePoolSpec
+from preheat.api.poolfile import (
+    PoolDocument,
+    read_document,
+    validate_document,
+    with_source,
+)
 from preheat.core.autoscaling import Context, Decision, PolicyState, PolicyTuning
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.pool import PoolConfig
@@ -208,33 +214,17 @@ class SimOptions:
 # --- pool files and overrides -----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PoolFile:
-    name: str
-    namespace: str
-    spec: Mapping[str, Any]  # the raw spec (camelCase), before validation
+def read_pool(path: Path | str) -> PoolDocument:
+    """The InferencePool in a YAML file (a whole resource, or just its spec), read by the
+    same reader as ``preheat up`` (:mod:`preheat.api.poolfile`); its problems are reported,
+    with the spec's, by :func:`pool_config`. Raises :class:`PoolFileError` for a file that
+    cannot be read or decoded."""
+    return read_document(path, bare_spec=True)
 
 
-def read_pool(path: Path | str) -> PoolFile:
-    """The InferencePool in a YAML file (a whole resource, or just its spec)."""
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise SimInputError(f"pool file {p}: {e.strerror or e}") from None
-    except yaml.YAMLError as e:
-        raise SimInputError(f"pool file {p}: not valid YAML: {e}") from None
-    if not isinstance(data, dict):
-        raise SimInputError(f"pool file {p}: expected an InferencePool mapping")
-    if "spec" in data:
-        meta = data.get("metadata") or {}
-        spec = data["spec"]
-        if not isinstance(spec, dict):
-            raise SimInputError(f"pool file {p}: spec must be a mapping")
-        return PoolFile(
-            str(meta.get("name") or p.stem), str(meta.get("namespace") or "default"), spec
-        )
-    return PoolFile(p.stem, "default", data)
+def spec_document(name: str, spec: Mapping[str, Any], namespace: str = "default") -> PoolDocument:
+    """A pool from a spec given in code (tests, benchmarks)."""
+    return PoolDocument(source=f"pool {name}", name=name, namespace=namespace, spec=spec)
 
 
 def _fields(model: type[BaseModel]) -> dict[str, tuple[str, Any]]:
@@ -319,16 +309,14 @@ def _deep_copy(obj: Any) -> Any:
     return obj
 
 
-def pool_config(pool: PoolFile, overrides: Sequence[tuple[str, str]] = ()) -> PoolConfig:
-    """The validated pool with overrides; every problem at once, naming the overrides."""
-    spec = apply_overrides(pool.spec, overrides)
-    try:
-        return to_config(spec, name=pool.name, namespace=pool.namespace)
-    except PoolSpecError as e:
-        extra = ""
-        if overrides:
-            extra = " (with " + ", ".join(f"{k}={v}" for k, v in overrides) + ")"
-        raise SimInputError(f"pool {pool.name}{extra}: " + "; ".join(e.problems)) from None
+def pool_config(pool: PoolDocument, overrides: Sequence[tuple[str, str]] = ()) -> PoolConfig:
+    """The validated pool with overrides; every problem at once (:class:`PoolFileError`),
+    naming the overrides."""
+    spec = apply_overrides(pool.spec or {}, overrides)
+    if overrides:
+        with_ = ", ".join(f"{k}={v}" for k, v in overrides)
+        pool = with_source(pool, f"{pool.source} (with {with_})")
+    return validate_document(pool, spec=spec).config
 
 
 def parse_sweep(text: str) -> tuple[str, tuple[str, ...]]:
