@@ -30,6 +30,7 @@ AUTOSCALING = AutoscalingConfig(
 )
 QUERY = SignalQuery(OBJECTIVES, window_s=60.0)
 ROUTERS = 'job="preheat-router",pool="llama"'
+NOW = 1000.0  # the policy's clock, and the source's: one clock, whatever the uptime
 
 
 class FakePrometheus:
@@ -53,12 +54,13 @@ def _decide(held: float) -> tuple[Any, Any]:
     fake = FakePrometheus(held)
     source = PrometheusSource(
         "http://prometheus.invalid",
-        client=fake,
-        router_selector=ROUTERS,  # type: ignore[arg-type]
+        client=fake,  # type: ignore[arg-type]
+        router_selector=ROUTERS,
+        clock=lambda: NOW,
     )
     signals = asyncio.run(source.read(QUERY))
     ctx = Context(
-        now=1000.0,
+        now=NOW,
         autoscaling=AUTOSCALING,
         replicas=ReplicasConfig(min=0, max=4, warm_standby=0, desired=0),
         counts=ReplicaCounts(),
@@ -79,6 +81,7 @@ def test_router_queue_query_only_when_a_router_selector_is_given() -> None:
 def test_requests_held_at_the_router_wake_a_pool_at_zero() -> None:
     signals, decision = _decide(held=3)
     assert not signals.stale
+    assert signals.observed_at == NOW
     assert signals.in_flight == 3
     assert decision.wake
     assert decision.direction is Direction.UP

@@ -3,9 +3,11 @@ worker keeps serving afterwards."""
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 import grpc
 import pytest
-from workerkit import Client, gen_request
+from workerkit import Client, FakeEngine, gen_request
 
 from preheat.proto.preheat.v1 import inference_pb2
 
@@ -155,6 +157,53 @@ async def test_refusals_are_counted_as_invalid(client: Client) -> None:
     async with client.http.get(client.http_url + "/metrics") as resp:
         text = await resp.text()
     assert 'preheat_worker_requests_total{outcome="invalid"} 1.0' in text
+
+
+class _StatusRecorder:
+    """A servicer context that records, when the status goes out, what /metrics says."""
+
+    def __init__(self, client: Client) -> None:
+        self.registry = client.server.metrics.registry
+        self.counted_when_answered: dict[str, float] = {}
+
+    def _count(self, outcome: str) -> float:
+        value = self.registry.get_sample_value(
+            "preheat_worker_requests_total", {"outcome": outcome}
+        )
+        return value or 0.0
+
+    def set_trailing_metadata(self, metadata: object) -> None:
+        pass
+
+    def time_remaining(self) -> float | None:
+        return None
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        self.counted_when_answered = {o: self._count(o) for o in ("invalid", "error")}
+        raise grpc.aio.AbortError(details)
+
+
+async def test_an_outcome_is_counted_before_the_status_goes_out(client: Client) -> None:
+    """The client may read /metrics the moment it has its status: the count is there."""
+    ctx = _StatusRecorder(client)
+    with pytest.raises(grpc.aio.AbortError):
+        async for _ in client.server.generate(R(prompt="hi"), ctx):
+            pass
+    assert ctx.counted_when_answered == {"invalid": 1.0, "error": 0.0}
+
+
+async def test_an_internal_error_is_counted_before_the_status_goes_out(
+    fake_client: Client, fake_engine: FakeEngine
+) -> None:
+    def broken(request: object) -> NoReturn:
+        raise RuntimeError("engine broke")
+
+    fake_engine.generate = broken  # type: ignore[method-assign,assignment]
+    ctx = _StatusRecorder(fake_client)
+    with pytest.raises(grpc.aio.AbortError):
+        async for _ in fake_client.server.generate(gen_request(max_tokens=2), ctx):
+            pass
+    assert ctx.counted_when_answered == {"invalid": 0.0, "error": 1.0}
 
 
 async def test_requested_coalescing_merges_tokens_and_loses_none(client: Client) -> None:

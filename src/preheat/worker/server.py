@@ -490,6 +490,25 @@ class WorkerServer:
         request_id = req.request_id or uuid.uuid4().hex
         outcome = Outcome.ERROR
         handle: _InFlight | None = None
+        finished = False
+
+        def finish() -> None:
+            # Released and counted before the status goes out (a refusal's abort sends it
+            # at once): a client that reads /metrics on its answer finds its request there.
+            nonlocal finished
+            if finished:
+                return
+            finished = True
+            if handle is not None:
+                self._release(handle)
+            self.metrics.observe_outcome(outcome)
+            log.info(
+                "request_done",
+                extra=fields(
+                    outcome=outcome.value, e2e_ms=round((loop.time() - received) * 1e3, 3)
+                ),
+            )
+
         with request_context(request_id):
             try:
                 # State first (a non-active worker says UNAVAILABLE so a router retries
@@ -525,6 +544,7 @@ class WorkerServer:
                     "request_refused",
                     extra=fields(code=e.code.value, reason=e.message),
                 )
+                finish()
                 await abort(context, e)
             except asyncio.CancelledError:
                 remaining = context.time_remaining()
@@ -536,17 +556,10 @@ class WorkerServer:
                     raise
                 outcome = Outcome.ERROR
                 log.exception("request_failed")
+                finish()
                 await abort(context, PreheatError(ErrorCode.INTERNAL, f"internal error: {e!r}"))
             finally:
-                if handle is not None:
-                    self._release(handle)
-                self.metrics.observe_outcome(outcome)
-                log.info(
-                    "request_done",
-                    extra=fields(
-                        outcome=outcome.value, e2e_ms=round((loop.time() - received) * 1e3, 3)
-                    ),
-                )
+                finish()
 
     async def _stream(
         self,
