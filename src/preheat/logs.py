@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 import json
 import logging
 import sys
@@ -49,6 +50,15 @@ def request_context(request_id: str) -> Iterator[None]:
         # variable in a context that is not this one: nothing to restore here
         with contextlib.suppress(ValueError):
             _request_id.reset(token)
+
+
+def pseudonym(value: str) -> str | None:
+    """A short stable hash of ``value`` (a session id, an OpenAI ``user``: often an e-mail
+    address) for logs, which must not carry it; None for "". Lines of the same session share
+    it, so they can still be followed."""
+    if not value:
+        return None
+    return hashlib.blake2b(b"preheat-session\0" + value.encode(), digest_size=6).hexdigest()
 
 
 def current_request_id() -> str | None:

@@ -30,6 +30,12 @@ ALL_ON = [
     "operator.watchNamespaces={serving,batch}",
     "--set",
     "router.service.type=LoadBalancer",
+    "--set",
+    "router.auth.apiKeys.secretName=router-api-keys",
+    "--set",
+    "router.auth.pickToken.secretName=router-pick-token",
+    "--set",
+    "router.auth.tenantHeader=x-tenant",
 ]
 VALUE_SETS = {"defaults": [], "all-on": ALL_ON}
 

@@ -23,6 +23,16 @@ def block_hash(parent: int, tokens: Sequence[int]) -> int:
     return int.from_bytes(h.digest(), "little")
 
 
+def tenant_root(tenant: str) -> int:
+    """The chain's root for ``tenant``'s prompts: ``ROOT_HASH`` without a tenant, else a hash of
+    its name, so that the same prompt names different blocks for different tenants (one tenant
+    cannot tell from cache hits which prompts another sent; vLLM's ``cache_salt`` idea)."""
+    if not tenant:
+        return ROOT_HASH
+    digest = hashlib.blake2b(b"preheat-tenant\0" + tenant.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
 def block_hashes(tokens: Sequence[int], block_size: int, parent: int = ROOT_HASH) -> list[int]:
     """Chained hashes of every full block of ``tokens`` (a partial tail block is skipped)."""
     if block_size <= 0:

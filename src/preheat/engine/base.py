@@ -38,6 +38,7 @@ class EngineRequest:
     prompt_token_ids: tuple[int, ...]
     sampling: Sampling
     priority: int = 0  # lower runs first (vLLM convention)
+    cache_salt: str = ""  # prefix blocks are shared only within a salt (a tenant); "" = none
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, KeysView, Sequence
 from dataclasses import dataclass, field
 
-from preheat.core.blocks import ROOT_HASH, block_hash
+from preheat.core.blocks import ROOT_HASH, block_hash, tenant_root
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.engine.base import (
     CacheEvent,
@@ -131,6 +131,7 @@ class _Seq:
     last_token: float | None = None
     cached_tokens: int = 0
     num_preemptions: int = 0
+    root: int = ROOT_HASH  # the chain's root: the request's cache salt (tenant_root)
 
     @property
     def num_tokens(self) -> int:
@@ -148,7 +149,7 @@ class _Seq:
     def hash_upto(self, nblocks: int, block_size: int) -> None:
         hashes = self.hashes
         while len(hashes) < nblocks:
-            parent = hashes[-1] if hashes else ROOT_HASH
+            parent = hashes[-1] if hashes else self.root
             hashes.append(block_hash(parent, self.block_tokens(len(hashes), block_size)))
 
 
@@ -342,6 +343,7 @@ class SimCore:
             if n_eos < max_tokens:
                 stop_at, reason = n_eos, FinishReason.STOP
         seq = _Seq(request.request_id, request.prompt_token_ids, now, stop_at, reason, rng)
+        seq.root = tenant_root(request.cache_salt)
         n_full = n_prompt // cfg.block_size
         if block_hashes is not None:
             if len(block_hashes) != n_full:

@@ -60,7 +60,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from preheat.core.blocks import ROOT_HASH, block_hash
+from preheat.core.blocks import block_hash, tenant_root
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.engine.base import (
     CacheEvent,
@@ -158,6 +158,14 @@ def _stat_logger_factory(sink: _SchedulerSnapshot) -> Any:
     return _SchedulerTap
 
 
+def _salted_root(extra_keys: list[Any] | None) -> int:
+    """The chain's root for a first block: the request's cache salt, which vLLM publishes
+    untagged among the first block's extra keys (the only string there without LoRA)."""
+    first = extra_keys[0] if extra_keys else None
+    salt = next((k for k in reversed(first) if isinstance(k, str)), "") if first else ""
+    return tenant_root(salt)
+
+
 class _CacheIndex:
     """vLLM KV events → Preheat block hashes, and the set of cached blocks."""
 
@@ -170,8 +178,15 @@ class _CacheIndex:
     def cached(self) -> frozenset[int]:
         return frozenset(self._count)
 
-    def stored(self, vllm_hashes: list[Any], parent: Any, token_ids: list[int], size: int) -> None:
-        prev = ROOT_HASH if parent is None else self._ours.get(parent)
+    def stored(
+        self,
+        vllm_hashes: list[Any],
+        parent: Any,
+        token_ids: list[int],
+        size: int,
+        extra_keys: list[Any] | None = None,
+    ) -> None:
+        prev = _salted_root(extra_keys) if parent is None else self._ours.get(parent)
         if prev is None:
             log.warning("kv event: unknown parent block %r; blocks ignored", parent)
             return
@@ -408,6 +423,8 @@ class VllmEngine:
 
         params = self._sampling_params(request.sampling)
         prompt = TokensPrompt(prompt_token_ids=list(request.prompt_token_ids))
+        if request.cache_salt:
+            prompt["cache_salt"] = request.cache_salt  # vLLM salts the first block's hash
         submitted = time.monotonic()
         first: float | None = None
         completion = 0
@@ -488,6 +505,7 @@ class VllmEngine:
                         ev.parent_block_hash,
                         list(ev.token_ids),
                         int(ev.block_size),
+                        getattr(ev, "extra_keys", None),
                     )
                 elif isinstance(ev, BlockRemoved):
                     self._cache.removed(list(ev.block_hashes))

@@ -35,7 +35,9 @@ from preheat.logs import fields
 from preheat.proto.preheat.v1 import inference_pb2_grpc, router_pb2_grpc
 from preheat.router.embedded import EmbeddedRouter
 from preheat.router.endpoints import DiscoverySource, EndpointStore
+from preheat.router.frontend.auth import KeySet, PickAuthInterceptor
 from preheat.router.frontend.dispatch import DispatchConfig
+from preheat.router.frontend.grpc_guard import InternalErrorGuard
 from preheat.router.frontend.grpc_service import InferenceProxy, RouterService
 from preheat.router.frontend.http import HttpFrontend, start_http
 from preheat.router.frontend.metrics import RouterMetrics
@@ -70,6 +72,10 @@ class RouterConfig:
     refresh_interval_s: float = 1.0  # the store's Status poll / scrape interval
     region_rtt_ms: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     stop_grace_s: float = 2.0
+    # None: open. Keys for the HTTP API / tokens for Router.Pick* (router/frontend/auth.py)
+    api_keys: KeySet | None = None
+    pick_tokens: KeySet | None = None
+    tenant_header: str = ""  # a trusted gateway's tenant header/metadata; "" = none
 
     def __post_init__(self) -> None:
         if self.coalesce_at not in ("worker", "router"):
@@ -86,6 +92,7 @@ class RouterConfig:
             model=self.model,
             upstream_coalesce=self.coalesce if self.coalesce_at == "worker" else None,
             forward_token_ids=self.forward_token_ids,
+            tenant_header=self.tenant_header,
         )
 
     def frontend_coalesce(self) -> CoalesceConfig:
@@ -142,7 +149,10 @@ class RouterServer:
         self.embedded.start()
         for svc in ("", INFERENCE_SERVICE, ROUTER_SERVICE):
             await self._health.set(svc, health_pb2.HealthCheckResponse.NOT_SERVING)
-        server = grpc.aio.server()
+        interceptors: list[Any] = [InternalErrorGuard()]
+        if self.config.pick_tokens is not None:
+            interceptors.insert(0, PickAuthInterceptor(self.config.pick_tokens))
+        server = grpc.aio.server(interceptors=interceptors)
         inference_pb2_grpc.add_InferenceServicer_to_server(
             InferenceProxy(self.dispatcher, self.config.frontend_coalesce()), server
         )
@@ -159,6 +169,8 @@ class RouterServer:
             ready=self.ready,
             models=self.models,
             registries=[self.metrics.registry],
+            api_keys=self.config.api_keys,
+            tenant_header=self.config.tenant_header,
         )
         self._http, http_port = await start_http(frontend, self.config.host, self.config.http_port)
         self.ports = RouterPorts(grpc=grpc_port, http=http_port)

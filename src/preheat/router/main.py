@@ -41,6 +41,7 @@ from preheat.core.routing.scheduler import POLICIES
 from preheat.logs import LOG_FORMATS, fields, setup_logging
 from preheat.router.app import RouterConfig, RouterServer, describe
 from preheat.router.endpoints import DiscoverySource, StaticDiscovery
+from preheat.router.frontend.auth import CredentialFileError, KeySet
 from preheat.router.frontend.tokenizer import build_tokenizer
 
 log = logging.getLogger("preheat.router")
@@ -139,6 +140,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="endpoint Status poll and /metrics scrape interval (default 1)",
     )
     g.add_argument(
+        "--api-keys-file",
+        default=_env("PREHEAT_API_KEYS_FILE"),
+        help="require 'Authorization: Bearer KEY' on the HTTP API with a key from this file "
+        "(one 'KEY [TENANT]' a line; /healthz, /ready, /metrics stay open); default: open "
+        "(env PREHEAT_API_KEYS_FILE)",
+    )
+    g.add_argument(
+        "--pick-token-file",
+        default=_env("PREHEAT_PICK_TOKEN_FILE"),
+        help="require metadata 'authorization: Bearer TOKEN' on Router.Pick/PickBatch/"
+        "PickStream with a token from this file (one a line); default: open "
+        "(env PREHEAT_PICK_TOKEN_FILE)",
+    )
+    g.add_argument(
+        "--tenant-header",
+        default=_env("PREHEAT_TENANT_HEADER"),
+        help="header / gRPC metadata in which a trusted gateway names the tenant (e.g. "
+        "x-tenant); it salts prefix-cache hashes per tenant. An API key's tenant wins. "
+        "Default: none (env PREHEAT_TENANT_HEADER)",
+    )
+    g.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
         default=_env("PREHEAT_LOG_FORMAT", "kv"),
@@ -222,6 +244,15 @@ def build_config(args: argparse.Namespace) -> RouterConfig:
         problems.append(f"--queue-timeout-s must be >= 0, got {args.queue_timeout_s}")
     if args.refresh_interval_s <= 0:
         problems.append(f"--refresh-interval-s must be > 0, got {args.refresh_interval_s}")
+    keys: dict[str, KeySet | None] = {}
+    for flag, path in (
+        ("--api-keys-file", args.api_keys_file),
+        ("--pick-token-file", args.pick_token_file),
+    ):
+        try:
+            keys[flag] = KeySet.from_file(path) if path else None
+        except CredentialFileError as e:
+            problems.append(f"{flag} {e}")
     if problems:
         raise ValueError("; ".join(problems))
     return RouterConfig(
@@ -242,6 +273,9 @@ def build_config(args: argparse.Namespace) -> RouterConfig:
         queue_timeout_s=args.queue_timeout_s,
         slo_deadlines_ms=slo,
         refresh_interval_s=args.refresh_interval_s,
+        api_keys=keys["--api-keys-file"],
+        pick_tokens=keys["--pick-token-file"],
+        tenant_header=args.tenant_header.strip().lower(),
     )
 
 

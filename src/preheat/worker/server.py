@@ -480,6 +480,7 @@ class WorkerServer:
                 seed=s.seed if s.HasField("seed") else None,
             ),
             priority=_PRIORITY.get(req.priority, 1),
+            cache_salt=req.cache_salt,
         )
 
     async def generate(

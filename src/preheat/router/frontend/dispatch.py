@@ -37,9 +37,10 @@ from preheat.core.routing.scheduler import SchedulerState, schedule
 from preheat.core.routing.types import Decision, Endpoint, PrefillCost, RequestInfo, RoutingContext
 from preheat.core.validation import GenerateSpec, ModelLimits, check_generate
 from preheat.grpc_errors import error_code
-from preheat.logs import fields
+from preheat.logs import fields, pseudonym
 from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc
 from preheat.router.endpoints import EndpointStore
+from preheat.router.frontend.bounds import check_request
 from preheat.router.frontend.metrics import Outcome, RouterMetrics
 from preheat.router.frontend.tokenizer import PromptTokenizer, prompt_block_hashes
 
@@ -67,6 +68,9 @@ class DispatchConfig:
     # send the router's token ids instead of the text to a worker whose tokenizer has the
     # router's tokenizer's name (WorkerStatus.tokenizer): the prompt is tokenized once
     forward_token_ids: bool = True
+    # metadata/header naming the request's tenant, set by a trusted gateway ("" = none);
+    # the tenant salts the prefix block hashes (see router/frontend/auth.py)
+    tenant_header: str = ""
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
@@ -160,14 +164,17 @@ class Dispatcher:
         client_region: str = "",
         client_zone: str = "",
         received: float | None = None,
+        tenant: str = "",
     ) -> Prepared:
         received_pc = perf_counter()
         loop = asyncio.get_running_loop()
         received = loop.time() if received is None else received
-        if not req.request_id:
+        check_request(req)
+        if not req.request_id or req.cache_salt != tenant:
             r = inference_pb2.GenerateRequest()
             r.CopyFrom(req)
-            r.request_id = uuid.uuid4().hex
+            r.request_id = req.request_id or uuid.uuid4().hex
+            r.cache_salt = tenant  # the router's word on the tenant, never the client's
             req = r
         which = req.WhichOneof("input")
         prompt = req.prompt if which == "prompt" else None
@@ -177,8 +184,11 @@ class Dispatcher:
             try:
                 tokens = self.tokenizer.encode(prompt)
             except Exception as e:
+                log.warning(
+                    "tokenize_failed", exc_info=True, extra=fields(request_id=req.request_id)
+                )
                 raise PreheatError(
-                    ErrorCode.INVALID_ARGUMENT, f"the prompt could not be tokenized: {e}"
+                    ErrorCode.INVALID_ARGUMENT, "the prompt could not be tokenized"
                 ) from e
         s = req.sampling
         spec = GenerateSpec(
@@ -208,7 +218,7 @@ class Dispatcher:
         info = RequestInfo(
             request_id=req.request_id,
             prompt_tokens=len(tokens),
-            block_hashes=prompt_block_hashes(tokens, bs),
+            block_hashes=prompt_block_hashes(tokens, bs, tenant),
             block_size=bs,
             max_tokens=s.max_tokens,
             session_id=req.session_id,
@@ -475,7 +485,7 @@ class Dispatcher:
                 request_id=prep.info.request_id,
                 worker=ep.id,
                 reason=decision.reason,
-                session_id=prep.info.session_id or None,
+                session=pseudonym(prep.info.session_id),
                 attempts=st.attempts,
                 predicted_ttft_ms=_r(decision.predicted_ttft_ms),
                 observed_ttft_ms=_r(ttft_ms),
@@ -505,7 +515,7 @@ class Dispatcher:
                 reason=decision.reason,
                 predicted_ttft_ms=_r(decision.predicted_ttft_ms),
                 cached_blocks=decision.cached_blocks,
-                session_id=prep.info.session_id or None,
+                session=pseudonym(prep.info.session_id),
                 attempt=attempt,
                 explanation=decision.explanation,
             ),

@@ -37,6 +37,8 @@ CLIENT_REGION_KEY = "x-client-region"
 CLIENT_ZONE_KEY = "x-client-zone"
 SESSION_KEY = "x-session-id"
 MAX_ALTERNATES = 3
+# what a client sees of a bug: the detail (and the request id) is in the router's log
+INTERNAL_MESSAGE = "internal error in the router (its log has the details)"
 
 
 def _metadata(context: Any) -> dict[str, str]:
@@ -47,6 +49,12 @@ def _metadata(context: Any) -> dict[str, str]:
         if isinstance(value, str):
             out[key.lower()] = value
     return out
+
+
+def _tenant(d: Dispatcher, md: dict[str, str]) -> str:
+    """The tenant a trusted gateway names in metadata (``--tenant-header``), else ""."""
+    key = d.config.tenant_header.lower()
+    return md.get(key, "") if key else ""
 
 
 def _with_session(req: inference_pb2.GenerateRequest, md: dict[str, str]) -> Any:
@@ -76,6 +84,7 @@ class InferenceProxy(inference_pb2_grpc.InferenceServicer):
                 client_region=md.get(CLIENT_REGION_KEY, ""),
                 client_zone=md.get(CLIENT_ZONE_KEY, ""),
                 received=received,
+                tenant=_tenant(self._d, md),
             )
         except PreheatError as e:
             self._d.metrics.observe_outcome("grpc", Outcome.INVALID)
@@ -102,7 +111,7 @@ class InferenceProxy(inference_pb2_grpc.InferenceServicer):
                 if isinstance(e, grpc.aio.AbortError):
                     raise
                 log.exception("request_error")
-                await abort(context, PreheatError(ErrorCode.INTERNAL, f"internal error: {e!r}"))
+                await abort(context, PreheatError(ErrorCode.INTERNAL, INTERNAL_MESSAGE))
 
 
 def picked(endpoint: Endpoint, predicted_ms: float) -> router_pb2.PickedEndpoint:
@@ -137,6 +146,7 @@ async def pick_response(
             _with_session(request.request, md),
             client_region=request.client_region or md.get(CLIENT_REGION_KEY, ""),
             client_zone=request.client_zone or md.get(CLIENT_ZONE_KEY, ""),
+            tenant=_tenant(d, md),
         )
         decision = await d.decide(prep, deadline=deadline)
         ep = decision.endpoint
@@ -218,10 +228,10 @@ class RouterService(router_pb2_grpc.RouterServicer):
             deadline = loop.time() + item.timeout_ms / 1e3 if item.timeout_ms else None
             try:
                 result = await self._result(item.pick, md, deadline)
-            except Exception as e:  # a bug must still answer, or the client waits forever
+            except Exception:  # a bug must still answer, or the client waits forever
                 log.exception("pick_error")
                 result = router_pb2.PickResult(
-                    error=router_pb2.PickError(code="INTERNAL", message=f"internal error: {e!r}")
+                    error=router_pb2.PickError(code="INTERNAL", message=INTERNAL_MESSAGE)
                 )
             answers.put_nowait(router_pb2.PickStreamResponse(id=item.id, result=result))
 

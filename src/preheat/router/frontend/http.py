@@ -36,7 +36,9 @@ from preheat.core.errors import ErrorCode, PreheatError, http_status
 from preheat.httpserve import serve
 from preheat.logs import fields, request_context
 from preheat.proto.preheat.v1 import inference_pb2
+from preheat.router.frontend.auth import KeySet, api_key_middleware, http_tenant
 from preheat.router.frontend.dispatch import Dispatcher, StreamStats
+from preheat.router.frontend.errors import JsonErrorAppRunner, json_errors
 from preheat.router.frontend.metrics import Outcome
 from preheat.router.frontend.openai_schema import (
     DEFAULT_CHAT_MAX_TOKENS,
@@ -45,6 +47,7 @@ from preheat.router.frontend.openai_schema import (
     ChatBody,
     CompletionBody,
     flatten_chat,
+    header_deadline_ms,
     parse_body,
     to_generate_request,
 )
@@ -74,12 +77,16 @@ class HttpFrontend:
         ready: Callable[[], bool],
         models: Callable[[], list[str]],
         registries: list[CollectorRegistry],
+        api_keys: KeySet | None = None,
+        tenant_header: str = "",
     ) -> None:
         self.d = dispatcher
         self.coalesce = coalesce_config
         self.ready = ready
         self.models = models
         self.registries = registries
+        self.api_keys = api_keys  # None: the API is open (see router/frontend/auth.py)
+        self.tenant_header = tenant_header
 
 
 FRONTEND_KEY: web.AppKey[HttpFrontend] = web.AppKey("frontend", HttpFrontend)
@@ -171,12 +178,7 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
             max_tokens = pbody.max_tokens or DEFAULT_MAX_TOKENS
         hdr_deadline = request.headers.get("x-ttft-deadline-ms")
         if hdr_deadline is not None and body.ttft_deadline_ms is None:
-            try:
-                body.ttft_deadline_ms = int(hdr_deadline)
-            except ValueError:
-                raise BodyError(
-                    f"header x-ttft-deadline-ms must be an integer, got {hdr_deadline!r}", None
-                ) from None
+            body.ttft_deadline_ms = header_deadline_ms(hdr_deadline)
         if body.slo_class is None and request.headers.get("x-slo-class"):
             body.slo_class = request.headers["x-slo-class"]
         greq = to_generate_request(
@@ -187,6 +189,7 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
             client_region=request.headers.get("x-client-region", ""),
             client_zone=request.headers.get("x-client-zone", ""),
             received=received,
+            tenant=http_tenant(request, fe.tenant_header),
         )
     except PreheatError as e:
         fe.d.metrics.observe_outcome(api, Outcome.of_error(e.code))
@@ -357,30 +360,9 @@ async def _ready(request: web.Request) -> web.Response:
     return web.Response(status=200 if ok else 503, text=body, content_type="application/json")
 
 
-@web.middleware
-async def _json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Unknown paths and wrong methods answer OpenAI-shaped JSON too; never a traceback."""
-    try:
-        resp: web.StreamResponse = await handler(request)
-        return resp
-    except web.HTTPException as e:
-        if e.status < 400:
-            raise
-        code = ErrorCode.NOT_FOUND if e.status in (404, 405) else ErrorCode.INVALID_ARGUMENT
-        return web.json_response(
-            error_body(f"{request.method} {request.path}: {e.reason}", code), status=e.status
-        )
-    except (asyncio.CancelledError, ConnectionError):
-        raise
-    except Exception as e:
-        log.exception("http_handler_error")
-        return web.json_response(
-            error_body(f"internal error: {e!r}", ErrorCode.INTERNAL), status=500
-        )
-
-
 def build_app(frontend: HttpFrontend) -> web.Application:
-    app = web.Application(middlewares=[_json_errors], client_max_size=16 * 1024 * 1024)
+    auth = [] if frontend.api_keys is None else [api_key_middleware(frontend.api_keys)]
+    app = web.Application(middlewares=[json_errors, *auth], client_max_size=16 * 1024 * 1024)
     app[FRONTEND_KEY] = frontend
     app.router.add_post("/v1/completions", _completions)
     app.router.add_post("/v1/chat/completions", _chat)
@@ -396,7 +378,7 @@ async def start_http(frontend: HttpFrontend, host: str, port: int) -> tuple[web.
 
     ``handler_cancellation``: a client that disconnects cancels its handler, which closes
     the upstream stream, so the worker stops generating for nobody."""
-    runner = web.AppRunner(
+    runner = JsonErrorAppRunner(
         build_app(frontend), access_log=None, handle_signals=False, handler_cancellation=True
     )
     return runner, await serve(runner, host, port)

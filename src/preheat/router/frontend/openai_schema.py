@@ -27,16 +27,35 @@ from preheat.proto.preheat.v1 import inference_pb2
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 DEFAULT_CHAT_MAX_TOKENS = 256  # chat has no token default upstream; keep it bounded
 
+U32_MAX = 2**32 - 1  # the wire's uint32 fields (max_tokens, ttft_deadline_ms)
+U64_MAX = 2**64 - 1  # the wire's uint64 seed
+
+# every bounded number a body may carry, and how its range reads: a value outside is a 400
+# that names the field and this range (the bounds themselves are the Field()s below)
+RANGES: dict[str, str] = {
+    "max_tokens": f"an integer in [1, {U32_MAX}]",
+    "max_completion_tokens": f"an integer in [1, {U32_MAX}]",
+    "seed": f"an integer in [0, {U64_MAX}]",
+    "ttft_deadline_ms": f"an integer in [0, {U32_MAX}] (milliseconds; 0: none)",
+    "n": "1 (one choice per request)",
+    "temperature": "a number in [0, 2]",
+    "top_p": "a number in (0, 1]",
+}
+
+MaxTokens = Annotated[int, Field(ge=1, le=U32_MAX)]
+Seed = Annotated[int, Field(ge=0, le=U64_MAX)]
+DeadlineMs = Annotated[int, Field(ge=0, le=U32_MAX)]
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     model: str = ""
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    temperature: float | None = None
-    top_p: float | None = None
+    max_tokens: MaxTokens | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0, allow_inf_nan=False)] | None = None
+    top_p: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] | None = None
     stop: str | list[str] | None = None
-    seed: Annotated[int, Field(ge=0)] | None = None
+    seed: Seed | None = None
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     user: str | None = None
@@ -44,7 +63,7 @@ class _Body(BaseModel):
     # Preheat extensions (also accepted as headers x-session-id, x-ttft-deadline-ms,
     # x-slo-class)
     session_id: str | None = None
-    ttft_deadline_ms: Annotated[int, Field(ge=0)] | None = None
+    ttft_deadline_ms: DeadlineMs | None = None
     slo_class: str | None = None
 
     @property
@@ -93,7 +112,7 @@ class ChatMessage(BaseModel):
 
 class ChatBody(_Body):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
-    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_completion_tokens: MaxTokens | None = None
 
 
 def flatten_chat(messages: list[ChatMessage]) -> str:
@@ -117,8 +136,24 @@ def parse_body(model: type[_Body], raw: bytes) -> Any:
                 raise BodyError("the request body is not valid JSON: " + err["msg"], None) from e
             if first_param is None:
                 first_param = loc or None
-            problems.append(f"{loc or 'body'}: {err['msg']}")
+            bound = RANGES.get(str(err["loc"][-1])) if len(err["loc"]) == 1 else None
+            hint = f" (allowed: {bound})" if bound is not None else ""
+            problems.append(f"{loc or 'body'}: {err['msg']}{hint}")
         raise BodyError("invalid request: " + "; ".join(problems), first_param) from e
+
+
+def header_deadline_ms(value: str) -> int:
+    """Header ``x-ttft-deadline-ms``, bounded like the body's ``ttft_deadline_ms``."""
+    try:
+        ms = int(value.strip())
+    except ValueError:
+        ms = -1
+    if not 0 <= ms <= U32_MAX:
+        raise BodyError(
+            f"header x-ttft-deadline-ms must be {RANGES['ttft_deadline_ms']}, got {value[:40]!r}",
+            None,
+        )
+    return ms
 
 
 class BodyError(PreheatError):

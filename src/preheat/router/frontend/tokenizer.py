@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from preheat.core.blocks import block_hashes
+from preheat.core.blocks import block_hashes, tenant_root
 from preheat.engine.simtokenizer import DEFAULT_VOCAB_SIZE, SimTokenizer
 
 
@@ -87,5 +87,8 @@ def build_tokenizer(spec: str) -> PromptTokenizer:
     raise ValueError(f"--tokenizer must be sim, sim:VOCAB or hf:PATH, got {spec!r}")
 
 
-def prompt_block_hashes(tokens: Sequence[int], block_size: int) -> tuple[int, ...]:
-    return tuple(block_hashes(tokens, block_size))
+def prompt_block_hashes(
+    tokens: Sequence[int], block_size: int, tenant: str = ""
+) -> tuple[int, ...]:
+    """The prompt's block names, salted with ``tenant`` when there is one."""
+    return tuple(block_hashes(tokens, block_size, tenant_root(tenant)))

@@ -50,7 +50,7 @@ class SamplingParams(_message.Message):
     def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., stop: _Optional[_Iterable[str]] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "model", "prompt", "prompt_token_ids", "sampling", "session_id", "priority", "slo_class", "ttft_deadline_ms", "coalesce")
+    __slots__ = ("request_id", "model", "prompt", "prompt_token_ids", "sampling", "session_id", "priority", "slo_class", "ttft_deadline_ms", "coalesce", "cache_salt")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -61,6 +61,7 @@ class GenerateRequest(_message.Message):
     SLO_CLASS_FIELD_NUMBER: _ClassVar[int]
     TTFT_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     COALESCE_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     prompt: str
@@ -71,7 +72,8 @@ class GenerateRequest(_message.Message):
     slo_class: str
     ttft_deadline_ms: int
     coalesce: Coalesce
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., session_id: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., slo_class: _Optional[str] = ..., ttft_deadline_ms: _Optional[int] = ..., coalesce: _Optional[_Union[Coalesce, _Mapping]] = ...) -> None: ...
+    cache_salt: str
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., session_id: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., slo_class: _Optional[str] = ..., ttft_deadline_ms: _Optional[int] = ..., coalesce: _Optional[_Union[Coalesce, _Mapping]] = ..., cache_salt: _Optional[str] = ...) -> None: ...
 
 class Coalesce(_message.Message):
     __slots__ = ("max_tokens", "max_delay_ms")
