@@ -19,8 +19,10 @@ from pathlib import Path
 
 from preheat.api.poolfile import PoolFileError, load_pool
 from preheat.local.runtime import LocalPool, UpOptions
+from preheat.local.settings import up_settings
 from preheat.local.view import LiveView, LogView
 from preheat.logs import LOG_FORMATS, fields, setup_logging
+from preheat.report.record import write_settings
 
 log = logging.getLogger("preheat.local")
 
@@ -158,6 +160,17 @@ def run(args: argparse.Namespace) -> int:
     view: LiveView | LogView = LiveView() if ui else LogView()
     try:
         runtime = LocalPool(pool, options, view)
+        write_settings(  # for `preheat simulate --from-run` (the same settings, simulated)
+            out,
+            up_settings(
+                runtime.config,
+                pool_file=str(Path(args.file).resolve()),
+                engine=options.engine,
+                autoscale_interval_s=options.interval_s,
+                worker_args=options.worker_args,
+                router_args=options.router_args,
+            ),
+        )
     except OSError as e:
         print(f"preheat up: cannot write the run folder {out}: {e.strerror or e}", file=sys.stderr)
         return 2

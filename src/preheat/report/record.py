@@ -9,6 +9,8 @@ A run folder holds:
 - ``events.jsonl``: :class:`ScaleEvent` lines (scaling decisions with their reasons, worker
   starts, promotions, crashes, restarts).
 - ``replicas.jsonl``: :class:`ReplicaSample` lines (replicas by state over time).
+- ``settings.json`` (live runs of ``preheat up``): :class:`RunSettings`, the control plane's
+  and the workers' settings, which ``preheat simulate --from-run`` takes to model the same run.
 
 Times are seconds since the run started (``t_s``), on the producer's clock: the wall clock for
 a live run, the virtual clock for a simulated one. Latencies are milliseconds. Every line is a
@@ -37,6 +39,7 @@ META_FILE = "meta.json"
 REQUESTS_FILE = "requests.jsonl"
 EVENTS_FILE = "events.jsonl"
 REPLICAS_FILE = "replicas.jsonl"
+SETTINGS_FILE = "settings.json"
 
 
 @dataclass
@@ -129,6 +132,25 @@ class Run:
     replicas: list[ReplicaSample]
 
 
+@dataclass
+class RunSettings:
+    """What a live pool ran with (``preheat up`` writes it when it starts): the settings that
+    decide how fast it reacts, so that ``preheat simulate --from-run`` models the same run.
+    Worker start-up values are the sim workers' own (None: the engine's cost model)."""
+
+    producer: str = "preheat up"
+    pool_file: str = ""
+    engine: str = "sim"
+    autoscale_interval_s: float = 2.0  # the autoscaler's evaluation period
+    router_refresh_interval_s: float = 1.0  # the router's Status poll / /metrics scrape
+    image_pull_s: float = 0.0  # local processes: nothing to pull
+    worker_load_s: float | None = None  # the sim's load phase, before time_scale
+    worker_warmup_s: float | None = None  # the sim's warm-up phase, before time_scale
+    worker_time_scale: float | None = None
+    worker_args: list[str] = field(default_factory=list)
+    router_args: list[str] = field(default_factory=list)
+
+
 T = TypeVar("T")
 
 
@@ -143,6 +165,10 @@ def _type_ok(annotation: str, value: object) -> bool:
         return isinstance(value, str)
     if annotation == "bool":
         return isinstance(value, bool)
+    if annotation.endswith(" | None"):
+        return value is None or _type_ok(annotation.removesuffix(" | None"), value)
+    if annotation == "list[str]":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
     if annotation == "list[float]":
         return isinstance(value, list) and all(
             isinstance(v, int | float) and not isinstance(v, bool) for v in value
@@ -264,6 +290,30 @@ def update_meta(folder: Path | str, **changes: Any) -> RunMeta:
     return meta
 
 
+def write_settings(folder: Path | str, settings: RunSettings) -> None:
+    """Writes ``settings.json`` (atomically)."""
+    root = Path(folder)
+    tmp = root / (SETTINGS_FILE + ".tmp")
+    tmp.write_text(json.dumps(asdict(settings), indent=2) + "\n", encoding="utf-8")
+    tmp.replace(root / SETTINGS_FILE)
+
+
+def read_settings(folder: Path | str) -> RunSettings:
+    """The folder's ``settings.json``; :class:`RunFormatError` saying what is wrong when it
+    is missing or unreadable."""
+    path = Path(folder) / SETTINGS_FILE
+    try:
+        return _from_dict(RunSettings, json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise RunFormatError(
+            f"{path}: no such file (runs of `preheat up` write it; is {folder} one?)"
+        ) from None
+    except OSError as e:
+        raise RunFormatError(f"{path}: {e.strerror or e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as e:
+        raise RunFormatError(f"{path}: {e}") from None
+
+
 def write_run(folder: Path | str, run: Run) -> None:
     """Writes a whole run at once (the simulator's way)."""
     with RunWriter(folder, run.meta) as w:
@@ -307,6 +357,12 @@ def _read(path: Path, cls: type[T]) -> list[T]:
         except TypeError as err:
             raise RunFormatError(f"{path}:{n}: {err}") from None
     return out
+
+
+def read_events(folder: Path | str) -> list[ScaleEvent]:
+    """The folder's ``events.jsonl`` ([] when it has none); :class:`RunFormatError` when a
+    line is bad."""
+    return _read(Path(folder) / EVENTS_FILE, ScaleEvent)
 
 
 def read_run(folder: Path | str) -> Run:

@@ -2,9 +2,12 @@
 
     preheat simulate --pool pool.yaml --trace FILE [--routing CONFIG] [--network FILE]
         [--set KEY=VALUE ...] [--sweep KEY=V1,V2,...] [--out RUN_DIR]
+    preheat simulate --from-run RUNS/UP_RUN --trace FILE ...   (a `preheat up` run's settings)
 
-One run: the run folder (``meta.json`` marked simulated, requests, events, replicas), the
-same table and plots as ``preheat report``. A sweep: one run folder per value under
+The report starts with the start-up and interval assumptions the simulation used, and where
+each came from (:mod:`preheat.simulate.fromrun`). One run: the run folder (``meta.json``
+marked simulated, requests, events, replicas), the same table and plots as ``preheat
+report``. A sweep: one run folder per value under
 ``--out`` and the trade-off table (SLO attainment, GPU-hours, cache hit rate, TTFT
 p95/p99 per setting). Exit codes: 0 done; 2 bad input, with one message saying what.
 """
@@ -26,6 +29,7 @@ from preheat.bench.traces import TraceError, TraceRequest
 from preheat.core.errors import PreheatError
 from preheat.core.routing.config import SchedulerConfig
 from preheat.report.record import Run, write_run
+from preheat.simulate import fromrun
 from preheat.simulate.options import (
     Network,
     SimInputError,
@@ -43,7 +47,20 @@ from preheat.simulate.world import SimStats, simulate
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = parser.add_argument_group("what to simulate")
-    p.add_argument("--pool", type=Path, required=True, help="InferencePool YAML file")
+    p.add_argument(
+        "--pool",
+        type=Path,
+        default=None,
+        help="InferencePool YAML file (default with --from-run: the pool file that run ran)",
+    )
+    p.add_argument(
+        "--from-run",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="take the settings of a `preheat up` run (its run folder): autoscaler and router "
+        "intervals, no image pull, the worker start-up measured in the run; flags win",
+    )
     p.add_argument(
         "--set",
         action="append",
@@ -83,12 +100,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="TTFT SLO for attainment (default: the pool's TTFT objective, if any)",
     )
-    s.add_argument("--refresh-interval-s", type=float, default=1.0, help="router scrape period")
     s.add_argument(
-        "--autoscale-interval-s", type=float, default=15.0, help="autoscaler evaluation period"
+        "--refresh-interval-s",
+        type=float,
+        default=None,
+        help=f"router scrape period (default {DEFAULT.refresh_interval_s:g})",
     )
-    s.add_argument("--image-pull-s", type=float, default=30.0, help="image pull (assumed)")
-    s.add_argument("--promote-s", type=float, default=1.0, help="standby -> active (assumed)")
+    s.add_argument(
+        "--autoscale-interval-s",
+        type=float,
+        default=None,
+        help=f"autoscaler evaluation period (default {DEFAULT.autoscale_interval_s:g}, "
+        "the operator's)",
+    )
+    s.add_argument(
+        "--image-pull-s",
+        type=float,
+        default=None,
+        help=f"image pull (assumed; default {DEFAULT.startup.image_pull_s:g})",
+    )
+    s.add_argument(
+        "--promote-s",
+        type=float,
+        default=None,
+        help=f"standby -> active (assumed; default {DEFAULT.startup.promote_s:g})",
+    )
     s.add_argument(
         "--page-cache", action="store_true", help="weights in the page cache (2.2 s load)"
     )
@@ -140,7 +176,12 @@ def _regions(text: str) -> tuple[tuple[str, float], ...]:
     return tuple(out)
 
 
-def sim_options(args: argparse.Namespace) -> SimOptions:
+DEFAULT = SimOptions()
+
+
+def sim_options(args: argparse.Namespace) -> tuple[SimOptions, dict[str, str]]:
+    """The options of the command line (with ``--from-run``'s settings under the flags given)
+    and where each start-up and interval assumption comes from."""
     routing: SchedulerConfig | None = None
     if args.routing is not None:
         try:
@@ -150,21 +191,45 @@ def sim_options(args: argparse.Namespace) -> SimOptions:
         routing = load_routing_config(text)
     network = load_network(args.network) if args.network is not None else Network()
     engine_options = dict(parse_assignment(e, "--engine-option") for e in args.engine_option)
-    return SimOptions(
+    d = DEFAULT
+    explicit = {
+        fromrun.AUTOSCALE: args.autoscale_interval_s is not None,
+        fromrun.REFRESH: args.refresh_interval_s is not None,
+        fromrun.IMAGE_PULL: args.image_pull_s is not None,
+        fromrun.PROMOTE: args.promote_s is not None,
+    }
+    options = SimOptions(
         routing=routing,
         network=network,
         startup=Startup(
-            image_pull_s=args.image_pull_s, page_cache=args.page_cache, promote_s=args.promote_s
+            image_pull_s=_or(args.image_pull_s, d.startup.image_pull_s),
+            page_cache=args.page_cache,
+            promote_s=_or(args.promote_s, d.startup.promote_s),
         ),
         client_regions=_regions(args.client_regions),
         seed=args.seed,
-        refresh_interval_s=args.refresh_interval_s,
-        autoscale_interval_s=args.autoscale_interval_s,
+        refresh_interval_s=_or(args.refresh_interval_s, d.refresh_interval_s),
+        autoscale_interval_s=_or(args.autoscale_interval_s, d.autoscale_interval_s),
         ttft_deadline_ms=args.ttft_deadline_ms,
         ttft_objective_ms=args.ttft_objective_ms,
         cold_start=args.cold_start,
         engine_options=engine_options,
     )
+    origins = dict(fromrun.DEFAULT_ORIGINS)
+    if args.from_run is not None:
+        options, origins = fromrun.options_from_run(
+            fromrun.read_basis(args.from_run), options, explicit
+        )
+    for key, given in explicit.items():
+        if given:
+            origins[key] = "set by a flag"
+    if args.page_cache and not explicit.get(fromrun.LOAD):
+        origins[fromrun.LOAD] = "H100 cost model, weights in the page cache (--page-cache)"
+    return options, origins
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 @dataclass(frozen=True)
@@ -228,13 +293,26 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.0f}"
 
 
+def _pool_path(args: argparse.Namespace) -> Path:
+    if args.pool is not None:
+        return Path(args.pool)
+    if args.from_run is None:
+        raise SimInputError("--pool is required (or --from-run RUN_DIR, to take that run's pool)")
+    pool_file = fromrun.read_basis(args.from_run).settings.pool_file
+    if not pool_file:
+        raise SimInputError(f"--from-run {args.from_run}: the run names no pool file; give --pool")
+    return Path(pool_file)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         overrides = tuple(parse_assignment(s) for s in args.set)
         sweep = parse_sweep(args.sweep) if args.sweep else None
+        args.pool = _pool_path(args)
         pool = read_pool(args.pool)
-        pool_config(pool, overrides)  # every problem of the base pool, before any work
-        options = sim_options(args)
+        base = pool_config(pool, overrides)  # every problem of the base pool, before any work
+        options, origins = sim_options(args)
+        assumptions = fromrun.describe_assumptions(base, options, origins)
         trace = read_trace(args)
     except (PreheatError, TraceError, ValueError) as e:
         return _fail(str(e))
@@ -250,12 +328,14 @@ def run(args: argparse.Namespace) -> int:
     def with_meta(result: _Result, plots: bool) -> None:
         meta = result.run.meta
         meta.trace, meta.command = trace_desc, command
+        meta.extra = {**meta.extra, "assumptions": assumptions}
         write_run(result.out, result.run)
         if plots:
             from preheat.report.plots import write_plots  # matplotlib only when plotting
 
             write_plots(result.run, result.out)
 
+    print(assumptions_text(assumptions, args.from_run))
     if sweep is None:
         job = _Job(name, args.pool, overrides, replace(options, name=name), out, False)
         try:
@@ -307,6 +387,18 @@ def run(args: argparse.Namespace) -> int:
     print("")
     print("run folders: " + ", ".join(str(r.out) for r in results))
     return 0
+
+
+def assumptions_text(lines: list[str], from_run: Path | None) -> str:
+    """The block printed at the top of the report."""
+    if from_run is not None:
+        head = f"assumptions (the settings of the preheat up run {from_run}, flags over them):"
+    else:
+        head = (
+            "assumptions (defaults model a production start-up; --from-run RUN_DIR takes a "
+            "preheat up run's settings):"
+        )
+    return "\n".join([head, *(f"  {line}" for line in lines), ""])
 
 
 def _run_all(jobs: list[_Job], trace: list[TraceRequest], n_jobs: int) -> list[_Result]:
