@@ -3,7 +3,8 @@
 Workers start as ``standby`` and only an ``active`` worker takes traffic, so whoever owns
 the pool (the operator for pods, ``preheat up`` for local processes) tells each worker its
 role with ``preheat.v1.WorkerControl`` (``Promote`` for active, ``Demote`` for standby,
-``Drain`` for draining). :func:`set_role` converts its errors once:
+``Drain`` for draining) on the worker's control port, with the pool's control token as
+``authorization: Bearer <token>`` metadata. :func:`set_role` converts its errors once:
 
 - unreachable, timed out, or still loading/warming when asked to become active
   -> :class:`WorkerUnavailableError` (retry later);
@@ -55,11 +56,18 @@ def state_name(state: int) -> str:
     return str(_STATES.Name(state)).removeprefix("LIFECYCLE_STATE_").lower()
 
 
-async def set_role(address: str, role: str, *, timeout_s: float) -> None:
-    """Make the worker at ``address`` (``host:port``) take ``role``: active | standby | draining.
+def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:
+    """The call metadata that carries ``token`` (none for an empty token)."""
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
+async def set_role(address: str, role: str, *, timeout_s: float, token: str) -> None:
+    """Make the worker whose control port is ``address`` (``host:port``) take ``role``:
+    active | standby | draining, authenticating with the control ``token``.
 
     Idempotent (the worker ignores a transition to the state it is in). Returns once the
-    worker is in the role (``Drain`` returns once it is draining, not stopped).
+    worker is in the role (``Drain`` returns once it is draining, not stopped). A wrong
+    token is UNAUTHENTICATED: :class:`WorkerRefused`.
     """
     try:
         rpc = ROLE_RPC[role]
@@ -69,7 +77,9 @@ async def set_role(address: str, role: str, *, timeout_s: float) -> None:
     try:
         async with grpc.aio.insecure_channel(address) as channel:
             stub = worker_pb2_grpc.WorkerControlStub(channel)
-            status = await getattr(stub, rpc)(_REQUESTS[rpc](), timeout=timeout_s)
+            status = await getattr(stub, rpc)(
+                _REQUESTS[rpc](), timeout=timeout_s, metadata=auth_metadata(token)
+            )
     except grpc.aio.AioRpcError as e:
         message = f"{what}: {e.code().name}: {e.details() or ''}"
         if e.code() in _TEMPORARY:
@@ -83,13 +93,16 @@ async def set_role(address: str, role: str, *, timeout_s: float) -> None:
         )
 
 
-async def status(address: str, *, timeout_s: float) -> worker_pb2.WorkerStatus:
-    """The worker's ``Status`` (lifecycle state, load); raises WorkerUnavailableError."""
+async def status(address: str, *, timeout_s: float, token: str = "") -> worker_pb2.WorkerStatus:
+    """The worker's ``Status`` (lifecycle state, load); raises WorkerUnavailableError.
+
+    ``Status`` is served on the data port without a token and on the control port with one.
+    """
     try:
         async with grpc.aio.insecure_channel(address) as channel:
             stub = worker_pb2_grpc.WorkerControlStub(channel)
             answer: worker_pb2.WorkerStatus = await stub.Status(
-                worker_pb2.StatusRequest(), timeout=timeout_s
+                worker_pb2.StatusRequest(), timeout=timeout_s, metadata=auth_metadata(token)
             )
             return answer
     except grpc.aio.AioRpcError as e:
@@ -102,6 +115,7 @@ __all__ = [
     "ROLE_RPC",
     "WorkerRefused",
     "WorkerUnavailableError",
+    "auth_metadata",
     "set_role",
     "state_name",
     "status",

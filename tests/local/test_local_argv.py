@@ -23,7 +23,13 @@ POOL = {
 def _argv(pool: dict[str, object], engine: str) -> list[str]:
     config = local_config(parse_pool(pool, "p.yaml").config, engine)
     return worker_argv(
-        config, "w-3", grpc_port=5001, http_port=5002, drain_grace_s=7.0, extra=("--x",)
+        config,
+        "w-3",
+        grpc_port=5001,
+        http_port=5002,
+        control_port=5003,
+        drain_grace_s=7.0,
+        extra=("--x",),
     )
 
 
@@ -46,6 +52,21 @@ def test_a_vllm_pool_runs_on_the_sim_by_default_keeping_the_args_that_apply():
     )
     assert _flag(argv, "--worker-id") == "w-3"
     assert argv[-1] == "--x"
+
+
+def test_every_worker_port_is_on_loopback_and_the_control_port_is_named():
+    """The operator's flags bind 0.0.0.0 (a pod); ``preheat up``'s win (argparse: the last
+    one counts) and put the control port on loopback too. The token is not in argv (any
+    user can read a command line): it goes in the worker's environment."""
+    argv = _argv(POOL, "sim")
+
+    def last(flag: str) -> str:
+        return argv[len(argv) - argv[::-1].index(flag)]
+
+    assert last("--host") == "127.0.0.1"
+    assert last("--control-host") == "127.0.0.1"
+    assert _flag(argv, "--control-port") == "5003"
+    assert not any("token" in a.lower() for a in argv)
 
 
 def test_engine_vllm_passes_the_vllm_args_through():

@@ -184,12 +184,32 @@ class FakeEngine:
         self.shut_down = True
 
 
+CONTROL_TOKEN = "test-control-token"
+
+
+class Authed:
+    """A stub whose every call carries ``authorization: Bearer <token>``."""
+
+    def __init__(self, stub: Any, token: str) -> None:
+        self._stub = stub
+        self._metadata = (("authorization", f"Bearer {token}"),)
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._stub, name)
+
+        def call(request: Any, **kw: Any) -> Any:
+            return method(request, metadata=self._metadata, **kw)
+
+        return call
+
+
 @dataclass
 class Client:
     server: WorkerServer
     channel: grpc.aio.Channel
     inference: Any
-    control: Any
+    control: Any  # WorkerControl on the control port, with the control token
+    data_control: Any  # WorkerControl on the data port, no token (what a router calls)
     health: Any
     http: aiohttp.ClientSession
     http_url: str
@@ -223,20 +243,24 @@ async def running_worker(
     config.setdefault("worker_id", "w-test")
     config.setdefault("drain_grace_s", 5.0)
     config.setdefault("stop_grace_s", 1.0)
+    config.setdefault("control_token", CONTROL_TOKEN)
     server = WorkerServer(engine, WorkerConfig(**config))
     ports = await server.start()
+    control_port = ports.control or ports.grpc  # no token: no control port (calls fail)
     try:
         if wait_warm:
             await asyncio.wait_for(server.wait_warm(), 10)
         async with (
             grpc.aio.insecure_channel(f"127.0.0.1:{ports.grpc}") as channel,
+            grpc.aio.insecure_channel(f"127.0.0.1:{control_port}") as control,
             aiohttp.ClientSession() as http,
         ):
             yield Client(
                 server=server,
                 channel=channel,
                 inference=inference_pb2_grpc.InferenceStub(channel),
-                control=worker_pb2_grpc.WorkerControlStub(channel),
+                control=Authed(worker_pb2_grpc.WorkerControlStub(control), config["control_token"]),
+                data_control=worker_pb2_grpc.WorkerControlStub(channel),
                 health=health_pb2_grpc.HealthStub(channel),
                 http=http,
                 http_url=f"http://127.0.0.1:{ports.http}",

@@ -17,6 +17,8 @@ class ErrorCode(enum.Enum):
     UNAVAILABLE = "unavailable"
     DEADLINE_EXCEEDED = "deadline_exceeded"
     CANCELLED = "cancelled"
+    UNAUTHENTICATED = "unauthenticated"
+    UNIMPLEMENTED = "unimplemented"
     INTERNAL = "internal"
 
 
@@ -28,6 +30,8 @@ _HTTP = {
     ErrorCode.UNAVAILABLE: 503,
     ErrorCode.DEADLINE_EXCEEDED: 504,
     ErrorCode.CANCELLED: 499,
+    ErrorCode.UNAUTHENTICATED: 401,
+    ErrorCode.UNIMPLEMENTED: 501,
     ErrorCode.INTERNAL: 500,
 }
 

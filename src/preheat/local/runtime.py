@@ -29,6 +29,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import signal
 import time
 from collections import deque
@@ -110,12 +111,17 @@ class LocalWorker:
     kv_usage: float = 0.0
     restarts: int = 0
     ready_seen: bool = False
+    control_port: int = 0  # WorkerControl's Promote/Demote/Drain, with the run's token
     role_error: str = ""
     killed_because: str = ""  # why the runtime SIGKILLed it (not warm in time)
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def control_address(self) -> str:
+        return f"127.0.0.1:{self.control_port}"
 
     @property
     def metrics_url(self) -> str:
@@ -190,6 +196,9 @@ class LocalPool:
         self.router: Child | None = None
         self.router_grpc = options.router_grpc_port or free_port()
         self.router_http = options.router_http_port or free_port()
+        # this run's control token: its workers get it in their environment, and only
+        # this runtime can change their role (Promote/Demote/Drain on the control port)
+        self.control_token = secrets.token_urlsafe(32)
         self.desired = self.config.replicas.desired
         # the operator's startup probe budget for this engine (load + warm-up, seconds)
         self.startup_budget_s = float(
@@ -427,7 +436,12 @@ class LocalPool:
 
     async def _set_role(self, name: str, role: str) -> None:
         w = self.workers[name]
-        await workerctl.set_role(w.address, role, timeout_s=self.options.status_timeout_s * 2)
+        await workerctl.set_role(
+            w.control_address,
+            role,
+            timeout_s=self.options.status_timeout_s * 2,
+            token=self.control_token,
+        )
         w.state = role
         w.role_error = ""
 
@@ -454,12 +468,13 @@ class LocalPool:
                 return name
 
     async def _start_worker(self, name: str, *, restarts: int = 0) -> LocalWorker:
-        grpc_port, http_port = free_port(), free_port()
+        grpc_port, http_port, control_port = free_port(), free_port(), free_port()
         argv = worker_argv(
             self.config,
             name,
             grpc_port=grpc_port,
             http_port=http_port,
+            control_port=control_port,
             drain_grace_s=self.options.drain_grace_s,
             extra=self.options.worker_args,
         )
@@ -468,10 +483,16 @@ class LocalPool:
             argv,
             self.out / LOG_DIR / f"{name}.log",
             now=self.clock(),
-            env={"PREHEAT_POOL": self.pool.name},
+            env={
+                "PREHEAT_POOL": self.pool.name,
+                "PREHEAT_CONTROL_TOKEN": self.control_token,
+                "PREHEAT_CONTROL_TOKEN_FILE": "",
+            },
         )
         self.pids.append(child.pid)
-        w = LocalWorker(name, grpc_port, http_port, child, restarts=restarts)
+        w = LocalWorker(
+            name, grpc_port, http_port, child, restarts=restarts, control_port=control_port
+        )
         self.workers[name] = w
         log.info(
             "worker_started",
@@ -766,11 +787,13 @@ def worker_argv(
     grpc_port: int,
     http_port: int,
     drain_grace_s: float,
+    control_port: int = 0,
     extra: tuple[str, ...] = (),
 ) -> list[str]:
     """``preheat worker`` for one local replica: the operator's flags for the pool
     (:func:`preheat.core.reconcile.worker_args`: engine, model, ``--start-as standby``, the
-    engine args), on loopback ports, a hostPath model read in place."""
+    engine args), every port on loopback, a hostPath model read in place. The control
+    token comes in the environment (``PREHEAT_CONTROL_TOKEN``), never on the command line."""
     build = BuildOptions(drain_grace_s=max(0, round(drain_grace_s)), log_format="json")
     args = worker_args(config, build)
     src = config.model.source
@@ -785,6 +808,10 @@ def worker_argv(
         str(grpc_port),
         "--http-port",
         str(http_port),
+        "--control-host",
+        "127.0.0.1",
+        "--control-port",
+        str(control_port),
         "--worker-id",
         name,
         *extra,

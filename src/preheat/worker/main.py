@@ -1,9 +1,13 @@
 """``preheat worker``: flags and the process entry point.
 
-On start-up the worker logs ``worker_listening`` with both ports as soon as they are bound,
+On start-up the worker logs ``worker_listening`` with its ports as soon as they are bound,
 and once it is warm prints one JSON line to stdout that tests and tools parse::
 
-    {"event": "worker_ready", "worker_id": "...", "grpc_port": 41234, "http_port": 41235}
+    {"event": "worker_ready", "worker_id": "...", "grpc_port": 41234, "http_port": 41235,
+     "control_port": 41236}
+
+``control_port`` is 0 when no control token was given (the control port is then not
+opened: Promote, Demote and Drain are served nowhere). See worker/README.md, "Ports".
 
 SIGTERM or SIGINT drains (refuse new work, finish in-flight within ``--drain-grace-s``,
 abort the rest), stops gRPC with ``server.stop(grace)``, shuts the engine down and exits 0.
@@ -47,9 +51,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("worker")
     g.add_argument("--engine", choices=ENGINES, default="sim", help="engine kind (default sim)")
     g.add_argument("--model", default=None, help="model name/path (default: the engine's)")
-    g.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
+    g.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address the data ports (gRPC, HTTP) bind (default 127.0.0.1; in a pod 0.0.0.0)",
+    )
     g.add_argument("--grpc-port", type=int, default=50051, help="gRPC port; 0 = ephemeral")
     g.add_argument("--http-port", type=int, default=8080, help="HTTP port; 0 = ephemeral")
+    g.add_argument(
+        "--control-port",
+        type=int,
+        default=50052,
+        help="port of WorkerControl's Promote/Demote/Drain, opened only with a control "
+        "token; 0 = ephemeral (default 50052)",
+    )
+    g.add_argument(
+        "--control-host",
+        default="",
+        help="address the control port binds (default: the same as --host)",
+    )
+    g.add_argument(
+        "--control-token-file",
+        default=_env("PREHEAT_CONTROL_TOKEN_FILE"),
+        help="file holding the token that control calls must send as 'authorization: Bearer "
+        "<token>' (env PREHEAT_CONTROL_TOKEN_FILE, or the token itself in "
+        "PREHEAT_CONTROL_TOKEN); without one the control port is not opened",
+    )
+    g.add_argument(
+        "--cache-token-file",
+        default=_env("PREHEAT_CACHE_TOKEN_FILE"),
+        help="file holding the token that WatchCache on the data port must send (env "
+        "PREHEAT_CACHE_TOKEN_FILE, or the token in PREHEAT_CACHE_TOKEN); without one "
+        "WatchCache is open to whoever reaches the data port",
+    )
     g.add_argument(
         "--worker-id",
         default=_env("PREHEAT_WORKER_ID", "POD_NAME", "HOSTNAME", default=socket.gethostname()),
@@ -113,8 +147,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     v.add_argument("--vllm-tensor-parallel-size", type=int, default=None)
 
 
+class TokenError(Exception):
+    """A token file that cannot be read or is empty."""
+
+
+def read_token(path: str, env_name: str) -> str:
+    """The token in ``path`` (surrounding whitespace stripped), else in env ``env_name``."""
+    if not path:
+        return os.environ.get(env_name, "").strip()
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise TokenError(f"cannot read token file {path}: {type(e).__name__}: {e}") from None
+    if not token:
+        raise TokenError(f"token file {path} is empty")
+    return token
+
+
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_format, level=args.log_level.upper(), worker_id=args.worker_id)
+    try:
+        control_token = read_token(args.control_token_file, "PREHEAT_CONTROL_TOKEN")
+        cache_token = read_token(args.cache_token_file, "PREHEAT_CACHE_TOKEN")
+    except TokenError as e:
+        log.error("bad_token", extra=fields(error=str(e)))
+        return 2
     try:
         engine = build_engine(args)
     except EngineUnavailable as e:
@@ -125,6 +183,10 @@ def run(args: argparse.Namespace) -> int:
         host=args.host,
         grpc_port=args.grpc_port,
         http_port=args.http_port,
+        control_token=control_token,
+        control_host=args.control_host,
+        control_port=args.control_port,
+        cache_token=cache_token,
         zone=args.zone,
         region=args.region,
         start_as=LifecycleState(args.start_as),

@@ -100,6 +100,15 @@ class WorkerConfig:
     host: str = "127.0.0.1"
     grpc_port: int = 0  # 0: an ephemeral port (see WorkerServer.start's return value)
     http_port: int = 0
+    # WorkerControl's state changes (Promote, Demote, Drain) are served only on the control
+    # port, and only to callers with ``authorization: Bearer <control_token>``. Without a
+    # token the control port is not opened (the worker stays in ``start_as`` until SIGTERM).
+    control_token: str = ""
+    control_host: str = ""  # "": the same address as ``host``
+    control_port: int = 0  # 0: an ephemeral port
+    # When set, WatchCache on the data port needs ``authorization: Bearer <cache_token>``
+    # (it lists the hashes of cached prompt blocks); the control token is accepted too.
+    cache_token: str = ""
     zone: str = ""
     region: str = ""
     start_as: LifecycleState = LifecycleState.ACTIVE  # ACTIVE or STANDBY
@@ -113,11 +122,16 @@ class WorkerConfig:
         if self.drain_grace_s < 0:
             raise ValueError(f"drain_grace_s must be >= 0, got {self.drain_grace_s}")
 
+    @property
+    def control_address(self) -> str:
+        return self.control_host or self.host
+
 
 @dataclass(frozen=True)
 class Ports:
     grpc: int
     http: int
+    control: int = 0  # 0: no control port (no control token configured)
 
 
 class _InFlight:
@@ -163,6 +177,7 @@ class WorkerServer:
         self._startup_error: BaseException | None = None
         self._health = health_aio.HealthServicer()
         self._grpc: Any = None
+        self._control: Any = None  # the control port's gRPC server (None without a token)
         self._http: Any = None  # aiohttp AppRunner, see preheat.worker.http
         self._hub: CacheHub | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -199,7 +214,7 @@ class WorkerServer:
     async def start(self) -> Ports:
         """Binds gRPC and HTTP, then loads and warms the engine in the background."""
         from preheat.worker.http import start_http  # aiohttp lives in its own module
-        from preheat.worker.services import ControlService, InferenceService
+        from preheat.worker.services import ControlService, DataControlService, InferenceService
 
         loop = asyncio.get_running_loop()
         self._hub = CacheHub(loop, queue_size=self.config.cache_queue_size)
@@ -208,20 +223,45 @@ class WorkerServer:
             await self._health.set(svc, health_pb2.HealthCheckResponse.NOT_SERVING)
         await self._health.set(CONTROL_SERVICE, health_pb2.HealthCheckResponse.SERVING)
 
+        cfg = self.config
         server = grpc.aio.server()
         inference_pb2_grpc.add_InferenceServicer_to_server(InferenceService(self), server)
-        worker_pb2_grpc.add_WorkerControlServicer_to_server(ControlService(self), server)
+        cache_tokens = (cfg.cache_token, cfg.control_token) if cfg.cache_token else ()
+        data_control = DataControlService(self, cache_tokens=cache_tokens)
+        worker_pb2_grpc.add_WorkerControlServicer_to_server(data_control, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        grpc_port = server.add_insecure_port(f"{self.config.host}:{self.config.grpc_port}")
-        if grpc_port == 0:
-            raise OSError(f"could not bind gRPC on {self.config.host}:{self.config.grpc_port}")
+        grpc_port = _bind(server, cfg.host, cfg.grpc_port, "gRPC")
+        control_port = 0
+        if cfg.control_token:
+            control = grpc.aio.server()
+            worker_pb2_grpc.add_WorkerControlServicer_to_server(
+                ControlService(self, token=cfg.control_token), control
+            )
+            control_port = _bind(control, cfg.control_address, cfg.control_port, "control")
+            self._control = control
+        else:
+            log.warning(
+                "control_disabled",
+                extra=fields(
+                    reason="no control token (--control-token-file or PREHEAT_CONTROL_TOKEN): "
+                    "Promote, Demote and Drain are not served"
+                ),
+            )
         await server.start()
         self._grpc = server
-        self._http, http_port = await start_http(self, self.config.host, self.config.http_port)
-        self.ports = Ports(grpc=grpc_port, http=http_port)
+        if self._control is not None:
+            await self._control.start()
+        self._http, http_port = await start_http(self, cfg.host, cfg.http_port)
+        self.ports = Ports(grpc=grpc_port, http=http_port, control=control_port)
         log.info(
             "worker_listening",
-            extra=fields(grpc_port=grpc_port, http_port=http_port, host=self.config.host),
+            extra=fields(
+                grpc_port=grpc_port,
+                http_port=http_port,
+                host=cfg.host,
+                control_port=control_port,
+                control_host=cfg.control_address if control_port else "",
+            ),
         )
         self._startup_task = self.spawn(self._startup())
         return self.ports
@@ -276,6 +316,8 @@ class WorkerServer:
             if self._grpc is not None:
                 await self._health.enter_graceful_shutdown()
                 await self._grpc.stop(self.config.stop_grace_s)
+            if self._control is not None:
+                await self._control.stop(self.config.stop_grace_s)
             if self._http is not None:
                 await self._http.cleanup()  # cancels background tasks (cleanup context)
             await self._cancel_tasks()
@@ -724,6 +766,18 @@ async def _chunks(
             yield chunk
 
 
+def _bind(server: Any, host: str, port: int, what: str) -> int:
+    bound = int(server.add_insecure_port(f"{_host_port(host)}:{port}"))
+    if bound == 0:
+        raise OSError(f"could not bind {what} on {host}:{port}")
+    return bound
+
+
+def _host_port(host: str) -> str:
+    """An IPv6 literal in brackets (``::`` -> ``[::]``), anything else as it is."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 def describe(ports: Ports, worker_id: str) -> Mapping[str, Any]:
     """The ``worker_ready`` line printed at start-up (parsed by tests and the demo)."""
     return {
@@ -731,4 +785,5 @@ def describe(ports: Ports, worker_id: str) -> Mapping[str, Any]:
         "worker_id": worker_id,
         "grpc_port": ports.grpc,
         "http_port": ports.http,
+        "control_port": ports.control,
     }
