@@ -55,17 +55,16 @@ def test_a_vllm_pool_runs_on_the_sim_by_default_keeping_the_args_that_apply():
 
 
 def test_every_worker_port_is_on_loopback_and_the_control_port_is_named():
-    """The operator's flags bind 0.0.0.0 (a pod); ``preheat up``'s win (argparse: the last
-    one counts) and put the control port on loopback too. The token is not in argv (any
-    user can read a command line): it goes in the worker's environment."""
+    """The operator's flags bind 0.0.0.0 (a pod); ``preheat up`` puts every port, the
+    control port too, on loopback. The token is not in argv (any user can read a command
+    line): it goes in the worker's environment."""
     argv = _argv(POOL, "sim")
-
-    def last(flag: str) -> str:
-        return argv[len(argv) - argv[::-1].index(flag)]
-
-    assert last("--host") == "127.0.0.1"
-    assert last("--control-host") == "127.0.0.1"
+    for flag, value in (("--host", "127.0.0.1"), ("--control-host", "127.0.0.1")):
+        assert argv.count(flag) == 1
+        assert _flag(argv, flag) == value
+    assert argv.count("--control-port") == 1
     assert _flag(argv, "--control-port") == "5003"
+    assert "0.0.0.0" not in argv
     assert not any("token" in a.lower() for a in argv)
 
 

@@ -41,6 +41,7 @@ DEPLOYMENTS = "apps/v1/deployments"
 SERVICES = "v1/services"
 PDBS = "policy/v1/poddisruptionbudgets"
 PODS = "v1/pods"
+SECRETS = "v1/secrets"
 EVENTS = "v1/events"
 CHILD_RESOURCES = (DEPLOYMENTS, SERVICES, PDBS)
 
@@ -211,6 +212,7 @@ def declare_resources(server: kmock.KubernetesEmulator) -> None:
         (SERVICES, "Service"),
         (PDBS, "PodDisruptionBudget"),
         (PODS, "Pod"),
+        (SECRETS, "Secret"),
         (EVENTS, "Event"),
     ):
         server.resources[res] = kmock.ResourceInfo(
@@ -390,6 +392,8 @@ def pool_of_request(request: rendering.Request) -> str | None:
         return name.rsplit("-workers-", 1)[0] if "-workers-" in name else None
     if name.endswith("-workers"):
         return name.removesuffix("-workers")
+    if name.endswith("-workers-control"):  # the pool's control-token Secret
+        return name.removesuffix("-workers-control")
     return None
 
 

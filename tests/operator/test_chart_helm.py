@@ -159,7 +159,10 @@ def test_rbac_is_least_privilege(values: list[str]) -> None:
     router = _rules(docs, "pre-preheat-router")
     for rule in operator + router:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
+    for rule in router:
         assert "secrets" not in rule["resources"]
+    # the pools' control-token Secrets: read by name or made once, never listed or changed
+    assert _allowed(operator, "", "secrets") == {"get", "create"}
     assert _allowed(operator, "preheat.dev", "inferencepools/status") >= {"patch"}
     assert _allowed(operator, "preheat.dev", "inferencepools/scale") >= {"patch", "update"}
     assert _allowed(operator, "", "pods") == {"get", "list", "watch", "patch"}

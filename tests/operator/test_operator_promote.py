@@ -1,10 +1,12 @@
 """The operator tells workers their role over gRPC: real in-process sim workers behind
 fake pods (kmock), the real operator.
 
-Each fake pod has ``status.podIP: 127.0.0.1`` and a ``preheat.dev/grpc-port`` annotation
-naming a real ``WorkerServer`` (a SimEngine that loads at once) started as ``standby``, as
-``core.reconcile.worker_args`` starts them. A label is not enough: only a worker whose
-Status says ACTIVE gets traffic, so these tests read the workers' own state.
+Each fake pod has ``status.podIP: 127.0.0.1`` and a ``preheat.dev/control-port``
+annotation naming the control port of a real ``WorkerServer`` (a SimEngine that loads at
+once) started as ``standby``, as ``core.reconcile.worker_args`` starts them. A label is not
+enough: only a worker whose Status says ACTIVE gets traffic, so these tests read the
+workers' own state. The workers hold the token of their pool's control Secret, which a test
+writes before the pool exists (the operator then uses it rather than making one).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from kmockkit import (
     NAMESPACE,
     PODS,
     POOLS,
+    SECRETS,
     OperatorProcess,
     PreheatKube,
     children,
@@ -37,9 +40,18 @@ from kmockkit import (
 from poolkit import ROOT, load_example
 
 from preheat.core.lifecycle import LifecycleState
-from preheat.core.reconcile import LABEL_NAME, LABEL_POOL, LABEL_ROLE, WORKER_NAME
+from preheat.core.reconcile import (
+    ANNOTATION_CONTROL_TOKEN_DIGEST,
+    LABEL_NAME,
+    LABEL_POOL,
+    LABEL_ROLE,
+    WORKER_NAME,
+    build_control_secret,
+    control_token_digest,
+    read_control_secret,
+)
 from preheat.engine.sim import SimConfig, SimEngine
-from preheat.operator.handlers import ANNOTATION_GRPC_PORT
+from preheat.operator.handlers import ANNOTATION_CONTROL_PORT
 from preheat.worker.server import WorkerConfig, WorkerServer
 
 
@@ -48,6 +60,25 @@ def pool(name: str = "sim-tiny", **replicas: Any) -> dict[str, Any]:
     doc["metadata"] = {"name": name, "namespace": NAMESPACE}
     doc["spec"]["replicas"].update(replicas)
     return doc
+
+
+TOKEN = "operator-test-token"
+
+
+async def create_pool_with_token(
+    kube: kmock.KubernetesEmulator, doc: dict[str, Any], token: str = TOKEN
+) -> None:
+    """The pool's control Secret (holding ``token``), then the pool."""
+    from preheat.api.pool import to_config
+    from preheat.core.reconcile import Owner
+
+    name = doc["metadata"]["name"]
+    config = to_config(doc["spec"], name=name, namespace=NAMESPACE)
+    secret = build_control_secret(config, Owner(name=name, uid="not-the-pool"), token)
+    secret["metadata"].pop("ownerReferences")
+    resp = await kube.post(f"/api/v1/namespaces/{NAMESPACE}/secrets", json=secret)
+    assert resp.status in (200, 201), await resp.text()
+    await create_pool(kube, doc)
 
 
 def free_port() -> int:
@@ -74,14 +105,18 @@ def sim_engine() -> SimEngine:
 
 
 @contextlib.asynccontextmanager
-async def standby_workers(ports: Iterable[int]) -> AsyncIterator[list[WorkerServer]]:
-    """Real sim workers on the given gRPC ports (0: any), started as standby, warm."""
+async def standby_workers(
+    ports: Iterable[int], token: str = TOKEN
+) -> AsyncIterator[list[WorkerServer]]:
+    """Real sim workers on the given control ports (0: any), started as standby, warm,
+    holding the control ``token``."""
     servers: list[WorkerServer] = []
     try:
         for i, port in enumerate(ports):
             config = WorkerConfig(
                 worker_id=f"w-{i}",
-                grpc_port=port,
+                control_port=port,
+                control_token=token,
                 start_as=LifecycleState.STANDBY,
                 drain_grace_s=1.0,
                 stop_grace_s=0.5,
@@ -103,9 +138,9 @@ def state(server: WorkerServer) -> str:
 
 
 async def add_worker_pod(
-    server: kmock.KubernetesEmulator, pool_name: str, index: int, grpc_port: int
+    server: kmock.KubernetesEmulator, pool_name: str, index: int, control_port: int
 ) -> str:
-    """A Ready worker pod whose worker listens on 127.0.0.1:``grpc_port``."""
+    """A Ready worker pod whose worker's control port is 127.0.0.1:``control_port``."""
     name = f"{pool_name}-workers-{index:04d}"
     pod = {
         "apiVersion": "v1",
@@ -114,7 +149,7 @@ async def add_worker_pod(
             "name": name,
             "namespace": NAMESPACE,
             "labels": {LABEL_NAME: WORKER_NAME, LABEL_POOL: pool_name, LABEL_ROLE: "standby"},
-            "annotations": {ANNOTATION_GRPC_PORT: str(grpc_port)},
+            "annotations": {ANNOTATION_CONTROL_PORT: str(control_port)},
         },
         "spec": {"containers": [{"name": "worker", "image": "preheat-worker"}]},
         "status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]},
@@ -122,6 +157,10 @@ async def add_worker_pod(
     resp = await server.post(f"/api/v1/namespaces/{NAMESPACE}/pods", json=pod)
     assert resp.status in (200, 201), await resp.text()
     return name
+
+
+def owned(server: PreheatKube) -> set[tuple[str, str]]:
+    return {(SECRETS, name) for name in live(server, SECRETS, NAMESPACE)}
 
 
 def labels(server: PreheatKube) -> dict[str, str]:
@@ -137,10 +176,11 @@ async def test_growing_promotes_the_standby_worker_and_shrinking_demotes_then_dr
     kube: PreheatKube, operator: OperatorProcess
 ) -> None:
     async with standby_workers([0, 0]) as workers:
-        await create_pool(kube, pool(warmStandby=1))
+        await create_pool_with_token(kube, pool(warmStandby=1))
         await eventually(lambda: replicas(kube) == 2)
         pods = [
-            await add_worker_pod(kube, "sim-tiny", i, w.ports.grpc) for i, w in enumerate(workers)
+            await add_worker_pod(kube, "sim-tiny", i, w.ports.control)
+            for i, w in enumerate(workers)
         ]
         by_pod = dict(zip(pods, workers, strict=True))
 
@@ -178,11 +218,11 @@ async def test_an_unreachable_worker_is_retried_and_other_pools_keep_reconciling
 ) -> None:
     late_port = free_port()  # nothing listens here yet
     async with standby_workers([0]) as (other_worker,):
-        await create_pool(kube, pool("late"))
-        await create_pool(kube, pool("other"))
+        await create_pool_with_token(kube, pool("late"))
+        await create_pool_with_token(kube, pool("other"))
         await eventually(lambda: replicas(kube, "late") == 1 and replicas(kube, "other") == 1)
         late_pod = await add_worker_pod(kube, "late", 0, late_port)
-        other_pod = await add_worker_pod(kube, "other", 0, other_worker.ports.grpc)
+        other_pod = await add_worker_pod(kube, "other", 0, other_worker.ports.control)
 
         # The other pool's worker is promoted while "late"'s cannot be reached.
         await eventually(lambda: state(other_worker) == "active")
@@ -204,10 +244,10 @@ async def test_an_illegal_transition_is_a_warning_event_not_a_crash(
     async with standby_workers([0, 0]) as (stopped, fine):
         await stopped.drain()  # standby -> draining -> stopped: it can never be active
         assert state(stopped) == "stopped"
-        await create_pool(kube, pool("bad"))
-        await create_pool(kube, pool("good"))
-        bad_pod = await add_worker_pod(kube, "bad", 0, stopped.ports.grpc)
-        await add_worker_pod(kube, "good", 0, fine.ports.grpc)
+        await create_pool_with_token(kube, pool("bad"))
+        await create_pool_with_token(kube, pool("good"))
+        bad_pod = await add_worker_pod(kube, "bad", 0, stopped.ports.control)
+        await add_worker_pod(kube, "good", 0, fine.ports.control)
         await eventually(
             lambda: any(e["reason"] == "WorkerRefused" for e in events(kube, NAMESPACE, "bad"))
         )
@@ -216,3 +256,52 @@ async def test_an_illegal_transition_is_a_warning_event_not_a_crash(
         assert "FAILED_PRECONDITION" in event["message"]
         assert labels(kube)[bad_pod] == "standby"
         await eventually(lambda: state(fine) == "active")  # the operator goes on
+
+
+async def test_the_operator_makes_the_pools_control_secret_and_its_workers_read_it(
+    kube: PreheatKube, operator: OperatorProcess
+) -> None:
+    """No Secret before the pool: the operator creates one (owned by the pool, a random
+    token), the Deployment's workers read it from the environment, its digest is on the
+    pod template, and the operator promotes a worker holding that token."""
+    await create_pool(kube, pool())
+    await eventually(lambda: (SECRETS, "sim-tiny-workers-control") in owned(kube))
+    secret = get(kube, SECRETS, NAMESPACE, "sim-tiny-workers-control")
+    pool_uid = get(kube, POOLS, NAMESPACE, "sim-tiny")["metadata"]["uid"]
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == pool_uid
+    token = read_control_secret(secret)
+    assert len(token) >= 40  # 32 random bytes, url-safe base64
+    template = children(kube, NAMESPACE)[(DEPLOYMENTS, "sim-tiny-workers")]["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["PREHEAT_CONTROL_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "sim-tiny-workers-control",
+        "key": "control-token",
+    }
+    assert token not in str(template)  # only a reference and a digest
+    assert template["metadata"]["annotations"][ANNOTATION_CONTROL_TOKEN_DIGEST] == (
+        control_token_digest(token)
+    )
+    async with standby_workers([0], token=token) as (worker,):
+        await add_worker_pod(kube, "sim-tiny", 0, worker.ports.control)
+        await eventually(lambda: state(worker) == "active")
+
+
+async def test_a_worker_with_another_token_refuses_and_stays_standby(
+    kube: PreheatKube, operator: OperatorProcess
+) -> None:
+    async with standby_workers([0], token="not-the-pools-token") as (worker,):
+        await create_pool_with_token(kube, pool("other-token"))
+        pod = await add_worker_pod(kube, "other-token", 0, worker.ports.control)
+        await eventually(
+            lambda: any(
+                e["reason"] == "WorkerRefused" for e in events(kube, NAMESPACE, "other-token")
+            )
+        )
+        (event,) = [
+            e for e in events(kube, NAMESPACE, "other-token") if e["reason"] == "WorkerRefused"
+        ]
+        assert "UNAUTHENTICATED" in event["message"]
+        assert TOKEN not in event["message"]
+        assert state(worker) == "standby"
+        assert labels(kube)[pod] == "standby"

@@ -16,19 +16,26 @@ import yaml
 from poolkit import EXAMPLES, load_example
 
 from preheat.api.pool import to_config
-from preheat.core.errors import ErrorCode
+from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.pool import PoolConfig
 from preheat.core.reconcile import (
+    ANNOTATION_CONTROL_TOKEN_DIGEST,
     ANNOTATION_DELETION_COST,
+    CONTROL_PORT,
     LABEL_POOL,
     LABEL_ROLE,
     BuildError,
     BuildOptions,
     Owner,
+    build_control_secret,
     build_deployment,
+    build_service,
+    control_secret_name,
+    control_token_digest,
     desired_children,
     diff,
     needs_update,
+    read_control_secret,
     selector_string,
     termination_grace_s,
     worker_args,
@@ -112,6 +119,9 @@ def test_replicas_are_active_plus_standby(
 )
 def test_engine_args_map_to_worker_flags(engine: dict[str, Any], expected: list[str]) -> None:
     args = worker_args(config(engine=engine), BuildOptions(drain_grace_s=20))
+    binds = ["--host", "0.0.0.0", "--control-host", "0.0.0.0", "--control-port", "50052"]
+    assert args[:6] == binds
+    args = args[6:]
     assert args[:10] == [
         "--engine",
         engine["kind"],
@@ -260,3 +270,38 @@ def test_a_change_in_a_field_we_own_needs_an_update(change: Any, where: str) -> 
     change(obs)
     assert diff(desired, obs) == [where]
     assert needs_update(desired, obs)
+
+
+def test_workers_expose_the_control_port_and_read_the_token_from_the_pools_secret() -> None:
+    c = config()
+    dep = build_deployment(c, OWNER, BuildOptions(), control_token_digest="abc123")
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"grpc": 50051, "http": 8080, "control": CONTROL_PORT}
+    env = {e["name"]: e for e in container["env"]}
+    assert env["PREHEAT_CONTROL_TOKEN"] == {
+        "name": "PREHEAT_CONTROL_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "p-workers-control", "key": "control-token"}},
+    }
+    args = container["args"]
+    assert args[args.index("--control-port") + 1] == str(CONTROL_PORT)
+    annotations = dep["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {ANNOTATION_CONTROL_TOKEN_DIGEST: "abc123"}
+    # the Service (what clients resolve) does not carry the control port
+    service = {p["name"] for p in build_service(c, OWNER)["spec"]["ports"]}
+    assert service == {"grpc", "http"}
+
+
+def test_the_control_secret_round_trips_and_a_broken_one_names_the_fix() -> None:
+    c = config()
+    secret = build_control_secret(c, OWNER, "s3cret")
+    assert secret["metadata"]["name"] == control_secret_name(c) == "p-workers-control"
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid
+    assert "s3cret" not in str(secret)  # base64 in data, as the API stores it
+    assert read_control_secret(secret) == "s3cret"
+    for data in ({}, {"control-token": ""}, {"control-token": "***"}, {"control-token": 5}):
+        broken = {**secret, "data": data}
+        with pytest.raises(PreheatError, match="p-workers-control has no usable 'control-token'"):
+            read_control_secret(broken)
+    assert control_token_digest("a") != control_token_digest("b")
+    assert "a" * 8 not in control_token_digest("a" * 40)

@@ -52,6 +52,11 @@ app.kubernetes.io/name: preheat-{{ .component }}
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, patch]
+# Each pool's control-token Secret (<pool>-workers-control): read, or made once. No list,
+# watch or update: the operator reads only the Secrets it names and never rewrites one.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, create]
 # Every action is an Event on its pool (both APIs: kopf posts core/v1 Events).
 - apiGroups: ["", events.k8s.io]
   resources: [events]

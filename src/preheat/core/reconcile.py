@@ -24,6 +24,8 @@ the endpoint controller and the routers drop the pod *before* SIGTERM arrives;
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +50,7 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 ANNOTATION_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 ANNOTATION_SPEC_HASH = "preheat.dev/spec-hash"
+ANNOTATION_CONTROL_TOKEN_DIGEST = "preheat.dev/control-token-digest"
 
 WORKER_NAME = "preheat-worker"
 MANAGED_BY = "preheat-operator"
@@ -55,6 +58,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 GRPC_PORT = 50051
 HTTP_PORT = 8080
+CONTROL_PORT = 50052  # WorkerControl's Promote/Demote/Drain, behind the control token
+CONTROL_SECRET_KEY = "control-token"
+CONTROL_TOKEN_ENV = "PREHEAT_CONTROL_TOKEN"
 MODEL_MOUNT = "/models"
 
 
@@ -184,10 +190,62 @@ def _metadata(config: PoolConfig, owner: Owner) -> dict[str, Any]:
     }
 
 
+def control_secret_name(config: PoolConfig) -> str:
+    """The pool's Secret holding its workers' control token (the operator creates it)."""
+    return f"{worker_name(config)}-control"
+
+
+def build_control_secret(config: PoolConfig, owner: Owner, token: str) -> dict[str, Any]:
+    """The control-token Secret (``token`` made by the caller: this module has no I/O and
+    no randomness). Owned by the pool, so it goes when the pool goes."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {**_metadata(config, owner), "name": control_secret_name(config)},
+        "type": "Opaque",
+        "data": {CONTROL_SECRET_KEY: base64.b64encode(token.encode()).decode()},
+    }
+
+
+def read_control_secret(secret: Mapping[str, Any]) -> str:
+    """The token in an observed control Secret; PreheatError(FAILED_PRECONDITION) naming
+    what is wrong when it has none."""
+    name = str((secret.get("metadata") or {}).get("name", ""))
+    raw = (secret.get("data") or {}).get(CONTROL_SECRET_KEY)
+    token = ""
+    if isinstance(raw, str):
+        try:
+            token = base64.b64decode(raw, validate=True).decode().strip()
+        except (ValueError, UnicodeDecodeError):
+            token = ""
+    if not token:
+        raise PreheatError(
+            ErrorCode.FAILED_PRECONDITION,
+            f"Secret {name} has no usable {CONTROL_SECRET_KEY!r} (a non-empty base64 "
+            "value); fix it, or delete it and the operator makes a new token",
+        )
+    return token
+
+
+def control_token_digest(token: str) -> str:
+    """What the pod template carries of the token: a change rolls the workers."""
+    return hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
 def worker_args(config: PoolConfig, options: BuildOptions) -> list[str]:
-    """The worker's command-line flags (after the image's ``preheat worker`` entry point)."""
+    """The worker's command-line flags (after the image's ``preheat worker`` entry point).
+
+    In a pod the data ports bind every address (the pod IP, for the Service and routers),
+    and so does the control port (the operator calls it at the pod IP with the token).
+    """
     model = MODEL_MOUNT if config.model.source.kind != "none" else config.model.name
     args = [
+        "--host",
+        "0.0.0.0",
+        "--control-host",
+        "0.0.0.0",
+        "--control-port",
+        str(CONTROL_PORT),
         "--engine",
         config.engine.kind,
         "--model",
@@ -316,14 +374,21 @@ def termination_grace_s(options: BuildOptions) -> int:
 
 
 def build_deployment(
-    config: PoolConfig, owner: Owner, options: BuildOptions, *, active: int | None = None
+    config: PoolConfig,
+    owner: Owner,
+    options: BuildOptions,
+    *,
+    active: int | None = None,
+    control_token_digest: str = "",
 ) -> dict[str, Any]:
     """The worker Deployment: replicas = active + warm standby (warming pods fill either).
 
     ``active`` is the autoscaler's current target (``status.desiredReplicas``); by default
     ``replicas.desired`` from the spec. New pods start as standby and are promoted by the
     operator (:func:`assign_roles`); rolling updates never take a pod down before its
-    replacement is warm (``maxUnavailable: 0``).
+    replacement is warm (``maxUnavailable: 0``). The worker reads its control token from
+    the pool's Secret (:func:`control_secret_name`); ``control_token_digest`` (when given)
+    goes on the pod template, so a new token rolls the workers.
     """
     want_active = config.replicas.desired if active is None else active
     want_active = min(max(want_active, config.replicas.min), config.replicas.max)
@@ -340,10 +405,20 @@ def build_deployment(
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "PREHEAT_POOL", "value": config.name},
+            {
+                "name": CONTROL_TOKEN_ENV,
+                "valueFrom": {
+                    "secretKeyRef": {
+                        "name": control_secret_name(config),
+                        "key": CONTROL_SECRET_KEY,
+                    }
+                },
+            },
         ],
         "ports": [
             {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+            {"name": "control", "containerPort": CONTROL_PORT, "protocol": "TCP"},
         ],
         "startupProbe": {
             **ready_probe(),
@@ -376,6 +451,9 @@ def build_deployment(
     pod_spec.update(_scheduling(config))
     if volumes:
         pod_spec["volumes"] = volumes
+    template_meta: dict[str, Any] = {"labels": {**common_labels(config), LABEL_ROLE: "standby"}}
+    if control_token_digest:
+        template_meta["annotations"] = {ANNOTATION_CONTROL_TOKEN_DIGEST: control_token_digest}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -389,9 +467,7 @@ def build_deployment(
                 "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
             },
             "template": {
-                "metadata": {
-                    "labels": {**common_labels(config), LABEL_ROLE: "standby"},
-                },
+                "metadata": template_meta,
                 "spec": pod_spec,
             },
         },
@@ -445,11 +521,22 @@ def build_service_monitor(config: PoolConfig, owner: Owner) -> dict[str, Any]:
 
 
 def desired_children(
-    config: PoolConfig, owner: Owner, options: BuildOptions, *, active: int | None = None
+    config: PoolConfig,
+    owner: Owner,
+    options: BuildOptions,
+    *,
+    active: int | None = None,
+    control_token_digest: str = "",
 ) -> list[dict[str, Any]]:
-    """Every object the pool should own, in apply order. Raises :class:`BuildError`."""
+    """Every object the pool should own, in apply order. Raises :class:`BuildError`.
+
+    The control-token Secret is not among them: its token is random, made once
+    (:func:`build_control_secret`) and never patched back.
+    """
     children = [
-        build_deployment(config, owner, options, active=active),
+        build_deployment(
+            config, owner, options, active=active, control_token_digest=control_token_digest
+        ),
         build_service(config, owner),
         build_pdb(config, owner),
     ]

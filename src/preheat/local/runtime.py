@@ -795,7 +795,7 @@ def worker_argv(
     engine args), every port on loopback, a hostPath model read in place. The control
     token comes in the environment (``PREHEAT_CONTROL_TOKEN``), never on the command line."""
     build = BuildOptions(drain_grace_s=max(0, round(drain_grace_s)), log_format="json")
-    args = worker_args(config, build)
+    args = _without(worker_args(config, build), ("--host", "--control-host", "--control-port"))
     src = config.model.source
     if src.kind == "hostPath":
         args[args.index("--model") + 1] = src.path
@@ -816,6 +816,20 @@ def worker_argv(
         name,
         *extra,
     )
+
+
+def _without(args: list[str], flags: tuple[str, ...]) -> list[str]:
+    """``args`` less each of ``flags`` and its value (the pod's bind addresses)."""
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in flags:
+            skip = True
+        else:
+            out.append(a)
+    return out
 
 
 def local_config(config: PoolConfig, engine: str) -> PoolConfig:

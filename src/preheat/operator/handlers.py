@@ -20,6 +20,7 @@ import asyncio
 import datetime
 import logging
 import os
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,11 +28,12 @@ from typing import Any
 import kopf
 
 from preheat.api.pool import PoolSpecError, to_config
+from preheat.core.errors import PreheatError
 from preheat.core.pool import PoolConfig
 from preheat.core.reconcile import (
     ANNOTATION_DELETION_COST,
+    CONTROL_PORT,
     GROUP,
-    GRPC_PORT,
     KIND,
     LABEL_NAME,
     LABEL_POOL,
@@ -45,10 +47,14 @@ from preheat.core.reconcile import (
     BuildOptions,
     Owner,
     assign_roles,
+    build_control_secret,
+    control_secret_name,
+    control_token_digest,
     deletion_costs,
     desired_children,
     diff,
     needs_update,
+    read_control_secret,
     selector_string,
 )
 from preheat.operator.kube import KINDS, Conflict, Kube, kind_of, merge_patch
@@ -67,8 +73,8 @@ log = logging.getLogger(__name__)
 RESYNC_S = float(os.environ.get("PREHEAT_OPERATOR_RESYNC_S", "60"))
 """Level-based resync of every pool (children, roles, status), seconds."""
 
-ANNOTATION_GRPC_PORT = f"{GROUP}/grpc-port"
-"""Overrides the worker's gRPC port on a pod (tests; :data:`GRPC_PORT` otherwise)."""
+ANNOTATION_CONTROL_PORT = f"{GROUP}/control-port"
+"""Overrides the worker's control port on a pod (tests; :data:`CONTROL_PORT` otherwise)."""
 WORKER_TIMEOUT_S = float(os.environ.get("PREHEAT_OPERATOR_WORKER_TIMEOUT_S", "5"))
 """Deadline of one Promote/Demote/Drain call to a worker, seconds."""
 EVENT_RETRIES = 30
@@ -93,6 +99,9 @@ class Runtime:
     # ok is False when the worker refused. A container restart or a new IP asks again.
     workers: dict[PoolKey, tuple[str, int, str, bool]] = field(default_factory=dict)
     retrying: set[PoolKey] = field(default_factory=set)  # pools a pod event is retrying
+    # Each pool's control token, read from (or written to) its Secret: re-read on every
+    # children reconcile (spec change, resync), so a rotated token is picked up.
+    tokens: dict[PoolKey, str] = field(default_factory=dict)
     worker_timeout_s: float = WORKER_TIMEOUT_S
 
     def lock(self, key: PoolKey) -> asyncio.Lock:
@@ -182,6 +191,7 @@ async def pool_deleted(namespace: str | None, name: str, memo: Any, **_: Any) ->
     runtime: Runtime = memo.runtime
     runtime.metrics.forget_pool(namespace or "", name)
     runtime.locks.pop((namespace or "", name), None)
+    runtime.tokens.pop((namespace or "", name), None)
 
 
 # --- pods -------------------------------------------------------------------------------
@@ -302,14 +312,20 @@ async def _reconcile(
     observed = [observe_pod(p) for p in pods]
     problem: Problem | None = None
     config: PoolConfig | None = None
+    token = ""
     try:
         config = to_config(pool.get("spec") or {}, name=name, namespace=namespace)
         owner = Owner(name=name, uid=str(meta.get("uid", "")))
-        desired = desired_children(config, owner, runtime.build)  # all or nothing: pure
+        token = await _control_token(runtime, config, owner, refresh=children)
+        desired = desired_children(  # all or nothing: pure
+            config, owner, runtime.build, control_token_digest=control_token_digest(token)
+        )
     except PoolSpecError as e:
         problem = Problem("InvalidSpec", f"{e.message}; fix the spec and apply it again")
     except BuildError as e:
         problem = Problem("BuildFailed", e.message)
+    except PreheatError as e:  # the control Secret exists without a usable token
+        problem = Problem("ControlSecretInvalid", e.message)
 
     if problem is not None or config is None:
         assert problem is not None
@@ -332,7 +348,7 @@ async def _reconcile(
     if children:
         for child in desired:
             await _apply(runtime, pool, child)
-    unavailable = await _assign_roles(runtime, pool, config, observed, pods)
+    unavailable = await _assign_roles(runtime, pool, config, observed, pods, token)
     status = compute_status(
         pods=observed,
         want_active=config.replicas.desired,
@@ -348,6 +364,31 @@ async def _reconcile(
     runtime.metrics.reconciles.labels("ok").inc()
     if unavailable is not None:
         raise unavailable  # status written; kopf retries the pool after the error's delay
+
+
+async def _control_token(
+    runtime: Runtime, config: PoolConfig, owner: Owner, *, refresh: bool
+) -> str:
+    """The pool's control token: from its Secret, made (random, 256 bits) when there is
+    none. Cached in ``runtime.tokens``; ``refresh`` reads the Secret again (rotation)."""
+    key = (config.namespace, config.name)
+    if not refresh and key in runtime.tokens:
+        return runtime.tokens[key]
+    name = control_secret_name(config)
+    observed = await runtime.kube.get(KINDS["Secret"], config.namespace, name)
+    if observed is None:
+        token = secrets.token_urlsafe(32)
+        try:
+            await runtime.kube.create(build_control_secret(config, owner, token))
+        except Conflict:  # made meanwhile: use that one
+            observed = await runtime.kube.get(KINDS["Secret"], config.namespace, name)
+        else:
+            runtime.metrics.actions.labels("create").inc()
+            log.info("created Secret %s/%s (the workers' control token)", config.namespace, name)
+    if observed is not None:
+        token = read_control_secret(observed)
+    runtime.tokens[key] = token
+    return token
 
 
 async def _apply(runtime: Runtime, pool: Mapping[str, Any], child: Mapping[str, Any]) -> None:
@@ -381,8 +422,10 @@ async def _assign_roles(
     config: PoolConfig,
     observed: Sequence[Any],
     pods: Sequence[Mapping[str, Any]],
+    token: str,
 ) -> WorkerUnavailable | None:
-    """Roles on the pool's workers (over gRPC) and pods (label, deletion cost).
+    """Roles on the pool's workers (over gRPC, on their control port with ``token``) and
+    pods (label, deletion cost).
 
     The plan comes from :func:`assign_roles`. A worker is told first (Promote, Demote,
     Drain) and its pod relabelled after, so the label never says ``active`` before the
@@ -399,7 +442,7 @@ async def _assign_roles(
     costs = deletion_costs(views, plan.victims)
     by_name = {p.name: p for p in live}
     raw = {str((p.get("metadata") or {}).get("name", "")): p for p in pods}
-    unavailable = await _tell_workers(runtime, pool, config.namespace, roles, raw)
+    unavailable = await _tell_workers(runtime, pool, config.namespace, roles, raw, token)
     patched = 0
     for pod_name, role in sorted(roles.items()):
         pod = by_name[pod_name]
@@ -447,12 +490,12 @@ def _worker_is(
 
 
 def _worker_address(pod: Mapping[str, Any]) -> tuple[str, int] | None:
-    """``(host:port, restarts)`` of a pod's worker, or None when it has no IP yet."""
+    """``(host:control port, restarts)`` of a pod's worker, or None when it has no IP yet."""
     ip = str((pod.get("status") or {}).get("podIP") or "")
     if not ip:
         return None
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    port = str(annotations.get(ANNOTATION_GRPC_PORT) or GRPC_PORT)
+    port = str(annotations.get(ANNOTATION_CONTROL_PORT) or CONTROL_PORT)
     host = f"[{ip}]" if ":" in ip else ip
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     restarts = sum(int(c.get("restartCount") or 0) for c in statuses)
@@ -465,6 +508,7 @@ async def _tell_workers(
     namespace: str,
     roles: Mapping[str, str],
     pods: Mapping[str, Mapping[str, Any]],
+    token: str,
 ) -> WorkerUnavailable | None:
     """Call every worker whose role (or address, or container) changed since it was last
     told, concurrently; remember the answers. Returns the first unavailable error."""
@@ -485,7 +529,10 @@ async def _tell_workers(
         return None
     names = sorted(jobs)
     results = await asyncio.gather(
-        *(set_role(jobs[n][0], jobs[n][2], timeout_s=runtime.worker_timeout_s) for n in names),
+        *(
+            set_role(jobs[n][0], jobs[n][2], timeout_s=runtime.worker_timeout_s, token=token)
+            for n in names
+        ),
         return_exceptions=True,
     )
     unavailable: WorkerUnavailable | None = None

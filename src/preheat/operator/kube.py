@@ -57,6 +57,7 @@ KINDS: Mapping[str, Kind] = {
     "PodDisruptionBudget": Kind("policy/v1", "poddisruptionbudgets"),
     "ServiceMonitor": Kind("monitoring.coreos.com/v1", "servicemonitors"),
     "Pod": Kind("v1", "pods"),
+    "Secret": Kind("v1", "secrets"),
 }
 POOLS = Kind(API_VERSION, PLURAL)
 

@@ -30,13 +30,14 @@ class WorkerUnavailable(kopf.TemporaryError):
     """The worker cannot take the role now (unreachable, timed out, still loading): retry."""
 
 
-async def set_role(address: str, role: str, *, timeout_s: float) -> None:
-    """Make the worker at ``address`` (``host:port``) take ``role``: active | standby | draining.
+async def set_role(address: str, role: str, *, timeout_s: float, token: str) -> None:
+    """Make the worker whose control port is ``address`` (``host:port``) take ``role``:
+    active | standby | draining, with the pool's control ``token``.
 
     :func:`preheat.workerctl.set_role`, with its retryable errors as kopf temporary errors.
     """
     try:
-        await workerctl.set_role(address, role, timeout_s=timeout_s)
+        await workerctl.set_role(address, role, timeout_s=timeout_s, token=token)
     except workerctl.WorkerUnavailableError as e:
         raise WorkerUnavailable(str(e), delay=RETRY_DELAY_S) from e
 
