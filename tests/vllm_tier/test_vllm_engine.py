@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest_asyncio
 from prometheus_client import generate_latest
 
 from preheat.core import metric_names as m
-from preheat.core.blocks import block_hashes
+from preheat.core.blocks import block_hashes, tenant_root
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.engine.base import (
     CacheEvent,
@@ -201,6 +202,25 @@ async def test_kv_events_name_blocks_with_preheat_hashes(engine: VllmEngine) -> 
         assert stored[: len(expected)] == expected
     finally:
         engine.set_cache_listener(None)
+
+
+async def test_a_cache_salt_scopes_the_prefix_cache_and_names_blocks_per_tenant(
+    engine: VllmEngine,
+) -> None:
+    prompt = long_prompt(engine, "salted")
+    salted = block_hashes(prompt, 32, tenant_root("team-a"))
+    a = dataclasses.replace(request(prompt, max_tokens=2), cache_salt="team-a")
+    await collect(engine, a)
+    await eventually(lambda: set(salted) <= engine.cached_blocks())  # the router's names
+    b = dataclasses.replace(request(prompt, max_tokens=2), cache_salt="team-b")
+    other = await collect(engine, b)
+    assert other[-1].usage is not None
+    assert other[-1].usage.cached_tokens == 0  # another tenant: no hit
+    again = await collect(
+        engine, dataclasses.replace(request(prompt, max_tokens=2), cache_salt="team-a")
+    )
+    assert again[-1].usage is not None
+    assert again[-1].usage.cached_tokens > 0
 
 
 async def test_registry_renders_vllm_metric_names(engine: VllmEngine) -> None:
