@@ -16,6 +16,10 @@ freshness             ``timestamp(vllm:num_requests_waiting{sel})`` (per worker)
                       ``up{sel} == 0`` (a target Prometheus cannot scrape)
 held at the router    ``sum(preheat_router_queue_depth{router_sel})`` when ``router_selector``
                       is given: added to in flight, and the only signal at zero replicas
+demand (routers)      ``sum(rate(preheat_router_arrivals_total{router_sel}[w]))`` and
+                      ``sum by (reason) (rate(preheat_router_refused_total{router_sel}[w]))``
+                      when ``router_selector`` is given: refused demand is demand to the
+                      policy (no series: no demand figures, as without a router selector)
 ====================  ======================================================================
 
 Scale from zero: a pool at zero replicas has no worker series, so without
@@ -46,9 +50,9 @@ from prometheus_api_client.prometheus_connect import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from preheat.autoscaler.scrape import DEFAULT_HISTOGRAMS
-from preheat.autoscaler.source import SignalQuery, wake_signals
+from preheat.autoscaler.source import SignalQuery, wake_signals, wakes
 from preheat.core import metric_names as mn
-from preheat.core.autoscaling import Signals, SignalValue
+from preheat.core.autoscaling import Demand, Signals, SignalValue
 from preheat.core.pool import Signal
 
 __all__ = ["PrometheusSource", "Queries", "queries"]
@@ -73,6 +77,8 @@ class Queries:
     freshness: str
     down: str
     router_queue: str = ""  # "" when no router selector is configured
+    arrivals: str = ""  # the routers' arrival rate over the window ("": no router selector)
+    refused: str = ""  # their refusal rate by reason
 
 
 def queries(
@@ -109,6 +115,17 @@ def queries(
         router_queue=""
         if router_selector is None
         else f"sum({mn.ROUTER_QUEUE_DEPTH}{{{router_selector}}})",
+        arrivals=""
+        if router_selector is None
+        else (
+            f"sum(rate({mn.ROUTER_ARRIVALS}_total{{{router_selector}}}[{_range(query.window_s)}]))"
+        ),
+        refused=""
+        if router_selector is None
+        else (
+            f"sum by ({mn.LABEL_REASON}) "
+            f"(rate({mn.ROUTER_REFUSED}_total{{{router_selector}}}[{_range(query.window_s)}]))"
+        ),
     )
 
 
@@ -219,6 +236,8 @@ class PrometheusSource:
         }
         if qs.router_queue:
             named["router_queue"] = qs.router_queue
+            named["arrivals"] = qs.arrivals
+            named["refused"] = qs.refused
         for (i, w), promql in qs.latency.items():
             named[f"lat:{i}:{w}"] = promql
         for (i, w), promql in qs.count.items():
@@ -238,11 +257,12 @@ class PrometheusSource:
     ) -> Signals:
         problems: list[str] = []
         held = _scalar(answers.get("router_queue"))
+        demand = _demand(answers, query.window_s)
         stamps = answers["freshness"] or []
         if not stamps:
-            if held is not None and held > 0:
+            if wakes(held, demand):
                 self._last_observed = now
-                return wake_signals(query, now, held)
+                return wake_signals(query, now, held or 0.0, demand)
             sel = "{" + self.selector + "}"
             return self._stale(f"no worker series match {mn.VLLM_NUM_REQUESTS_WAITING}{sel}")
         oldest = min(stamps, key=lambda s: float(s["value"][1]))
@@ -315,6 +335,8 @@ class PrometheusSource:
         stale = bool(problems)
         if stale:
             values = [replace(v, stale=True) for v in values]
+        if demand is not None:  # requests refused arrived too (scale-to-zero reads this)
+            requests = max(requests or 0.0, demand.arrival_rate * demand.window_s)
         return Signals(
             values=tuple(values),
             observed_at=observed_at,
@@ -322,10 +344,33 @@ class PrometheusSource:
             requests=requests,
             in_flight=in_flight,
             error="; ".join(problems),
+            demand=demand,
         )
 
     async def close(self) -> None:
         await asyncio.to_thread(self._client.close)
+
+
+def _rate(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else max(0.0, value)
+
+
+def _demand(answers: Mapping[str, Any], window_s: float) -> Demand | None:
+    """The routers' arrival and refusal rates (None: no router series over the window)."""
+    arrivals = _rate(_scalar(answers.get("arrivals")))
+    if arrivals is None:
+        return None
+    by_reason: list[tuple[str, float]] = []
+    for series in answers.get("refused") or []:
+        rate = _rate(float(series["value"][1]))
+        if rate:
+            by_reason.append((str(series.get("metric", {}).get(mn.LABEL_REASON, "")), rate))
+    return Demand(
+        arrival_rate=arrivals,
+        refused_rate=sum(r for _, r in by_reason),
+        window_s=window_s,
+        by_reason=tuple(sorted(by_reason)),
+    )
 
 
 def _ms(seconds: float | None) -> float | None:

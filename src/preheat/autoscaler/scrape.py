@@ -15,7 +15,11 @@ With ``routers`` (their base URLs), the requests the routers hold while no endpo
 them (``preheat_router_queue_depth``) count as in flight; and a pool with no worker to
 scrape (scaled to zero) but requests held answers fresh, with no latency yet, which wakes
 it, as :class:`~preheat.autoscaler.prometheus.PrometheusSource` does with its router
-selector.
+selector. The routers' demand counters (``preheat_router_arrivals_total``,
+``preheat_router_refused_total`` by reason) are kept per router like the workers' scrapes,
+and their increase over the window, per second, is the snapshot's
+:class:`~preheat.core.autoscaling.Demand` (:func:`router_demand`, pure): refused demand is
+demand to the policy.
 """
 
 from __future__ import annotations
@@ -25,17 +29,27 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 import aiohttp
 
-from preheat.autoscaler.source import SignalQuery, wake_signals
+from preheat.autoscaler.source import SignalQuery, wake_signals, wakes
 from preheat.core import metric_names as mn
-from preheat.core.autoscaling import Signals, SignalValue
+from preheat.core.autoscaling import Demand, Signals, SignalValue
 from preheat.core.percentiles import Buckets, bucket_deltas, histogram_quantile
 from preheat.core.pool import Signal
 from preheat.core.promtext import histogram, model_server_stats, parse_samples
 
-__all__ = ["DEFAULT_HISTOGRAMS", "DirectScrapeSource", "Scrape", "compute", "parse_scrape"]
+__all__ = [
+    "DEFAULT_HISTOGRAMS",
+    "DirectScrapeSource",
+    "RouterScrape",
+    "Scrape",
+    "compute",
+    "parse_router",
+    "parse_scrape",
+    "router_demand",
+]
 
 DEFAULT_HISTOGRAMS: Mapping[Signal, str] = {
     Signal.TTFT: mn.VLLM_TIME_TO_FIRST_TOKEN_SECONDS,
@@ -70,10 +84,93 @@ def parse_scrape(t: float, text: str, names: Mapping[Signal, str] = DEFAULT_HIST
     )
 
 
-def _baseline(ok: Sequence[Scrape], start: float) -> Scrape:
+@dataclass(frozen=True)
+class RouterScrape:
+    """One router's demand counters at time ``t`` (cumulative; ``ok`` False: the scrape
+    failed; ``counted`` False: the router exports no demand counters)."""
+
+    t: float
+    ok: bool
+    arrivals: float = 0.0
+    refused: Mapping[str, float] = field(default_factory=dict)  # reason -> count
+    held: float = 0.0  # preheat_router_queue_depth now
+    counted: bool = False
+
+
+def parse_router(t: float, text: str, pool: str | None = None) -> RouterScrape:
+    """A router's ``/metrics``: its demand counters (for ``pool`` only when given) and the
+    requests it holds."""
+    arrivals_name = mn.ROUTER_ARRIVALS + "_total"
+    refused_name = mn.ROUTER_REFUSED + "_total"
+    samples = parse_samples(text, only=(arrivals_name, refused_name, mn.ROUTER_QUEUE_DEPTH))
+    arrivals = 0.0
+    refused: dict[str, float] = {}
+    held = 0.0
+    counted = False
+    for x in samples:
+        if x.name == mn.ROUTER_QUEUE_DEPTH:
+            held += x.value
+            continue
+        if pool is not None and x.labels.get(mn.LABEL_POOL, "") != pool:
+            continue
+        if x.name == arrivals_name:
+            arrivals += x.value
+            counted = True
+        else:
+            reason = x.labels.get(mn.LABEL_REASON, "")
+            refused[reason] = refused.get(reason, 0.0) + x.value
+    return RouterScrape(t, True, arrivals, refused, held, counted)
+
+
+class _Timed(Protocol):
+    @property
+    def t(self) -> float: ...
+
+
+_T = TypeVar("_T", bound=_Timed)
+
+
+def _baseline(ok: Sequence[_T], start: float) -> _T:
     """The newest scrape at or before ``start``; the oldest when none is that old."""
     before = [s for s in ok if s.t <= start]
     return before[-1] if before else ok[0]
+
+
+def _increase(prev: float, cur: float) -> float:
+    """A counter's increase (a reset, the router restarted: what it counted since)."""
+    return cur - prev if cur >= prev else cur
+
+
+def router_demand(
+    history: Mapping[str, Sequence[RouterScrape]], now: float, window_s: float
+) -> Demand | None:
+    """The routers' arrivals and refusals per second over ``[now - window_s, newest]``,
+    summed over routers (None: no router with two scrapes of its counters). Pure."""
+    arrivals = 0.0
+    refused: dict[str, float] = {}
+    span = 0.0
+    for scrapes in history.values():
+        ok = [s for s in scrapes if s.ok and s.counted]
+        if len(ok) < 2:
+            continue
+        cur = ok[-1]
+        prev = _baseline(ok[:-1], now - window_s)
+        dt = cur.t - prev.t
+        if dt <= 0:
+            continue
+        span = max(span, dt)
+        arrivals += _increase(prev.arrivals, cur.arrivals) / dt
+        for reason, count in cur.refused.items():
+            rate = _increase(prev.refused.get(reason, 0.0), count) / dt
+            refused[reason] = refused.get(reason, 0.0) + rate
+    if span <= 0:
+        return None
+    return Demand(
+        arrival_rate=arrivals,
+        refused_rate=sum(refused.values()),
+        window_s=span,
+        by_reason=tuple(sorted((r, v) for r, v in refused.items() if v > 0)),
+    )
 
 
 def _sum_buckets(parts: list[list[tuple[float, float]]]) -> list[tuple[float, float]]:
@@ -106,11 +203,13 @@ def compute(
     now: float,
     stale_after_s: float,
     held: float | None = None,
+    demand: Demand | None = None,
 ) -> Signals:
-    """The snapshot from the scrapes kept (pure). ``held``: requests the routers hold."""
+    """The snapshot from the scrapes kept (pure). ``held``: requests the routers hold;
+    ``demand``: what they saw arrive and refused over the window."""
     if not history:
-        if held is not None and held > 0:
-            return wake_signals(query, now, held)
+        if wakes(held, demand):
+            return wake_signals(query, now, held or 0.0, demand)
         return Signals(observed_at=None, stale=True, error="no workers to scrape")
     problems: list[str] = []
     newest: list[float] = []
@@ -183,6 +282,8 @@ def compute(
             values.append(
                 SignalValue(obj.signal, 0.0, v, observed_at, stale or v is None, samples=len(kv))
             )
+    if demand is not None:  # requests refused arrived too (scale-to-zero reads this)
+        requests = max(requests or 0.0, demand.arrival_rate * demand.window_s)
     return Signals(
         values=tuple(values),
         observed_at=observed_at,
@@ -190,11 +291,14 @@ def compute(
         requests=requests,
         in_flight=in_flight,
         error="; ".join(problems),
+        demand=demand,
     )
 
 
 class DirectScrapeSource:
-    """Scrapes ``targets()`` (base URLs, ``http://host:port``) on every :meth:`read`."""
+    """Scrapes ``targets()`` (base URLs, ``http://host:port``) on every :meth:`read`, and
+    ``routers()`` for what they hold and their demand counters (``pool``: that pool's
+    series only; None: every pool the routers serve)."""
 
     def __init__(
         self,
@@ -207,10 +311,13 @@ class DirectScrapeSource:
         stale_after_s: float = 30.0,
         max_scrapes: int = 512,
         routers: Callable[[], Sequence[str]] | None = None,
+        pool: str | None = None,
     ) -> None:
         self._targets = targets
         self._routers = routers
+        self._pool = pool
         self.held: float | None = None  # requests the routers held at the last scrape
+        self.router_history: dict[str, deque[RouterScrape]] = {}
         self._session = session
         self._own_session = session is None
         self._histograms = histograms
@@ -241,29 +348,35 @@ class DirectScrapeSource:
             self.history.setdefault(target, deque(maxlen=self._max)).append(result)
 
     async def scrape_routers(self) -> None:
-        """``preheat_router_queue_depth`` summed over the routers (None: none answered)."""
+        """``preheat_router_queue_depth`` summed over the routers (None: none answered),
+        and each router's demand counters into ``router_history``."""
         if self._routers is None:
             return
         if self._session is None:
             self._session = aiohttp.ClientSession()
         session = self._session
 
-        async def one(base: str) -> float | None:
+        async def one(base: str) -> RouterScrape:
             try:
                 async with session.get(f"{base}/metrics", timeout=self._timeout) as resp:
                     resp.raise_for_status()
-                    samples = parse_samples(await resp.text())
+                    return parse_router(self._clock(), await resp.text(), self._pool)
             except (aiohttp.ClientError, TimeoutError, ValueError):
-                return None
-            return sum(x.value for x in samples if x.name == mn.ROUTER_QUEUE_DEPTH)
+                return RouterScrape(self._clock(), ok=False)
 
-        answers = await asyncio.gather(*(one(b) for b in self._routers()))
-        got = [a for a in answers if a is not None]
+        bases = list(self._routers())
+        answers = await asyncio.gather(*(one(b) for b in bases))
+        for gone in set(self.router_history) - set(bases):
+            del self.router_history[gone]
+        for base, answer in zip(bases, answers, strict=True):
+            self.router_history.setdefault(base, deque(maxlen=self._max)).append(answer)
+        got = [a.held for a in answers if a.ok]
         self.held = sum(got) if got else None
 
     def snapshot(self, query: SignalQuery, now: float | None = None) -> Signals:
         t = self._clock() if now is None else now
-        return compute(self.history, query, t, self.stale_after_s, held=self.held)
+        demand = router_demand(self.router_history, t, query.window_s)
+        return compute(self.history, query, t, self.stale_after_s, held=self.held, demand=demand)
 
     async def read(self, query: SignalQuery) -> Signals:
         if self._session is None:

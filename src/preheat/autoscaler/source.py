@@ -14,10 +14,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from preheat.core.autoscaling import Signals, SignalValue
+from preheat.core.autoscaling import Demand, Signals, SignalValue
 from preheat.core.pool import Objective, Signal
 
-__all__ = ["MetricSource", "SignalQuery", "SignalValue", "Signals", "wake_signals"]
+__all__ = [
+    "Demand",
+    "MetricSource",
+    "SignalQuery",
+    "SignalValue",
+    "Signals",
+    "wake_signals",
+    "wakes",
+]
 
 
 @dataclass(frozen=True)
@@ -35,10 +43,19 @@ class MetricSource(Protocol):
     async def close(self) -> None: ...
 
 
-def wake_signals(query: SignalQuery, now: float, held: float) -> Signals:
-    """No worker (a pool at zero) but the routers hold ``held`` requests: a fresh snapshot
-    with no latency yet, whose in-flight count (and concurrency) is what is held, which
-    wakes the pool."""
+def wakes(held: float | None, demand: Demand | None) -> bool:
+    """Whether a pool with no worker has demand: requests held, or arrived (and refused)."""
+    arrived = 0.0 if demand is None else max(demand.arrival_rate, demand.refused_rate)
+    return (held or 0.0) > 0 or arrived > 0
+
+
+def wake_signals(
+    query: SignalQuery, now: float, held: float, demand: Demand | None = None
+) -> Signals:
+    """No worker (a pool at zero) but the routers hold ``held`` requests (or refused some
+    over the window): a fresh snapshot with no latency yet, whose in-flight count (and
+    concurrency) is what is held, which wakes the pool."""
+    arrived = 0.0 if demand is None else demand.arrival_rate * demand.window_s
     return Signals(
         values=tuple(
             SignalValue(
@@ -48,6 +65,7 @@ def wake_signals(query: SignalQuery, now: float, held: float) -> Signals:
         ),
         observed_at=now,
         stale=False,
-        requests=held,
+        requests=max(held, arrived),
         in_flight=held,
+        demand=demand,
     )

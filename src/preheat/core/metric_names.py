@@ -94,6 +94,12 @@ ROUTER_ACTUAL_CACHED_BLOCKS = "preheat_router_actual_cached_blocks"  # counter, 
 ROUTER_RETRIES = "preheat_router_retries"  # counter, label pool: re-routed before 1st token
 ROUTER_QUEUE_DEPTH = "preheat_router_queue_depth"  # gauge: requests waiting for an endpoint
 ROUTER_IN_FLIGHT = "preheat_router_in_flight"  # gauge: proxied streams open
+# demand the router saw, for the autoscaler (refused demand is demand): every request for the
+# pool but malformed ones, and those turned away unserved, by reason (exported with _total)
+ROUTER_ARRIVALS = "preheat_router_arrivals"  # counter, label pool
+ROUTER_REFUSED = "preheat_router_refused"  # counter, labels pool, reason
+REFUSED_REJECTED = "rejected"  # admission: predicted TTFT past the deadline, queue full (429)
+REFUSED_UNAVAILABLE = "unavailable"  # no endpoint in time, every try failed before a token
 
 LABEL_API = "api"  # grpc, pick, openai
 LABEL_POOL = "pool"

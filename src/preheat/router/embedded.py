@@ -65,6 +65,7 @@ class EmbeddedRouter:
             )
         )
         self.metrics = metrics if metrics is not None else RouterMetrics()
+        self.metrics.bind_pool(self.store.pool)  # the label of its demand counters
         self.dispatcher = Dispatcher(
             self.store,
             config.scheduler,

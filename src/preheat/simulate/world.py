@@ -17,7 +17,10 @@ per token. What each part sees, and how stale it is, follows the live system:
   vLLM histograms and gauges into :class:`~preheat.autoscaler.scrape.Scrape` values and
   computes the signals with the live ``preheat up`` code (``autoscaler.scrape.compute``:
   windowed bucket deltas, ``histogram_quantile``), then calls
-  ``preheat.core.autoscaling.decide`` (or ``SimOptions.autoscale``).
+  ``preheat.core.autoscaling.decide`` (or ``SimOptions.autoscale``). The routers' demand
+  counters (arrivals and refusals by reason, counted at each request's outcome, as the live
+  router does) are scraped on the same tick and read with the live
+  ``autoscaler.scrape.router_demand``: what the routers refuse is demand to the policy.
 - **the operator**: realizes each decision with ``preheat.core.reconcile.assign_roles``
   (standby promoted first, victims chosen by deletion cost), starting pods that go through
   image pull, load and warm-up before they are warm standbys.
@@ -39,12 +42,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import cast
 
-from preheat.autoscaler.scrape import Scrape, compute
-from preheat.autoscaler.source import SignalQuery
+from preheat.autoscaler.scrape import RouterScrape, Scrape, compute, router_demand
+from preheat.autoscaler.source import SignalQuery, wake_signals, wakes
 from preheat.bench.traces import TraceRequest
 from preheat.core import autoscaling as core_autoscaling
 from preheat.core import reconcile
-from preheat.core.autoscaling import Context, ReplicaCounts, Signals, SignalValue
+from preheat.core.autoscaling import Context, ReplicaCounts, Signals
 from preheat.core.pool import PoolConfig, Signal
 from preheat.core.routing import scheduler as core_scheduler
 from preheat.core.routing.baselines import SchedulerState
@@ -246,6 +249,10 @@ class _World:
             short_window_s=auto.panic.window_s if auto.panic.enabled else 0.0,
         )
         self.scrapes_kept = int(auto.window_s / options.autoscale_interval_s) + 3
+        # the routers' demand counters (preheat_router_arrivals / _refused), summed
+        self.arrivals = 0
+        self.refused: dict[str, int] = {}
+        self.router_scrapes: deque[RouterScrape] = deque(maxlen=self.scrapes_kept)
         self.standby_wanted = -1
         # how long unchanged figures may keep their stamp (see _refresh_pod)
         self.fresh_for_s = self.routing.staleness_s - options.refresh_interval_s
@@ -405,6 +412,13 @@ class _World:
         req.done = True
         self.outcomes[req.trace.index] = outcome
         self.remaining -= 1
+        # the router's demand counters, as RouterMetrics.observe_outcome counts them
+        if outcome.error.startswith("INVALID_ARGUMENT"):
+            return
+        self.arrivals += 1
+        reason = _refusal_reason(outcome)
+        if reason:
+            self.refused[reason] = self.refused.get(reason, 0) + 1
 
     def _fail(self, req: _Req, kind: str, error: str) -> None:
         t = req.trace
@@ -685,14 +699,17 @@ class _World:
                     pod.scrapes.popleft()
                 history[pod.name] = pod.scrapes
         held = sum(len(r.held) for r in self.routers.values())
+        self.router_scrapes.append(
+            RouterScrape(self.now, True, float(self.arrivals), dict(self.refused), held, True)
+        )
+        demand = router_demand({"routers": self.router_scrapes}, self.now, self.query.window_s)
         if not history:
-            # a pool at zero: the routers' held requests (preheat_router_queue_depth) are
-            # what the live Prometheus source reports, fresh.
-            values = tuple(
-                SignalValue(o.signal, o.percentile, None, self.now) for o in self.query.objectives
-            )
-            return Signals(values, self.now, False, requests=float(held), in_flight=float(held))
-        sig = compute(history, self.query, self.now, self.o.tuning.stale_after_s)
+            # a pool at zero: the routers' held requests (preheat_router_queue_depth) and
+            # demand counters are what the live Prometheus source reports, fresh.
+            if wakes(held, demand):
+                return wake_signals(self.query, self.now, float(held), demand)
+            return wake_signals(self.query, self.now, 0.0)  # fresh, idle
+        sig = compute(history, self.query, self.now, self.o.tuning.stale_after_s, demand=demand)
         if held:
             sig = replace(sig, in_flight=(sig.in_flight or 0.0) + held)
         return sig
@@ -890,6 +907,15 @@ class _World:
             },
         )
         return Run(meta=meta, requests=requests, events=self.events, replicas=self.samples)
+
+
+def _refusal_reason(outcome: RequestOutcome) -> str:
+    """The router's refusal reason for a request's outcome ("": not refused)."""
+    if outcome.outcome == "rejected":
+        return "rejected"
+    if outcome.outcome == "error" and outcome.error.startswith("UNAVAILABLE"):
+        return "unavailable"
+    return ""
 
 
 def _rle(runs: list[list[float]], value: float, count: int) -> None:

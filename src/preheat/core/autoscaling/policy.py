@@ -4,6 +4,8 @@ The pipeline, each step a small module of its own:
 
 1. freshness: missing or stale signals hold the current size (never scale on silence);
 2. :mod:`~.recommend`: per objective the replicas it needs, the max over objectives;
+   :mod:`~.demand`: what the routers refused is demand too (the served load times
+   ``A / (A - R)``);
 3. :mod:`~.panic`: far past a latency target -> scale up now, never down for a while;
 4. :mod:`~.stabilize`: per-direction windows over the recommendation history;
 5. warming credit: what the pool is already converging to (``replicas.desired``, pods
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from preheat.core.autoscaling import limits, panic, recommend, stabilize, standby, zero
+from preheat.core.autoscaling import demand, limits, panic, recommend, stabilize, standby, zero
 from preheat.core.autoscaling.types import (
     Cause,
     Context,
@@ -130,6 +132,17 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
         ]
     views = [recommend.view(o, sv, serving, current, cfg.tolerance) for o, sv in observed]
     raw, driver = recommend.combine(views)
+    # 2b. refused demand: the served load understates it by A / (A - R).
+    served_need = max(raw if raw is not None else 0, serving)
+    refused = demand.view(ctx.signals.demand, served_need, current, reps.max, cfg.tolerance)
+    refusals_drive = (
+        refused is not None
+        and refused.replicas is not None
+        and not refused.within_tolerance
+        and (raw is None or refused.replicas > raw)
+    )
+    if refused is not None and refused.replicas is not None:
+        raw = refused.replicas if raw is None else max(raw, refused.replicas)
     rec = raw if raw is not None else 0  # no traffic anywhere: nothing asks for replicas
 
     idle_from = zero.idle_since(st.idle_since, now, ctx.signals)
@@ -144,6 +157,15 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
             f"panic: {recommend.describe(fobj, fval)} >= {cfg.panic.threshold:g}x "
             f"{recommend.describe_target(fobj)}"
         )
+    if refused is not None:
+        said = demand.describe(refused)
+        if refusals_drive:
+            rest = f"; {head}" if driver is not None or fired is not None else ""
+            head = f"{said}: needs {refused.replicas} to serve all of it{rest}"
+        elif refused.within_tolerance:
+            head = f"{head}; {said} (within tolerance ±{_pct(cfg.tolerance)})"
+        else:
+            head = f"{head}; {said}"
 
     # 6a. at zero: wake on demand, else stay.
     if current == 0:

@@ -63,12 +63,40 @@ class SignalValue:
 
 
 @dataclass(frozen=True)
+class Demand:
+    """What the pool's routers saw over the window, in requests per second: every request
+    that arrived for the pool (``arrival_rate``; malformed ones aside) and those they turned
+    away unserved (``refused_rate``: admission rejections, no endpoint in time), with the
+    refusals by the router's reason. ``window_s``: the span the rates cover.
+
+    The workers' histograms see only what was served; a pool whose router refuses part of
+    its traffic serves ``A - R`` of a demand of ``A``.
+    """
+
+    arrival_rate: float
+    refused_rate: float
+    window_s: float
+    by_reason: tuple[tuple[str, float], ...] = ()  # (reason, refused per second)
+
+    @property
+    def refused_fraction(self) -> float:
+        """R / A, within [0, 1] (the two counters are read apart: R may overshoot A)."""
+        if self.refused_rate <= 0:
+            return 0.0
+        if self.arrival_rate <= 0:
+            return 1.0
+        return min(1.0, self.refused_rate / self.arrival_rate)
+
+
+@dataclass(frozen=True)
 class Signals:
     """A metric source's snapshot for one pool.
 
     ``requests``: requests that arrived (or finished) over the window; ``in_flight``:
     requests running or waiting now, including those a router holds for a pool at zero.
     Both ``None`` when unknown; they drive scale-to-zero (idle) and the wake signal.
+    ``demand``: what the routers saw arrive and refused over the window (``None``: no
+    router counters read); refused demand is demand (see :mod:`~.demand`).
     """
 
     values: tuple[SignalValue, ...] = ()
@@ -77,6 +105,7 @@ class Signals:
     requests: float | None = None
     in_flight: float | None = None
     error: str = ""  # why it is stale, for the reason text
+    demand: Demand | None = None
 
     def find(self, objective: Objective) -> SignalValue | None:
         return next((v for v in self.values if v.matches(objective)), None)

@@ -5,6 +5,14 @@ hop to the worker. Predicted vs. observed: every proxied request observes the ra
 router-measured TTFT to the scheduler's prediction, and the absolute error; cache
 predictions are checked by counting predicted cached blocks against the worker-reported
 ``usage.cached_tokens / block_size`` of the same requests.
+
+Demand, for the autoscaler (whose other signals are the workers' histograms of what was
+served): every request's outcome is recorded once, in :meth:`RouterMetrics.observe_outcome`,
+and there every request for the pool but a malformed one counts as an arrival
+(``preheat_router_arrivals_total{pool}``) and one turned away unserved as refused
+(``preheat_router_refused_total{pool,reason}``; reason ``rejected``: admission, 429 /
+RESOURCE_EXHAUSTED; ``unavailable``: no endpoint in time, or every try failed before the
+first token). The autoscaler reads their rates over its window.
 """
 
 from __future__ import annotations
@@ -27,6 +35,11 @@ class Outcome(enum.Enum):
     DEADLINE = "deadline"
     ERROR = "error"
 
+    @property
+    def refused(self) -> str:
+        """The refusal reason this outcome counts as ("": not refused)."""
+        return _REFUSED.get(self, "")
+
     @classmethod
     def of_error(cls, code: ErrorCode) -> Outcome:
         """The outcome a request refused or failed with ``code`` is counted as."""
@@ -42,8 +55,11 @@ _ERROR_OUTCOMES = {
 }
 
 
+_REFUSED = {Outcome.REJECTED: mn.REFUSED_REJECTED, Outcome.UNAVAILABLE: mn.REFUSED_UNAVAILABLE}
+
+
 class RouterMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, pool: str | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         pr = [mn.LABEL_POOL, mn.LABEL_REASON]
@@ -126,6 +142,42 @@ class RouterMetrics:
             mn.ROUTER_QUEUE_DEPTH, "Requests waiting for a routable endpoint", registry=r
         )
         self.in_flight = Gauge(mn.ROUTER_IN_FLIGHT, "Proxied streams open", registry=r)
+        self.arrivals = Counter(
+            mn.ROUTER_ARRIVALS,
+            "Requests that arrived for the pool (all but malformed ones), counted at their outcome",
+            [mn.LABEL_POOL],
+            registry=r,
+        )
+        self.refused = Counter(
+            mn.ROUTER_REFUSED,
+            "Requests turned away unserved (rejected: admission; unavailable: no endpoint)",
+            [mn.LABEL_POOL, mn.LABEL_REASON],
+            registry=r,
+        )
+        self.pool = ""
+        self._bound: str | None = None
+        if pool is not None:
+            self.bind_pool(pool)
 
-    def observe_outcome(self, api: str, outcome: Outcome) -> None:
+    def bind_pool(self, pool: str) -> None:
+        """The pool this router serves: the label of its demand counters, whose series
+        exist from the start (a rate over zeros is a zero, not a missing series)."""
+        if self._bound is not None and self._bound != pool:
+            self.arrivals.remove(self._bound)
+            for reason in _REFUSED.values():
+                self.refused.remove(self._bound, reason)
+        self.pool = self._bound = pool
+        self.arrivals.labels(pool)
+        for reason in _REFUSED.values():
+            self.refused.labels(pool, reason)
+
+    def observe_outcome(self, api: str, outcome: Outcome, *, reason: str = "") -> None:
+        """Records one request's outcome (once per request); ``reason``: a finer refusal
+        reason than the outcome's own (a bounded set)."""
         self.requests.labels(api, outcome.value).inc()
+        if outcome is Outcome.INVALID:
+            return
+        self.arrivals.labels(self.pool).inc()
+        refused = outcome.refused
+        if refused:
+            self.refused.labels(self.pool, reason or refused).inc()

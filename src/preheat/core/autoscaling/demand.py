@@ -1,0 +1,83 @@
+"""Step 2b: refused demand is demand.
+
+The objectives are computed from what the workers served. When the pool's routers turn
+part of the traffic away (admission: the predicted TTFT cannot meet the deadline; no
+endpoint in time), the served load understates the demand: with ``A`` requests per second
+arriving and ``R`` refused over the window, the pool served ``A - R`` of ``A``, so the
+replicas it needs for all of it are ``ceil(base * A / (A - R))``, ``base`` being what the
+objectives ask for the served load (at least the replicas that served it). A pool refusing
+half its traffic asks for twice what it has, even with its latency under target: admission
+is what keeps that latency down.
+
+Like an objective, the factor ``A / (A - R)`` has a tolerance band: within it, refusals ask
+for no change (they keep the pool from shrinking, never grow it). Everything refused
+(``A - R = 0``) asks for the pool's maximum; the max step then limits how fast it gets
+there. Nothing serving (a pool at zero, or every pod still warming): no constraint here;
+the wake signal and the warming credit cover it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from preheat.core.autoscaling.types import Demand
+
+__all__ = ["DemandView", "describe", "view"]
+
+
+@dataclass(frozen=True)
+class DemandView:
+    demand: Demand
+    factor: float  # A / (A - R); inf: everything refused
+    replicas: int | None  # what it asks for; None: no constraint
+    within_tolerance: bool
+
+
+def _ceil(x: float) -> int:
+    return math.ceil(round(x, 9))
+
+
+def view(
+    demand: Demand | None, base: int, current: int, highest: int, tolerance: float
+) -> DemandView | None:
+    """What refusals ask for (None: nothing was refused, or no router counters).
+
+    ``base``: the replicas the objectives ask for the served load, at least those serving;
+    ``current``: the active count the pool converges to; ``highest``: ``replicas.max``.
+    """
+    if demand is None or demand.refused_rate <= 0:
+        return None
+    f = demand.refused_fraction
+    factor = math.inf if f >= 1.0 else 1.0 / (1.0 - f)
+    within = factor - 1.0 <= tolerance
+    replicas: int | None
+    if within:
+        replicas = current
+    elif base <= 0:
+        replicas = None
+    elif math.isinf(factor):
+        replicas = max(highest, base)
+    else:
+        replicas = _ceil(base * factor)
+    return DemandView(demand, factor, replicas, within)
+
+
+def _rate(x: float) -> str:
+    return f"{x:.1f}" if x >= 1 else f"{x:.2g}"
+
+
+def describe(v: DemandView) -> str:
+    """``router refused 48% of 12.0 req/s over 60 s (rejected 40%, unavailable 8%)``."""
+    d = v.demand
+    head = (
+        f"router refused {d.refused_fraction * 100:.0f}% of {_rate(d.arrival_rate)} req/s "
+        f"over {d.window_s:.0f} s"
+    )
+    refused = [(reason, rate) for reason, rate in d.by_reason if rate > 0]
+    if len(refused) == 1:
+        head += f" ({refused[0][0]})"
+    elif refused and d.arrival_rate > 0:
+        shares = ", ".join(f"{r} {rate / d.arrival_rate * 100:.0f}%" for r, rate in refused)
+        head += f" ({shares})"
+    return head

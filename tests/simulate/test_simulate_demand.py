@@ -1,0 +1,58 @@
+"""The simulator feeds the routers' refusals to the one policy (issue 12, item B): a pool
+whose router rejects most requests early (their TTFT deadline cannot be met) while the
+latency of what it serves is far under target grows, where before it stayed at one
+worker because the served histograms alone looked healthy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from preheat.bench.traces import TraceRequest
+from preheat.report.record import count_outcomes
+from preheat.simulate import PoolFile, SimOptions, Startup, pool_config, simulate
+
+
+def _steady(rate: float, seconds: float) -> list[TraceRequest]:
+    """Distinct ~4k-token prompts at a constant rate (no shared prefix)."""
+    blocks = 64
+    return [
+        TraceRequest(
+            arrival_s=i / rate,
+            input_tokens=64 * (blocks - 1) + 40,
+            output_tokens=64,
+            session_id=f"s{i}",
+            prefix_block_ids=tuple(blocks * i + k for k in range(blocks)),
+            block_tokens=64,
+            index=i,
+        )
+        for i in range(int(rate * seconds))
+    ]
+
+
+def test_a_pool_refusing_its_traffic_grows_in_the_simulator() -> None:
+    spec: dict[str, Any] = {
+        "model": {"name": "m"},
+        "engine": {"kind": "sim"},
+        "replicas": {"min": 1, "max": 4},
+        "autoscaling": {
+            "objectives": [{"signal": "ttft", "percentile": 95, "targetMs": 2000}],
+            "window": "30s",
+        },
+    }
+    pool = pool_config(PoolFile("p", "default", spec))
+    trace = _steady(rate=20.0, seconds=120.0)
+    fast = Startup(image_pull_s=1.0, load_s=1.0, warmup_s=1.0)
+    opts = SimOptions(ttft_deadline_ms=300.0, startup=fast, autoscale_interval_s=5.0)
+    run, _ = simulate(pool, trace, opts)
+
+    ups = [e for e in run.events if e.kind == "scale_up"]
+    assert ups, "the pool never grew although its router refused requests"
+    assert ups[0].reason.startswith("router refused ")
+    assert "(rejected): needs " in ups[0].reason
+    # the served latency was under target: only the refusals asked for more
+    assert "ms < 2000 ms" in ups[0].reason
+    assert max(s.active for s in run.replicas) > 1
+    # once the pool has grown, the router stops refusing
+    late = [r for r in run.requests if r.t_s >= 60.0]
+    assert count_outcomes(late)["rejected"] == 0
+    assert count_outcomes(run.requests)["rejected"] > 0
