@@ -9,7 +9,7 @@ from typing import Any
 
 from preheat.bench.traces import TraceRequest
 from preheat.report.record import count_outcomes
-from preheat.simulate import PoolFile, SimOptions, Startup, pool_config, simulate
+from preheat.simulate import SimOptions, Startup, pool_config, simulate, spec_document
 
 
 def _steady(rate: float, seconds: float) -> list[TraceRequest]:
@@ -39,7 +39,7 @@ def test_a_pool_refusing_its_traffic_grows_in_the_simulator() -> None:
             "window": "30s",
         },
     }
-    pool = pool_config(PoolFile("p", "default", spec))
+    pool = pool_config(spec_document("p", spec))
     trace = _steady(rate=20.0, seconds=120.0)
     fast = Startup(image_pull_s=1.0, load_s=1.0, warmup_s=1.0)
     opts = SimOptions(ttft_deadline_ms=300.0, startup=fast, autoscale_interval_s=5.0)
