@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 import pytest
-from frontendkit import gen, router
+from frontendkit import gen, router, words, workers
 
 from preheat.proto.preheat.v1 import inference_pb2, router_pb2
 
@@ -160,3 +160,23 @@ async def test_errors_aiohttp_raises_itself_are_openai_json() -> None:
             assert resp.status == 404
             err = _openai_error(await resp.read())
             assert err["type"] == "not_found_error"
+
+
+async def test_a_workers_internal_error_text_is_not_relayed_to_the_client() -> None:
+    async with workers([{"id": "w-1"}]) as ws, router([w.endpoint for w in ws]) as r:
+
+        def boom(*_: Any, **__: Any) -> Any:
+            raise RuntimeError("secret-worker-detail")
+
+        ws[0].server.engine.generate = boom  # type: ignore[method-assign]
+        async with r.http.post(
+            r.url + "/v1/completions", json={"prompt": words(4), "max_tokens": 2}
+        ) as resp:
+            raw = await resp.read()
+        assert resp.status == 500
+        assert _openai_error(raw)["code"] == "internal"
+        assert b"secret-worker-detail" not in raw
+        assert b"RuntimeError" not in raw
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await r.generate(gen(words(4), max_tokens=2), timeout=10)
+        assert "secret-worker-detail" not in (err.value.details() or "")

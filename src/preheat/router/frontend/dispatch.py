@@ -50,6 +50,7 @@ perf_counter = time.perf_counter
 RETRYABLE = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.RESOURCE_EXHAUSTED})
 """Worker errors before the first token that send the request to the next-best endpoint."""
 
+UPSTREAM_INTERNAL = "internal error in the worker (the router's log has its detail)"
 UNLIMITED_MODEL_LEN = 1 << 30
 DEFAULT_BLOCK_SIZE = 16
 
@@ -401,6 +402,11 @@ class Dispatcher:
                 except grpc.aio.AioRpcError as e:
                     code = error_code(e.code())
                     detail = e.details() or e.code().name
+                    if code is ErrorCode.INTERNAL:  # a worker's bug: its text stays in the log
+                        log.warning(
+                            "upstream_internal_error", extra=fields(worker=ep.id, detail=detail)
+                        )
+                        detail = UPSTREAM_INTERNAL
                     if st.first_token_at is None:
                         if code in RETRYABLE or code is ErrorCode.INTERNAL:
                             self.store.request_failed(ep.id)
