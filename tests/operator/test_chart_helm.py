@@ -187,6 +187,8 @@ def test_dashboard_json_queries_the_tail_metrics() -> None:
         "histogram_quantile(0.99, sum by (le, pool) (rate(preheat_router_ttft_seconds_bucket",
         "vllm:time_to_first_token_seconds_bucket",
         "preheat_pool_replicas",
+        "rate(preheat_router_refused_total",  # refused demand, by reason
+        "rate(preheat_router_arrivals_total",
     ):
         assert needle in exprs
     assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"])

@@ -1,4 +1,5 @@
-"""How the autoscaler's signals read to a person: ``ttft_p95 612/400, queueDepth 3/4``.
+"""How the autoscaler's signals read to a person: ``ttft_p95 612/400, queueDepth 3/4``,
+with what the routers refused when they refused any (``refused 48% of 12.0 req/s``).
 
 Shared by the operator (the ``Autoscaling`` condition, its metrics' ``signal`` label) and
 ``preheat up`` (the live view, the run's events). Pure.
@@ -37,6 +38,11 @@ def _shown(value: float | None) -> str:
 
 
 def describe_signals(config: AutoscalingConfig, signals: Signals) -> str:
-    """``ttft_p95 612/400, queueDepth 3/4`` (observed/target; ``-``: none)."""
+    """``ttft_p95 612/400, queueDepth 3/4`` (observed/target; ``-``: none), then
+    ``, refused 48% of 12.0 req/s`` when the routers refused requests over the window."""
     seen = signals_seen(config, signals)
-    return ", ".join(f"{k} {_shown(v)}/{t:g}" for k, (v, t) in seen.items())
+    text = ", ".join(f"{k} {_shown(v)}/{t:g}" for k, (v, t) in seen.items())
+    d = signals.demand
+    if d is not None and d.refused_rate > 0:
+        text += f", refused {d.refused_fraction * 100:.0f}% of {d.arrival_rate:.1f} req/s"
+    return text
