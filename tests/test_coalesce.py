@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
@@ -54,12 +53,27 @@ async def test_count_flush_first_token_alone_and_last_closes() -> None:
 
 
 async def test_delay_flushes_a_slow_stream() -> None:
-    # tokens 50 ms apart, flush after 10 ms: each token goes out on its own, not held
-    # until 4 have come (which would take 150 ms)
-    out = await collect(upstream([0.05] * 5), CoalesceConfig(max_tokens=4, max_delay_s=0.01))
-    assert [ids for _, ids in out] == [[0], [1], [2], [3], [4]]
-    gaps = [b[0] - a[0] for a, b in itertools.pairwise(out)]
-    assert all(g < 0.2 for g in gaps)  # loose: only that nothing waited for a full buffer
+    # In lockstep: upstream sends token i+1 only once token i came out. Flushing on count
+    # alone (4 tokens) would never send token 1, so the stream would stall; the delay
+    # (10 ms) sends each token on its own. The bound only catches that stall.
+    received = asyncio.Queue[int]()
+
+    async def lockstep(n: int) -> AsyncIterator[pb.GenerateResponse]:
+        for i in range(n):
+            yield chunk(i, final=i == n - 1)
+            if i < n - 1:
+                assert await received.get() == i
+
+    out: list[list[int]] = []
+
+    async def consume() -> None:
+        async for c in coalesce(lockstep(5), CoalesceConfig(max_tokens=4, max_delay_s=0.01)):
+            out.append(list(c.token_ids))
+            for t in c.token_ids:
+                received.put_nowait(t)
+
+    await asyncio.wait_for(consume(), 60)
+    assert out == [[0], [1], [2], [3], [4]]
 
 
 async def test_error_propagates_after_what_was_sent() -> None:
@@ -96,7 +110,7 @@ async def test_closing_early_stops_the_reader() -> None:
     await gen.aclose()
     assert list(first.token_ids) == [0]
     assert list(second.token_ids) == [1, 2, 3]
-    await asyncio.wait_for(closed.wait(), 1.0)
+    await asyncio.wait_for(closed.wait(), 60)  # a bound that only catches a hang
 
 
 @pytest.mark.parametrize(
