@@ -9,8 +9,9 @@ Every child (worker or router) is started
   drains and exits. A child whose parent died before the ``prctl`` took effect exits at
   once (it checks its parent id right after).
 
-Output goes to one log file per child. Ports are chosen here (:func:`free_port`) and passed
-on the command line, so a child's address is known before it is ready.
+Output goes to one log file per child. Ports are reserved by the runtime
+(:class:`preheat.ports.ReservedPort`, held while the child may bind them) and passed on the
+command line, so a child's address is known before it is ready.
 """
 
 from __future__ import annotations
@@ -21,20 +22,12 @@ import ctypes
 import ctypes.util
 import os
 import signal
-import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free now on ``host`` (the child binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -131,4 +124,4 @@ def preheat_argv(command: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "preheat.cli", command, *args]
 
 
-__all__ = ["Child", "die_with_parent", "free_port", "preheat_argv", "spawn"]
+__all__ = ["Child", "die_with_parent", "preheat_argv", "spawn"]

@@ -57,9 +57,10 @@ from preheat.core.autoscaling import (
 from preheat.core.pool import EngineConfig, PoolConfig
 from preheat.core.reconcile import BuildOptions, startup_failure_threshold, worker_args
 from preheat.local import plan
-from preheat.local.procs import Child, free_port, preheat_argv, spawn
+from preheat.local.procs import Child, preheat_argv, spawn
 from preheat.local.stats import LiveStats, TrafficView, scrape_into
 from preheat.logs import fields
+from preheat.ports import ReservedPort
 from preheat.report.record import ReplicaSample, RunMeta, RunWriter, ScaleEvent, read_meta
 
 log = logging.getLogger("preheat.local")
@@ -69,6 +70,7 @@ DISCOVERY_FILE = "endpoints.yaml"
 ROUTING_FILE = "routing.yaml"
 PROMETHEUS_TARGETS_FILE = "prometheus-targets.json"
 LOG_DIR = "logs"
+_ROUTER_PORTS = "<router>"  # the owner of the router's reserved ports (workers are w-N)
 
 
 @dataclass(frozen=True)
@@ -194,8 +196,11 @@ class LocalPool:
         self.out = options.out
         self.workers: dict[str, LocalWorker] = {}
         self.router: Child | None = None
-        self.router_grpc = options.router_grpc_port or free_port()
-        self.router_http = options.router_http_port or free_port()
+        # Ports are reserved, not picked and let go: each stays held (see preheat.ports)
+        # while its child may bind it, so nothing else on the machine can take it first.
+        self._ports: dict[str, list[ReservedPort]] = {}
+        self.router_grpc = options.router_grpc_port or self._reserve_port(_ROUTER_PORTS)
+        self.router_http = options.router_http_port or self._reserve_port(_ROUTER_PORTS)
         # this run's control token: its workers get it in their environment, and only
         # this runtime can change their role (Promote/Demote/Drain on the control port)
         self.control_token = secrets.token_urlsafe(32)
@@ -267,7 +272,10 @@ class LocalPool:
                     break
                 await self._tick()
         finally:
-            await self._shutdown()
+            try:
+                await self._shutdown()
+            finally:
+                self._release_ports(keep=lambda _owner: False)
         return 2 if self.fatal else 0
 
     # --- the loop ------------------------------------------------------------------------
@@ -467,8 +475,20 @@ class LocalPool:
             if name not in self.workers and name not in self._restart_at:
                 return name
 
+    def _reserve_port(self, owner: str) -> int:
+        reserved = ReservedPort()
+        self._ports.setdefault(owner, []).append(reserved)
+        return reserved.port
+
+    def _release_ports(self, keep: Callable[[str], bool]) -> None:
+        for owner in [o for o in self._ports if not keep(o)]:
+            for reserved in self._ports.pop(owner):
+                reserved.release()
+
     async def _start_worker(self, name: str, *, restarts: int = 0) -> LocalWorker:
-        grpc_port, http_port, control_port = free_port(), free_port(), free_port()
+        # the ports of workers that exited go back (a restart gets new ones), then three new
+        self._release_ports(keep=lambda owner: owner == _ROUTER_PORTS or owner in self.workers)
+        grpc_port, http_port, control_port = (self._reserve_port(name) for _ in range(3))
         argv = worker_argv(
             self.config,
             name,
