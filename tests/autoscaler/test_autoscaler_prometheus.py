@@ -16,8 +16,8 @@ import bisect
 import contextlib
 import os
 import shutil
-import socket
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +49,7 @@ from preheat.core.pool import (
     Signal,
 )
 from preheat.engine.simmetrics import TIME_TO_FIRST_TOKEN_BUCKETS
+from preheat.ports import ReservedPort
 
 JOB = "preheat-sim"
 SELECTOR = f'job="{JOB}"'
@@ -82,12 +83,6 @@ def prometheus_binary() -> str:
             pytest.fail(f"{why}; CI=true, so this fails instead of skipping")
         pytest.skip(why)
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -129,7 +124,8 @@ async def prometheus(tmp: Path, targets: Sequence[str]) -> AsyncIterator[Prometh
     """A Prometheus on 127.0.0.1 scraping ``targets`` (host:port) every second; returns
     once every target is ``up``; always stopped at the end."""
     binary = prometheus_binary()
-    port = free_port()
+    reserved = ReservedPort()  # held until the server is gone: nothing else can take it
+    port = reserved.port
     config = tmp / "prometheus.yml"
     listed = ", ".join(f'"{t}"' for t in targets)
     config.write_text(
@@ -176,6 +172,7 @@ async def prometheus(tmp: Path, targets: Sequence[str]) -> AsyncIterator[Prometh
         yield server
     finally:
         await server.stop()
+        reserved.release()
 
 
 # --- load and the loop ---------------------------------------------------------------------
@@ -294,17 +291,44 @@ def test_promql_of_a_query() -> None:
 
 
 async def test_prometheus_unreachable_is_stale_at_once() -> None:
-    source = PrometheusSource(f"http://127.0.0.1:{free_port()}", timeout_s=1.0)
-    try:
-        started = time.monotonic()
-        signals = await source.read(QUERY)
-        elapsed = time.monotonic() - started
-    finally:
-        await source.close()
+    with ReservedPort() as nothing:  # held, never listening: connections are refused
+        source = PrometheusSource(f"http://{nothing.address}", timeout_s=1.0)
+        try:
+            signals = await source.read(QUERY)
+        finally:
+            await source.close()
     assert signals.stale
     assert signals.observed_at is None
     assert "ConnectionError" in signals.error
-    assert elapsed < 1.0  # no retries with backoff
+    assert "Connection refused" in signals.error
+
+
+async def test_a_failed_query_is_not_retried() -> None:
+    """A Prometheus that hangs up on every query: each query is asked once (a retry, with or
+    without backoff, would ask again), and the read answers stale."""
+    asked: list[str] = []
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request_line = await reader.readline()
+        asked.append(request_line.decode().split(" ")[1])
+        writer.close()
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    source = PrometheusSource(f"http://127.0.0.1:{port}", timeout_s=10.0)
+    try:
+        signals = await source.read(QUERY)
+    finally:
+        await source.close()
+        server.close()
+        await server.wait_closed()
+    assert signals.stale
+    assert "ConnectionError" in signals.error
+    paths = [urllib.parse.urlsplit(a) for a in asked]
+    assert {p.path for p in paths} == {"/api/v1/query"}
+    promql = [urllib.parse.parse_qs(p.query)["query"][0] for p in paths]
+    assert len(promql) >= 5  # waiting, running, kv, freshness, down, and the windows
+    assert sorted(promql) == sorted(set(promql)), "a query was asked twice"
 
 
 async def test_decisions_from_promql_follow_load_up_and_down(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,15 +22,11 @@ from pathlib import Path
 import pytest
 from localkit import autoscaled_pool
 
+from preheat.ports import ReservedPort
+
 REPO = Path(__file__).resolve().parents[2]
 
 POOL = autoscaled_pool("promtest")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _state(run: Path) -> dict[str, object]:
@@ -106,7 +101,8 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         pytest.skip(why)
     run = tmp_path / "run"
     run.mkdir()
-    port = _free_port()
+    reserved = ReservedPort()  # held until the server is gone: nothing else can take it
+    port = reserved.port
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
@@ -138,6 +134,7 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        reserved.release()
 
 
 def _load(target: str, tmp: Path, seconds: float, rate: float) -> None:
@@ -205,13 +202,14 @@ def test_unreachable_prometheus_falls_back_to_direct_scrape(tmp_path: Path) -> N
     pool = tmp_path / "pool.yaml"
     pool.write_text(POOL)
     run = tmp_path / "run"
-    up = _up(run, pool, f"http://127.0.0.1:{_free_port()}")
-    log = run / "up.log"
-    try:
-        _wait(lambda: _state(run).get("ready") is True, 60, "the pool to be ready", log)
-        assert _state(run)["metrics"] == "direct scrape"
-    finally:
-        code = _stop(up)
+    with ReservedPort() as nothing:  # held, never listening: connections are refused
+        up = _up(run, pool, f"http://{nothing.address}")
+        log = run / "up.log"
+        try:
+            _wait(lambda: _state(run).get("ready") is True, 60, "the pool to be ready", log)
+            assert _state(run)["metrics"] == "direct scrape"
+        finally:
+            code = _stop(up)
     assert code == 0
     text = log.read_text()
     assert "prometheus_unreachable" in text

@@ -315,13 +315,12 @@ async def test_200_pools_reconcile_with_bounded_api_calls(
 
 
 async def test_health_and_metrics_endpoints(kube: PreheatKube, no_leaked_tasks: None) -> None:
-    import socket
-
     import aiohttp
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from preheat.ports import ReservedPort
+
+    reserved = ReservedPort()  # held while the operator binds and serves it
+    port = reserved.port
     op = OperatorProcess()
     op.options = dataclasses.replace(op.options, health_port=port)
     await op.start()
@@ -336,6 +335,7 @@ async def test_health_and_metrics_endpoints(kube: PreheatKube, no_leaked_tasks: 
                 text = await resp.text()
     finally:
         await op.stop()
+        reserved.release()
     line = 'preheat_pool_replicas{namespace="serving",pool="sim-tiny",state="active"} 0.0'
     assert line in text
     # Deployment, Service, PDB and the control-token Secret

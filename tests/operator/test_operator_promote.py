@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import socket
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -52,6 +51,7 @@ from preheat.core.reconcile import (
 )
 from preheat.engine.sim import SimConfig, SimEngine
 from preheat.operator.handlers import ANNOTATION_CONTROL_PORT
+from preheat.ports import ReservedPort
 from preheat.worker.server import WorkerConfig, WorkerServer
 
 
@@ -79,12 +79,6 @@ async def create_pool_with_token(
     resp = await kube.post(f"/api/v1/namespaces/{NAMESPACE}/secrets", json=secret)
     assert resp.status in (200, 201), await resp.text()
     await create_pool(kube, doc)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def sim_engine() -> SimEngine:
@@ -216,8 +210,12 @@ async def test_growing_promotes_the_standby_worker_and_shrinking_demotes_then_dr
 async def test_an_unreachable_worker_is_retried_and_other_pools_keep_reconciling(
     kube: PreheatKube, operator: OperatorProcess
 ) -> None:
-    late_port = free_port()  # nothing listens here yet
-    async with standby_workers([0]) as (other_worker,):
+    # held, never listening (connections are refused) until the late worker binds it
+    late = ReservedPort()
+    late_port = late.port
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(late.release)
+        (other_worker,) = await stack.enter_async_context(standby_workers([0]))
         await create_pool_with_token(kube, pool("late"))
         await create_pool_with_token(kube, pool("other"))
         await eventually(lambda: replicas(kube, "late") == 1 and replicas(kube, "other") == 1)
