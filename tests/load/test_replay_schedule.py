@@ -4,7 +4,9 @@ drain, and joining a run folder another producer records into. No network."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,24 +28,33 @@ from preheat.report.record import (
     read_run,
 )
 
+HANG_S = 60.0  # only catches a replay that would not end; every test here ends in ~1 s
+
 
 class FakeClient:
-    """Answers after ``service_s``; request ids in ``reject`` are rejected, those in
-    ``explode`` raise (a client bug)."""
+    """Answers after ``service_s`` (``math.inf``: never, only a cancel ends it); request ids
+    in ``reject`` are rejected, those in ``explode`` raise (a client bug). ``on_send`` is
+    called with each request id as it goes out."""
 
     def __init__(
         self,
         service_s: float = 0.0,
         reject: frozenset[str] = frozenset(),
         explode: frozenset[str] = frozenset(),
+        on_send: Callable[[str], None] | None = None,
     ) -> None:
         self.service_s = service_s
         self.reject = reject
         self.explode = explode
+        self.on_send = on_send
         self.sent: list[tuple[str, float]] = []
 
     async def send(self, req: TraceRequest, request_id: str, t_s: float) -> RequestOutcome:
         self.sent.append((request_id, time.monotonic()))
+        if self.on_send is not None:
+            self.on_send(request_id)
+        if math.isinf(self.service_s):
+            await asyncio.Event().wait()
         await asyncio.sleep(self.service_s)
         if request_id in self.explode:
             raise ValueError("bad frame")
@@ -118,14 +129,14 @@ async def test_requests_beyond_the_concurrency_cap_are_dropped_and_recorded(
 
 
 async def test_stop_ends_sending_and_cancels_what_outlives_the_drain(tmp_path: Path) -> None:
-    client = FakeClient(service_s=5.0)
+    # Requests that never finish, and the next arrivals an hour away: a replay that waited
+    # for either would not end; the bound only catches that.
     stop = asyncio.Event()
-    asyncio.get_running_loop().call_later(0.3, stop.set)
-    t0 = time.monotonic()
-    summary, run = await _replay(
-        tmp_path, client, _trace([0.0, 0.1, 1.0, 2.0]), stop=stop, drain_s=0.2
+    client = FakeClient(service_s=math.inf, on_send=lambda rid: rid == "r1" and stop.set())
+    summary, run = await asyncio.wait_for(
+        _replay(tmp_path, client, _trace([0.0, 0.1, 3600.0, 7200.0]), stop=stop, drain_s=0.2),
+        HANG_S,
     )
-    assert time.monotonic() - t0 < 3.0  # did not wait for the 5 s service or the 2 s arrival
     assert summary.stopped
     assert (summary.sent, summary.not_sent, summary.cancelled) == (2, 2, 2)
     assert [r.error.split(":")[0] for r in run.requests] == ["cancelled", "cancelled"]
@@ -133,16 +144,22 @@ async def test_stop_ends_sending_and_cancels_what_outlives_the_drain(tmp_path: P
 
 
 async def test_abort_cuts_the_drain_short(tmp_path: Path) -> None:
-    client = FakeClient(service_s=5.0)
+    # A request that never finishes and a drain of an hour: only the abort ends the replay
+    # (the bound only catches a replay that would not end).
     stop, abort = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
-    loop.call_later(0.2, stop.set)
-    loop.call_later(0.4, abort.set)
-    t0 = time.monotonic()
-    summary, run = await _replay(
-        tmp_path, client, _trace([0.0, 3.0]), stop=stop, abort=abort, drain_s=30.0
+
+    def stop_then_abort(rid: str) -> None:
+        stop.set()
+        loop.call_later(0.2, abort.set)  # after the replay has begun to drain
+
+    client = FakeClient(service_s=math.inf, on_send=stop_then_abort)
+    summary, run = await asyncio.wait_for(
+        _replay(tmp_path, client, _trace([0.0, 3600.0]), stop=stop, abort=abort, drain_s=3600.0),
+        HANG_S,
     )
-    assert time.monotonic() - t0 < 3.0  # neither the 30 s drain nor the 5 s service
+    assert stop.is_set()
+    assert abort.is_set()
     assert (summary.sent, summary.cancelled, summary.not_sent) == (1, 1, 1)
     assert [r.error.split(":")[0] for r in run.requests] == ["cancelled"]
 
