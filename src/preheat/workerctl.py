@@ -21,6 +21,7 @@ from __future__ import annotations
 import grpc
 
 from preheat.proto.preheat.v1 import worker_pb2, worker_pb2_grpc
+from preheat.tokens import auth_metadata
 
 _STATES = worker_pb2.LifecycleState
 _LOADING = frozenset({_STATES.LIFECYCLE_STATE_LOADING, _STATES.LIFECYCLE_STATE_WARMING})
@@ -54,11 +55,6 @@ class WorkerRefused(Exception):
 def state_name(state: int) -> str:
     """``LIFECYCLE_STATE_ACTIVE`` -> ``active``."""
     return str(_STATES.Name(state)).removeprefix("LIFECYCLE_STATE_").lower()
-
-
-def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:
-    """The call metadata that carries ``token`` (none for an empty token)."""
-    return (("authorization", f"Bearer {token}"),) if token else ()
 
 
 async def set_role(address: str, role: str, *, timeout_s: float, token: str) -> None:

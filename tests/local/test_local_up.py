@@ -259,6 +259,23 @@ def test_router_routes_around_the_killed_worker(scenario: Scenario) -> None:
     assert scenario.killed not in {o.endpoint for o in later if o.t_s < scenario.kill_t_s + 4.0}
 
 
+def test_roles_come_over_the_control_port_and_the_router_holds_the_cache_token(
+    scenario: Scenario,
+) -> None:
+    """The runtime promoted its workers on their control port with the run's token, and
+    the router followed their WatchCache with the run's cache token: no worker refused a
+    call for a missing or wrong token, and none was sent a role change on its data port."""
+    lines = [
+        line
+        for p in sorted((scenario.run / "logs").glob("w-*.log"))
+        for line in p.read_text().splitlines()
+        if line.startswith("{")
+    ]
+    events = [(e.get("event"), e.get("rpc")) for e in map(json.loads, lines)]
+    assert ("control_call", "Promote") in events
+    assert not [e for e in events if e[0] in ("control_unauthenticated", "control_on_data_port")]
+
+
 def test_sigint_drains_and_leaves_no_process(scenario: Scenario) -> None:
     assert scenario.exit_code == 0
     assert len(scenario.pids) >= 5  # router, 2 at start, 1+ scaled up, 1 restart

@@ -204,6 +204,8 @@ class LocalPool:
         # this run's control token: its workers get it in their environment, and only
         # this runtime can change their role (Promote/Demote/Drain on the control port)
         self.control_token = secrets.token_urlsafe(32)
+        # and its cache token: only its router may follow the workers' WatchCache
+        self.cache_token = secrets.token_urlsafe(32)
         self.desired = self.config.replicas.desired
         # the operator's startup probe budget for this engine (load + warm-up, seconds)
         self.startup_budget_s = float(
@@ -507,6 +509,8 @@ class LocalPool:
                 "PREHEAT_POOL": self.pool.name,
                 "PREHEAT_CONTROL_TOKEN": self.control_token,
                 "PREHEAT_CONTROL_TOKEN_FILE": "",
+                "PREHEAT_CACHE_TOKEN": self.cache_token,
+                "PREHEAT_CACHE_TOKEN_FILE": "",
             },
         )
         self.pids.append(child.pid)
@@ -541,7 +545,13 @@ class LocalPool:
             "json",
             *self.options.router_args,
         )
-        self.router = await spawn("router", argv, self.out / LOG_DIR / "router.log", now=0.0)
+        self.router = await spawn(
+            "router",
+            argv,
+            self.out / LOG_DIR / "router.log",
+            now=0.0,
+            env={"PREHEAT_CACHE_TOKEN": self.cache_token, "PREHEAT_WORKER_CACHE_TOKEN_FILE": ""},
+        )
         self.pids.append(self.router.pid)
         log.info("router_started", extra=fields(pid=self.router.pid, grpc=self.router_address))
 

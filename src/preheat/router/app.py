@@ -76,6 +76,8 @@ class RouterConfig:
     api_keys: KeySet | None = None
     pick_tokens: KeySet | None = None
     tenant_header: str = ""  # a trusted gateway's tenant header/metadata; "" = none
+    # sent on WorkerControl.WatchCache to workers started with --cache-token-file
+    worker_cache_token: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if self.coalesce_at not in ("worker", "router"):

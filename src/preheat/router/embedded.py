@@ -62,6 +62,7 @@ class EmbeddedRouter:
                 pool=config.pool,
                 refresh_interval_s=config.refresh_interval_s,
                 region_rtt_ms=config.region_rtt_ms,
+                watch_token=config.worker_cache_token,
             )
         )
         self.metrics = metrics if metrics is not None else RouterMetrics()

@@ -43,6 +43,7 @@ from preheat.router.app import RouterConfig, RouterServer, describe
 from preheat.router.endpoints import DiscoverySource, StaticDiscovery
 from preheat.router.frontend.auth import CredentialFileError, KeySet
 from preheat.router.frontend.tokenizer import build_tokenizer
+from preheat.tokens import TokenError, read_token
 
 log = logging.getLogger("preheat.router")
 
@@ -161,6 +162,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Default: none (env PREHEAT_TENANT_HEADER)",
     )
     g.add_argument(
+        "--worker-cache-token-file",
+        default=_env("PREHEAT_WORKER_CACHE_TOKEN_FILE"),
+        help="file holding the workers' cache token, sent on WorkerControl.WatchCache to "
+        "workers started with --cache-token-file (env PREHEAT_WORKER_CACHE_TOKEN_FILE, or "
+        "the token itself in PREHEAT_CACHE_TOKEN); default: none",
+    )
+    g.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
         default=_env("PREHEAT_LOG_FORMAT", "kv"),
@@ -253,6 +261,11 @@ def build_config(args: argparse.Namespace) -> RouterConfig:
             keys[flag] = KeySet.from_file(path) if path else None
         except CredentialFileError as e:
             problems.append(f"{flag} {e}")
+    cache_token = ""
+    try:
+        cache_token = read_token(args.worker_cache_token_file, "PREHEAT_CACHE_TOKEN")
+    except TokenError as e:
+        problems.append(f"--worker-cache-token-file: {e}")
     if problems:
         raise ValueError("; ".join(problems))
     return RouterConfig(
@@ -276,6 +289,7 @@ def build_config(args: argparse.Namespace) -> RouterConfig:
         api_keys=keys["--api-keys-file"],
         pick_tokens=keys["--pick-token-file"],
         tenant_header=args.tenant_header.strip().lower(),
+        worker_cache_token=cache_token,
     )
 
 

@@ -33,6 +33,7 @@ from preheat import aio
 from preheat.core.lifecycle import WARM_STATES, LifecycleState
 from preheat.engine.base import Engine
 from preheat.logs import LOG_FORMATS, fields, setup_logging
+from preheat.tokens import TokenError, read_token
 from preheat.worker.engines import ENGINES, EngineUnavailable, build_engine
 from preheat.worker.server import WorkerConfig, WorkerServer, describe
 
@@ -145,24 +146,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="skip graph capture (the engine's default: on)",
     )
     v.add_argument("--vllm-tensor-parallel-size", type=int, default=None)
-
-
-class TokenError(Exception):
-    """A token file that cannot be read or is empty."""
-
-
-def read_token(path: str, env_name: str) -> str:
-    """The token in ``path`` (surrounding whitespace stripped), else in env ``env_name``."""
-    if not path:
-        return os.environ.get(env_name, "").strip()
-    try:
-        with open(path, encoding="utf-8") as f:
-            token = f.read().strip()
-    except (OSError, UnicodeDecodeError) as e:
-        raise TokenError(f"cannot read token file {path}: {type(e).__name__}: {e}") from None
-    if not token:
-        raise TokenError(f"token file {path} is empty")
-    return token
 
 
 def run(args: argparse.Namespace) -> int:

@@ -118,3 +118,23 @@ async def test_scraped_gauges_with_custom_names_win_over_status() -> None:
                 assert e.metrics_at == store.all_endpoints()[0].scrape_at
     finally:
         await runner.cleanup()
+
+
+async def test_the_store_sends_the_workers_cache_token_on_watch_cache() -> None:
+    """A worker started with a cache token refuses WatchCache without it: the router with
+    the token follows its cache, one without it routes on (the set unknown, the reason in
+    the endpoint's last error) and never sees a hash."""
+    async with sim_workers(1, cache_token="cache-token-1") as workers:
+        source = StaticDiscovery([workers[0].discovered()])
+        async with running_store(source, watch_token="cache-token-1") as store:
+            await store.wait_ready(1, timeout_s=10)
+            await eventually(lambda: store.snapshot()[0].cached_blocks is not None)
+        async with running_store(source, watch_token="a-guess") as store:
+            await store.wait_ready(1, timeout_s=10)  # Status needs no token: still routable
+
+            def refused() -> bool:
+                (view,) = store.all_endpoints()
+                return "WatchCache: UNAUTHENTICATED" in view.last_error
+
+            await eventually(refused)
+            assert store.snapshot()[0].cached_blocks is None

@@ -61,3 +61,20 @@ def test_kubernetes_discovery_spec() -> None:
         build_discovery("kubernetes:serving")
     with pytest.raises(ValueError, match="must be static:FILE or kubernetes"):
         build_discovery("consul:x")
+
+
+def test_the_workers_cache_token_comes_from_a_file_or_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PREHEAT_CACHE_TOKEN", raising=False)
+    assert build_config(_args()).worker_cache_token == ""
+    monkeypatch.setenv("PREHEAT_CACHE_TOKEN", "from-env")
+    assert build_config(_args()).worker_cache_token == "from-env"
+    f = tmp_path / "cache-token"
+    f.write_text("from-file\n")
+    cfg = build_config(_args("--worker-cache-token-file", str(f)))
+    assert cfg.worker_cache_token == "from-file"
+    assert "from-file" not in repr(cfg)
+    f.write_text("")
+    with pytest.raises(ValueError, match=r"--worker-cache-token-file: token file .* is empty"):
+        build_config(_args("--worker-cache-token-file", str(f)))

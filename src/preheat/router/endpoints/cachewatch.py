@@ -3,7 +3,9 @@
 The stream starts with one snapshot message (every cached hash), then deltas. On any error
 or end of stream the set becomes unknown (``None``) and the watcher resubscribes after a
 backoff (doubling from ``min_backoff_s`` to ``max_backoff_s``, reset by a snapshot), which
-gives a fresh snapshot.
+gives a fresh snapshot. A worker started with a cache token (``--cache-token-file``) answers
+UNAUTHENTICATED unless the call carries it (``metadata``, from the router's
+``--worker-cache-token-file``): the set then stays unknown and ``watch_error`` says why.
 """
 
 from __future__ import annotations
@@ -34,13 +36,17 @@ def apply_event(cached: set[int] | None, event: worker_pb2.CacheEvent) -> set[in
 
 
 async def watch_cache(
-    entry: EndpointEntry, *, min_backoff_s: float = 0.1, max_backoff_s: float = 5.0
+    entry: EndpointEntry,
+    *,
+    min_backoff_s: float = 0.1,
+    max_backoff_s: float = 5.0,
+    metadata: tuple[tuple[str, str], ...] = (),
 ) -> None:
     stub = worker_pb2_grpc.WorkerControlStub(entry.channel)
     backoff = min_backoff_s
     while True:
         try:
-            call = stub.WatchCache(worker_pb2.WatchCacheRequest())
+            call = stub.WatchCache(worker_pb2.WatchCacheRequest(), metadata=metadata)
             try:
                 async for event in call:
                     entry.cached = apply_event(entry.cached, event)

@@ -40,6 +40,7 @@ from preheat.router.endpoints.discovery import DiscoveredEndpoint, DiscoverySour
 from preheat.router.endpoints.entry import EndpointEntry
 from preheat.router.endpoints.scraper import scrape_loop
 from preheat.router.endpoints.statuspoll import status_loop
+from preheat.tokens import auth_metadata
 
 UNKNOWN_MODEL_LEN = 1 << 30  # a worker that reports no context window: the worker checks
 
@@ -107,6 +108,7 @@ class EndpointStore:
         region_rtt_ms: Mapping[str, Mapping[str, float]] | None = None,
         history: PrefixHistoryLike | None = None,
         channel_options: Sequence[tuple[str, Any]] = (),
+        watch_token: str = "",
     ) -> None:
         if refresh_interval_s <= 0:
             raise ValueError(f"refresh_interval_s must be > 0, got {refresh_interval_s}")
@@ -125,6 +127,7 @@ class EndpointStore:
         }
         self.history: PrefixHistoryLike = history if history is not None else PrefixHistory()
         self._channel_options = [*_CHANNEL_DEFAULTS, *channel_options]
+        self._watch_metadata = auth_metadata(watch_token)  # the workers' cache token
         self._entries: dict[str, EndpointEntry] = {}
         self._order: tuple[str, ...] = ()
         self._snapshot: tuple[Endpoint, ...] | None = None
@@ -206,7 +209,9 @@ class EndpointStore:
             )
         )
         if self.watch_cache:
-            entry.tasks["watch"] = self._tg.create_task(watch_cache(entry))
+            entry.tasks["watch"] = self._tg.create_task(
+                watch_cache(entry, metadata=self._watch_metadata)
+            )
         self._start_scrape(entry)
 
     def _start_scrape(self, entry: EndpointEntry) -> None:
