@@ -13,6 +13,11 @@ help:
 	@echo "make demo    preheat up on examples/pool.yaml, a Mooncake burst through it, the report (~2 min)"
 	@echo "make bench   benchmarks (not tests): worker and router overhead, router policies (~10 min),"
 	@echo "             then the simulated routing/autoscaling/geography comparisons (make bench-sim, ~10 min)"
+	@echo "make bench-sim  only the simulated comparisons (~10 min)"
+	@echo "make e2e     a real kind cluster: the chart, a simulated pool, traffic, a scale-up (needs"
+	@echo "             Docker with an engine, kind, kubectl; helm from .cache/tools); skipped, with"
+	@echo "             the reason, where they are missing"
+	@echo "make lint    the CRD drift check, ruff, mypy --strict and lint-imports"
 	@echo "make proto   regenerate the gRPC modules from src/preheat/proto/**/*.proto"
 	@echo "make crd     regenerate crds/ and the chart's CRD from src/preheat/api/pool.py"
 
@@ -71,7 +76,8 @@ test: lint test-vllm test-main
 demo: venv
 	PREHEAT=$(VENV)/bin/preheat PY=$(PY) scripts/demo.sh
 
-# A real kind cluster (skipped with the reason where Docker or kind are missing).
+# A real kind cluster (skipped with the reason where Docker or kind are missing); helm from
+# $(HELM) (e2e/run.sh and its pytest wrapper put .cache/tools first on PATH).
 e2e: venv $(HELM)
 	$(VENV)/bin/pytest e2e -q -rs
 

@@ -4,8 +4,9 @@
 #   e2e/run.sh            # create cluster, build + load images, install, apply, drive, check
 #   KEEP=1 e2e/run.sh     # keep the cluster afterwards (kind delete cluster --name preheat-e2e)
 #
-# Needs docker (with a running engine), kind, kubectl and helm on PATH. Every step is
-# bounded by a timeout; the script exits non-zero at the first failed check.
+# Needs docker (with a running engine), kind and kubectl on PATH, and helm: the one `make
+# helm` puts in .cache/tools (as `make test` does) when it is there, else helm on PATH.
+# Every step is bounded by a timeout; the script exits non-zero at the first failed check.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -23,6 +24,11 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
+
+TOOLS_DIR="$ROOT/.cache/tools"
+if [[ -x "$TOOLS_DIR/helm" ]]; then
+  PATH="$TOOLS_DIR:$PATH"
+fi
 
 for tool in docker kind kubectl helm; do
   command -v "$tool" >/dev/null || { log "missing $tool"; exit 2; }

@@ -6,6 +6,7 @@ engine, kind, kubectl and helm, and takes minutes).
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,14 +15,26 @@ import pytest
 
 SCRIPT = Path(__file__).with_name("run.sh")
 TOOLS = ("docker", "kind", "kubectl", "helm")
+# helm as `make helm` (and `make test`) installs it; run.sh puts this folder first on PATH
+TOOLS_DIR = Path(__file__).resolve().parents[1] / ".cache" / "tools"
 
 
-def missing_reason() -> str | None:
-    absent = [t for t in TOOLS if shutil.which(t) is None]
+def search_path(tools_dir: Path = TOOLS_DIR, path: str | None = None) -> str:
+    """PATH as run.sh sees it: ``tools_dir`` first when it holds helm."""
+    path = os.environ.get("PATH", "") if path is None else path
+    if (tools_dir / "helm").is_file() and os.access(tools_dir / "helm", os.X_OK):
+        return os.pathsep.join([str(tools_dir), path])
+    return path
+
+
+def missing_reason(tools_dir: Path = TOOLS_DIR, path: str | None = None) -> str | None:
+    search = search_path(tools_dir, path)
+    absent = [t for t in TOOLS if shutil.which(t, path=search) is None]
     if absent:
-        return f"not on PATH: {', '.join(absent)}"
+        return f"not on PATH (nor in {tools_dir}): {', '.join(absent)}"
     try:
-        info = subprocess.run(["docker", "info"], capture_output=True, timeout=20, check=False)
+        docker = shutil.which("docker", path=search) or "docker"
+        info = subprocess.run([docker, "info"], capture_output=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"`docker info` failed: {e}"
     if info.returncode != 0:

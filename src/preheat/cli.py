@@ -32,7 +32,11 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "autoscaled like the operator does (live view; Ctrl-C drains)",
         "preheat.local.main",
     ),
-    "bench": ("benchmarks (not tests): `preheat bench worker|router`", "preheat.bench.main"),
+    "bench": (
+        "benchmarks (not tests): `preheat bench worker|router|sim` (the worker's and the "
+        "router's overhead, routing policies, simulated routing/autoscaling/geography)",
+        "preheat.bench.main",
+    ),
     "demo": (
         "start a sim worker and stream a few requests, printing TTFT/ITL",
         "preheat.bench.demo",
@@ -49,7 +53,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "simulate": (
         "replay a trace against a pool in virtual time with the production policies "
-        "(--set/--sweep to try settings); writes a run folder marked simulated",
+        "(--set/--sweep to try settings, --from-run to take a `preheat up` run's); states "
+        "its start-up assumptions; writes a run folder marked simulated",
         "preheat.simulate.main",
     ),
 }
@@ -59,7 +64,11 @@ def build_parser(
     only: str | None = None,
 ) -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     """The parser; with ``only``, just that subcommand's module is imported."""
-    parser = argparse.ArgumentParser(prog="preheat", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="preheat",
+        description="Preheat: warm LLM inference pools and a router that sends each request "
+        "where its first token comes soonest. `preheat COMMAND --help` for each command.",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     handlers: dict[str, Handler] = {}
     for name, (help_text, module_name) in _COMMANDS.items():
