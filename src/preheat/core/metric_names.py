@@ -100,6 +100,7 @@ ROUTER_ARRIVALS = "preheat_router_arrivals"  # counter, label pool
 ROUTER_REFUSED = "preheat_router_refused"  # counter, labels pool, reason
 REFUSED_REJECTED = "rejected"  # admission: predicted TTFT past the deadline, queue full (429)
 REFUSED_UNAVAILABLE = "unavailable"  # no endpoint in time, every try failed before a token
+REFUSED_DEADLINE = "deadline"  # no first token within the request's deadline (worker's abort)
 
 LABEL_API = "api"  # grpc, pick, openai
 LABEL_POOL = "pool"

@@ -18,8 +18,8 @@ per token. What each part sees, and how stale it is, follows the live system:
   computes the signals with the live ``preheat up`` code (``autoscaler.scrape.compute``:
   windowed bucket deltas, ``histogram_quantile``), then calls
   ``preheat.core.autoscaling.decide`` (or ``SimOptions.autoscale``). The routers' demand
-  counters (arrivals and refusals by reason, counted at each request's outcome, as the live
-  router does) are scraped on the same tick and read with the live
+  counters (valid arrivals at receipt, refusals by reason at the outcome, as the live router
+  counts them) are scraped on the same tick and read with the live
   ``autoscaler.scrape.router_demand``: what the routers refuse is demand to the policy.
 - **the operator**: realizes each decision with ``preheat.core.reconcile.assign_roles``
   (standby promoted first, victims chosen by deletion cost), starting pods that go through
@@ -412,10 +412,7 @@ class _World:
         req.done = True
         self.outcomes[req.trace.index] = outcome
         self.remaining -= 1
-        # the router's demand counters, as RouterMetrics.observe_outcome counts them
-        if outcome.error.startswith("INVALID_ARGUMENT"):
-            return
-        self.arrivals += 1
+        # the router's refusal counter, as RouterMetrics.observe_outcome counts it
         reason = _refusal_reason(outcome)
         if reason:
             self.refused[reason] = self.refused.get(reason, 0) + 1
@@ -446,6 +443,7 @@ class _World:
                 f"({t.output_tokens}) exceeds the model's context length {limit}",
             )
             return
+        self.arrivals += 1  # a valid request: the router's arrival counter (at receipt)
         req.hashes = self.namer.names(t)
         req.info = RequestInfo(
             request_id=req.rid,

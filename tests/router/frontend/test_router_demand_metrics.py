@@ -86,6 +86,7 @@ async def test_refusals_and_arrivals_are_counted_by_pool_and_reason_and_read_as_
             assert after[(ARRIVALS, (("pool", POOL),))] == 4.0
             assert after[(REFUSED, (("pool", POOL), ("reason", "rejected")))] == 2.0
             assert after[(REFUSED, (("pool", POOL), ("reason", "unavailable")))] == 0.0
+            assert after[(REFUSED, (("pool", POOL), ("reason", "deadline")))] == 0.0
 
             clock.t += 20.0
             await source.scrape_routers()

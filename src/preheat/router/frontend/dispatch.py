@@ -228,6 +228,7 @@ class Dispatcher:
             ttft_deadline_ms=deadline_ms,
             priority=int(req.priority),
         )
+        self.metrics.observe_arrival()  # a valid request for the pool: demand, served or not
         return Prepared(req, info, received, received_pc, tokens if prompt else None)
 
     # --- decide --------------------------------------------------------------------------

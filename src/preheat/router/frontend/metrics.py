@@ -7,12 +7,15 @@ predictions are checked by counting predicted cached blocks against the worker-r
 ``usage.cached_tokens / block_size`` of the same requests.
 
 Demand, for the autoscaler (whose other signals are the workers' histograms of what was
-served): every request's outcome is recorded once, in :meth:`RouterMetrics.observe_outcome`,
-and there every request for the pool but a malformed one counts as an arrival
-(``preheat_router_arrivals_total{pool}``) and one turned away unserved as refused
+served): every valid request for the pool counts as an arrival when it has been prepared
+(:meth:`RouterMetrics.observe_arrival`, ``preheat_router_arrivals_total{pool}``: at
+receipt, so that a long stream is not counted only when it ends), and every request's
+outcome is recorded once, in :meth:`RouterMetrics.observe_outcome`, where one turned away
+unserved counts as refused
 (``preheat_router_refused_total{pool,reason}``; reason ``rejected``: admission, 429 /
 RESOURCE_EXHAUSTED; ``unavailable``: no endpoint in time, or every try failed before the
-first token). The autoscaler reads their rates over its window.
+first token; ``deadline``: no first token within the request's deadline). The autoscaler
+reads their rates over its window.
 """
 
 from __future__ import annotations
@@ -55,7 +58,13 @@ _ERROR_OUTCOMES = {
 }
 
 
-_REFUSED = {Outcome.REJECTED: mn.REFUSED_REJECTED, Outcome.UNAVAILABLE: mn.REFUSED_UNAVAILABLE}
+# outcomes of requests that got no token: demand the pool did not serve. DEADLINE is
+# always before the first token (a stream failing later is FAILED).
+_REFUSED = {
+    Outcome.REJECTED: mn.REFUSED_REJECTED,
+    Outcome.UNAVAILABLE: mn.REFUSED_UNAVAILABLE,
+    Outcome.DEADLINE: mn.REFUSED_DEADLINE,
+}
 
 
 class RouterMetrics:
@@ -144,13 +153,14 @@ class RouterMetrics:
         self.in_flight = Gauge(mn.ROUTER_IN_FLIGHT, "Proxied streams open", registry=r)
         self.arrivals = Counter(
             mn.ROUTER_ARRIVALS,
-            "Requests that arrived for the pool (all but malformed ones), counted at their outcome",
+            "Valid requests that arrived for the pool (served, held or refused)",
             [mn.LABEL_POOL],
             registry=r,
         )
         self.refused = Counter(
             mn.ROUTER_REFUSED,
-            "Requests turned away unserved (rejected: admission; unavailable: no endpoint)",
+            "Requests turned away unserved (rejected: admission; unavailable: no endpoint; "
+            "deadline: no first token in time)",
             [mn.LABEL_POOL, mn.LABEL_REASON],
             registry=r,
         )
@@ -171,13 +181,14 @@ class RouterMetrics:
         for reason in _REFUSED.values():
             self.refused.labels(pool, reason)
 
+    def observe_arrival(self) -> None:
+        """A valid request for the pool arrived (once per request, before it is routed)."""
+        self.arrivals.labels(self.pool).inc()
+
     def observe_outcome(self, api: str, outcome: Outcome, *, reason: str = "") -> None:
         """Records one request's outcome (once per request); ``reason``: a finer refusal
         reason than the outcome's own (a bounded set)."""
         self.requests.labels(api, outcome.value).inc()
-        if outcome is Outcome.INVALID:
-            return
-        self.arrivals.labels(self.pool).inc()
         refused = outcome.refused
         if refused:
             self.refused.labels(self.pool, reason or refused).inc()
