@@ -137,6 +137,24 @@ def test_simulate_reads_pool_files_with_the_same_reader(
     assert err.value.problems == expected
 
 
+def test_simulate_takes_a_bare_spec_but_not_a_mapping_of_unknown_fields(tmp_path: Path) -> None:
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("model: {name: m}\nreplicas: {min: 3, max: 2}\n")
+    with pytest.raises(PoolFileError) as err:
+        pool_config(read_pool(bare))
+    assert err.value.problems == ["spec.replicas.min (3) must be <= replicas.max (2)"]
+    bare.write_text("model: {name: m}\nreplicas: {max: 2}\n")
+    assert pool_config(read_pool(bare)).name == "bare"
+    other = tmp_path / "other.yaml"
+    other.write_text("specs: {model: {name: m}}\n")
+    with pytest.raises(PoolFileError) as err:
+        pool_config(read_pool(other))
+    with pytest.raises(PoolFileError) as up_err:
+        load_pool(other)
+    assert err.value.problems == up_err.value.problems
+    assert "specs: unknown top-level field" in err.value.problems
+
+
 def test_the_operator_gets_cross_field_problems_next_to_field_problems() -> None:
     """The operator validates the spec it gets from the API server with the same rules."""
     spec = yaml.safe_load(MANY)["spec"]

@@ -32,6 +32,9 @@ from preheat.core.pool import PoolConfig
 from preheat.core.reconcile import API_VERSION, KIND
 
 TOP_LEVEL_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
+_SPEC_KEYS = frozenset(
+    key for name, f in InferencePoolSpec.model_fields.items() for key in (name, f.alias or name)
+)
 # Kubernetes object names (and namespaces) are DNS-1123 subdomains (labels for namespaces).
 NAME_PATTERN = r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?"
 NAME_MAX = 253
@@ -128,10 +131,11 @@ def document_from_object(
 ) -> PoolDocument:
     """The top-level fields of a decoded pool object, their problems collected.
 
-    With ``bare_spec_name``, a mapping that has none of the top-level fields is taken as a
-    bare spec of a pool of that name (``preheat simulate`` accepts one).
+    With ``bare_spec_name``, a mapping that has none of the top-level fields but some field
+    of a spec is taken as a bare spec of a pool of that name (``preheat simulate`` accepts
+    one); anything else is read as a whole object, with the same messages as without.
     """
-    if bare_spec_name and not set(data) & set(TOP_LEVEL_FIELDS):
+    if bare_spec_name and not set(data) & set(TOP_LEVEL_FIELDS) and set(data) & _SPEC_KEYS:
         return PoolDocument(source, bare_spec_name, "default", dict(data))
     problems: list[str] = []
     if data.get("apiVersion") != API_VERSION:
