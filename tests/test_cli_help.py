@@ -5,6 +5,7 @@ name each of its subcommands (``bench`` once listed ``worker|router`` and omitte
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 
@@ -83,3 +84,42 @@ def test_top_level_help_runs_as_a_process_and_lists_every_command() -> None:
     for name in _COMMANDS:
         assert f"    {name} " in out or f"    {name}\n" in out
     assert "add_arguments" not in out  # the user's description, not the module's docstring
+
+
+def _options() -> list[tuple[str, argparse.Action]]:
+    out = []
+
+    def walk(parser: argparse.ArgumentParser, path: list[str]) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, [*path, name])
+            elif action.help and action.option_strings:
+                out.append((" ".join([*path, action.option_strings[-1]]), action))
+
+    for name in _COMMANDS:
+        parser, _ = build_parser(name)
+        sub = _subcommands(parser)[name]
+        walk(sub, [name])
+    return out
+
+
+def test_a_default_stated_in_a_help_text_is_the_default() -> None:
+    """``(default 15)`` in a help text is what the flag defaults to (literal numbers and
+    words; defaults resolved later, e.g. from --from-run, are None here and skipped)."""
+    checked = 0
+    for where, action in _options():
+        m = re.search(r"\(default:? ([\w.]+)[,;)]", action.help or "")
+        if m is None or action.default is None or isinstance(action.default, bool):
+            continue
+        stated, default = m.group(1), action.default
+        if isinstance(default, int | float):
+            try:
+                value = float(stated)
+            except ValueError:
+                continue  # words like "(default CPUs)" say what 0 means
+            assert value == float(default), f"{where}: help says {stated}, default {default}"
+        else:
+            assert stated == str(default), f"{where}: help says {stated}, default {default!r}"
+        checked += 1
+    assert checked >= 10
