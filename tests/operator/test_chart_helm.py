@@ -161,8 +161,8 @@ def test_rbac_is_least_privilege(values: list[str]) -> None:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
     for rule in router:
         assert "secrets" not in rule["resources"]
-    # the pools' control-token Secrets: read by name or made once, never listed or changed
-    assert _allowed(operator, "", "secrets") == {"get", "create"}
+    # the pools' token Secrets: read by name, made once, patched (cache token); never listed
+    assert _allowed(operator, "", "secrets") == {"get", "create", "patch"}
     assert _allowed(operator, "preheat.dev", "inferencepools/status") >= {"patch"}
     assert _allowed(operator, "preheat.dev", "inferencepools/scale") >= {"patch", "update"}
     assert _allowed(operator, "", "pods") == {"get", "list", "watch", "patch"}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -47,6 +48,7 @@ from preheat.core.reconcile import (
     WORKER_NAME,
     build_control_secret,
     control_token_digest,
+    read_cache_token,
     read_control_secret,
 )
 from preheat.engine.sim import SimConfig, SimEngine
@@ -264,6 +266,7 @@ async def test_the_operator_makes_the_pools_control_secret_and_its_workers_read_
     pod template, and the operator promotes a worker holding that token."""
     await create_pool(kube, pool())
     await eventually(lambda: (SECRETS, "sim-tiny-workers-control") in owned(kube))
+    await eventually(lambda: (DEPLOYMENTS, "sim-tiny-workers") in children(kube, NAMESPACE))
     secret = get(kube, SECRETS, NAMESPACE, "sim-tiny-workers-control")
     pool_uid = get(kube, POOLS, NAMESPACE, "sim-tiny")["metadata"]["uid"]
     assert secret["metadata"]["ownerReferences"][0]["uid"] == pool_uid
@@ -303,3 +306,41 @@ async def test_a_worker_with_another_token_refuses_and_stays_standby(
         assert TOKEN not in event["message"]
         assert state(worker) == "standby"
         assert labels(kube)[pod] == "standby"
+
+
+async def test_the_operators_cache_token_goes_into_every_pools_secret(
+    kube: PreheatKube, no_leaked_tasks: None
+) -> None:
+    """With ``--worker-cache-token-file``, a new pool's Secret holds the cache token, and a
+    Secret made before (without it) is patched to hold it; the workers read it (optional
+    key) and its digest rolls them."""
+    op = OperatorProcess()
+    op.options = dataclasses.replace(op.options, cache_token="the-cache-token")
+    await create_pool_with_token(kube, pool("pre-made"))  # its Secret has no cache token
+    await op.start()
+    try:
+        await create_pool(kube, pool("fresh"))
+        for name in ("fresh", "pre-made"):
+
+            def cached(name: str = name) -> bool:
+                secret = live(kube, SECRETS, NAMESPACE).get(f"{name}-workers-control")
+                return secret is not None and read_cache_token(secret) == "the-cache-token"
+
+            await eventually(cached)
+        pre = get(kube, SECRETS, NAMESPACE, "pre-made-workers-control")
+        assert read_control_secret(pre) == TOKEN  # the control token is left as it was
+        await eventually(lambda: (DEPLOYMENTS, "pre-made-workers") in children(kube, NAMESPACE))
+        template = children(kube, NAMESPACE)[(DEPLOYMENTS, "pre-made-workers")]["spec"]["template"]
+        assert template["metadata"]["annotations"][ANNOTATION_CONTROL_TOKEN_DIGEST] == (
+            control_token_digest(TOKEN, "the-cache-token")
+        )
+        (container,) = template["spec"]["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["PREHEAT_CACHE_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+            "name": "pre-made-workers-control",
+            "key": "cache-token",
+            "optional": True,
+        }
+    finally:
+        await op.stop()
+    assert op.error is None

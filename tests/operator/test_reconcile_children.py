@@ -30,11 +30,13 @@ from preheat.core.reconcile import (
     build_control_secret,
     build_deployment,
     build_service,
+    cache_token_patch,
     control_secret_name,
     control_token_digest,
     desired_children,
     diff,
     needs_update,
+    read_cache_token,
     read_control_secret,
     selector_string,
     termination_grace_s,
@@ -305,3 +307,25 @@ def test_the_control_secret_round_trips_and_a_broken_one_names_the_fix() -> None
             read_control_secret(broken)
     assert control_token_digest("a") != control_token_digest("b")
     assert "a" * 8 not in control_token_digest("a" * 40)
+
+
+def test_the_cache_token_is_optional_in_the_secret_and_in_the_digest() -> None:
+    c = config()
+    plain = build_control_secret(c, OWNER, "ctl")
+    assert read_cache_token(plain) == ""
+    both = build_control_secret(c, OWNER, "ctl", "cache")
+    assert read_control_secret(both) == "ctl"
+    assert read_cache_token(both) == "cache"
+    assert read_cache_token({**plain, **cache_token_patch("new")}) == "new"
+    assert read_cache_token({"data": {"cache-token": "***"}}) == ""
+    assert control_token_digest("ctl") != control_token_digest("ctl", "cache")
+    assert control_token_digest("ctl", "a") != control_token_digest("ctl", "b")
+    (container,) = build_deployment(c, OWNER, BuildOptions())["spec"]["template"]["spec"][
+        "containers"
+    ]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["PREHEAT_CACHE_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "p-workers-control",
+        "key": "cache-token",
+        "optional": True,  # a pool without a cache token still starts
+    }

@@ -52,11 +52,11 @@ app.kubernetes.io/name: preheat-{{ .component }}
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, patch]
-# Each pool's control-token Secret (<pool>-workers-control): read, or made once. No list,
-# watch or update: the operator reads only the Secrets it names and never rewrites one.
+# Each pool's token Secret (<pool>-workers-control): read, made once, and patched only to
+# put the workers' cache token in it. No list or watch: only the Secrets it names.
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get, create]
+  verbs: [get, create, patch]
 # Every action is an Event on its pool (both APIs: kopf posts core/v1 Events).
 - apiGroups: ["", events.k8s.io]
   resources: [events]

@@ -61,6 +61,8 @@ HTTP_PORT = 8080
 CONTROL_PORT = 50052  # WorkerControl's Promote/Demote/Drain, behind the control token
 CONTROL_SECRET_KEY = "control-token"
 CONTROL_TOKEN_ENV = "PREHEAT_CONTROL_TOKEN"
+CACHE_SECRET_KEY = "cache-token"  # optional: WatchCache then needs it (routers hold it too)
+CACHE_TOKEN_ENV = "PREHEAT_CACHE_TOKEN"
 MODEL_MOUNT = "/models"
 
 
@@ -195,16 +197,42 @@ def control_secret_name(config: PoolConfig) -> str:
     return f"{worker_name(config)}-control"
 
 
-def build_control_secret(config: PoolConfig, owner: Owner, token: str) -> dict[str, Any]:
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def build_control_secret(
+    config: PoolConfig, owner: Owner, token: str, cache_token: str = ""
+) -> dict[str, Any]:
     """The control-token Secret (``token`` made by the caller: this module has no I/O and
-    no randomness). Owned by the pool, so it goes when the pool goes."""
+    no randomness), with the workers' ``cache_token`` when there is one. Owned by the
+    pool, so it goes when the pool goes."""
+    data = {CONTROL_SECRET_KEY: _b64(token)}
+    if cache_token:
+        data[CACHE_SECRET_KEY] = _b64(cache_token)
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {**_metadata(config, owner), "name": control_secret_name(config)},
         "type": "Opaque",
-        "data": {CONTROL_SECRET_KEY: base64.b64encode(token.encode()).decode()},
+        "data": data,
     }
+
+
+def cache_token_patch(cache_token: str) -> dict[str, Any]:
+    """The merge patch that puts ``cache_token`` in an existing control Secret."""
+    return {"data": {CACHE_SECRET_KEY: _b64(cache_token)}}
+
+
+def read_cache_token(secret: Mapping[str, Any]) -> str:
+    """The cache token in an observed control Secret ("" when it has none or a bad one)."""
+    raw = (secret.get("data") or {}).get(CACHE_SECRET_KEY)
+    if not isinstance(raw, str):
+        return ""
+    try:
+        return base64.b64decode(raw, validate=True).decode().strip()
+    except (ValueError, UnicodeDecodeError):
+        return ""
 
 
 def read_control_secret(secret: Mapping[str, Any]) -> str:
@@ -227,9 +255,10 @@ def read_control_secret(secret: Mapping[str, Any]) -> str:
     return token
 
 
-def control_token_digest(token: str) -> str:
-    """What the pod template carries of the token: a change rolls the workers."""
-    return hashlib.sha256(token.encode()).hexdigest()[:16]
+def control_token_digest(token: str, cache_token: str = "") -> str:
+    """What the pod template carries of the tokens: a change rolls the workers."""
+    text = f"{token}\n{cache_token}" if cache_token else token
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def worker_args(config: PoolConfig, options: BuildOptions) -> list[str]:
@@ -411,6 +440,16 @@ def build_deployment(
                     "secretKeyRef": {
                         "name": control_secret_name(config),
                         "key": CONTROL_SECRET_KEY,
+                    }
+                },
+            },
+            {
+                "name": CACHE_TOKEN_ENV,
+                "valueFrom": {
+                    "secretKeyRef": {
+                        "name": control_secret_name(config),
+                        "key": CACHE_SECRET_KEY,
+                        "optional": True,
                     }
                 },
             },

@@ -48,12 +48,14 @@ from preheat.core.reconcile import (
     Owner,
     assign_roles,
     build_control_secret,
+    cache_token_patch,
     control_secret_name,
     control_token_digest,
     deletion_costs,
     desired_children,
     diff,
     needs_update,
+    read_cache_token,
     read_control_secret,
     selector_string,
 )
@@ -67,6 +69,7 @@ from preheat.operator.status import (
     status_changed,
 )
 from preheat.operator.workers import WorkerRefused, WorkerUnavailable, set_role
+from preheat.tokens import read_token
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +102,11 @@ class Runtime:
     # ok is False when the worker refused. A container restart or a new IP asks again.
     workers: dict[PoolKey, tuple[str, int, str, bool]] = field(default_factory=dict)
     retrying: set[PoolKey] = field(default_factory=set)  # pools a pod event is retrying
-    # Each pool's control token, read from (or written to) its Secret: re-read on every
-    # children reconcile (spec change, resync), so a rotated token is picked up.
-    tokens: dict[PoolKey, str] = field(default_factory=dict)
+    # Each pool's (control token, cache token), read from (or written to) its Secret:
+    # re-read on every children reconcile (spec change, resync), so rotation is picked up.
+    tokens: dict[PoolKey, tuple[str, str]] = field(default_factory=dict)
+    # The workers' cache token (--worker-cache-token-file), put in every pool's Secret.
+    cache_token: str = field(default="", repr=False)
     worker_timeout_s: float = WORKER_TIMEOUT_S
 
     def lock(self, key: PoolKey) -> asyncio.Lock:
@@ -122,7 +127,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         from preheat.operator.main import load_build_options
 
         path = os.environ.get("PREHEAT_OPERATOR_CONFIG", "")
-        memo.runtime = Runtime(kube=await Kube.connect(), build=load_build_options(path))
+        memo.runtime = Runtime(
+            kube=await Kube.connect(),
+            build=load_build_options(path),
+            cache_token=read_token(
+                os.environ.get("PREHEAT_WORKER_CACHE_TOKEN_FILE", ""), "PREHEAT_CACHE_TOKEN"
+            ),
+        )
 
 
 @kopf.on.login()
@@ -316,9 +327,12 @@ async def _reconcile(
     try:
         config = to_config(pool.get("spec") or {}, name=name, namespace=namespace)
         owner = Owner(name=name, uid=str(meta.get("uid", "")))
-        token = await _control_token(runtime, config, owner, refresh=children)
+        token, cache_token = await _control_token(runtime, config, owner, refresh=children)
         desired = desired_children(  # all or nothing: pure
-            config, owner, runtime.build, control_token_digest=control_token_digest(token)
+            config,
+            owner,
+            runtime.build,
+            control_token_digest=control_token_digest(token, cache_token),
         )
     except PoolSpecError as e:
         problem = Problem("InvalidSpec", f"{e.message}; fix the spec and apply it again")
@@ -368,27 +382,37 @@ async def _reconcile(
 
 async def _control_token(
     runtime: Runtime, config: PoolConfig, owner: Owner, *, refresh: bool
-) -> str:
-    """The pool's control token: from its Secret, made (random, 256 bits) when there is
-    none. Cached in ``runtime.tokens``; ``refresh`` reads the Secret again (rotation)."""
+) -> tuple[str, str]:
+    """The pool's (control token, cache token): from its Secret, made (a random 256-bit
+    control token, the operator's cache token) when there is none. The operator's cache
+    token, when it has one, is written into a Secret that holds another. Cached in
+    ``runtime.tokens``; ``refresh`` reads the Secret again (rotation)."""
     key = (config.namespace, config.name)
     if not refresh and key in runtime.tokens:
         return runtime.tokens[key]
     name = control_secret_name(config)
-    observed = await runtime.kube.get(KINDS["Secret"], config.namespace, name)
+    secret_kind = KINDS["Secret"]
+    observed = await runtime.kube.get(secret_kind, config.namespace, name)
+    tokens = (secrets.token_urlsafe(32), runtime.cache_token)
     if observed is None:
-        token = secrets.token_urlsafe(32)
         try:
-            await runtime.kube.create(build_control_secret(config, owner, token))
+            await runtime.kube.create(build_control_secret(config, owner, *tokens))
         except Conflict:  # made meanwhile: use that one
-            observed = await runtime.kube.get(KINDS["Secret"], config.namespace, name)
+            observed = await runtime.kube.get(secret_kind, config.namespace, name)
         else:
             runtime.metrics.actions.labels("create").inc()
-            log.info("created Secret %s/%s (the workers' control token)", config.namespace, name)
+            log.info("created Secret %s/%s (the workers' tokens)", config.namespace, name)
     if observed is not None:
-        token = read_control_secret(observed)
-    runtime.tokens[key] = token
-    return token
+        tokens = (read_control_secret(observed), read_cache_token(observed))
+        if runtime.cache_token and tokens[1] != runtime.cache_token:
+            await runtime.kube.patch(
+                secret_kind, config.namespace, name, cache_token_patch(runtime.cache_token)
+            )
+            runtime.metrics.actions.labels("patch").inc()
+            log.info("set the cache token in Secret %s/%s", config.namespace, name)
+            tokens = (tokens[0], runtime.cache_token)
+    runtime.tokens[key] = tokens
+    return tokens
 
 
 async def _apply(runtime: Runtime, pool: Mapping[str, Any], child: Mapping[str, Any]) -> None:

@@ -32,6 +32,7 @@ from preheat.core.reconcile import DEFAULT_GPU_TYPES, BuildOptions
 from preheat.logs import LOG_FORMATS, fields, setup_logging
 from preheat.operator.kube import Kube
 from preheat.operator.metrics import Metrics
+from preheat.tokens import TokenError, read_token
 
 log = logging.getLogger("preheat.operator")
 
@@ -62,6 +63,8 @@ class OperatorOptions:
     standalone: bool = False
     health_port: int = 8080  # 0 = no health/metrics server (tests)
     kubeconfig: str | None = None
+    # the workers' cache token (WatchCache), put in every pool's control Secret; "" = none
+    cache_token: str = field(default="", repr=False)
 
 
 def parse_config(doc: Mapping[str, Any]) -> tuple[BuildOptions, tuple[str, ...], str]:
@@ -133,6 +136,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster)")
     parser.add_argument(
+        "--worker-cache-token-file",
+        default=os.environ.get("PREHEAT_WORKER_CACHE_TOKEN_FILE", ""),
+        help="file holding the workers' cache token: every pool's workers then require it "
+        "on WatchCache (give the routers the same one); env PREHEAT_WORKER_CACHE_TOKEN_FILE, "
+        "or the token itself in PREHEAT_CACHE_TOKEN; default: none (WatchCache open)",
+    )
+    parser.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
         default=os.environ.get("PREHEAT_LOG_FORMAT", "json"),
@@ -156,6 +166,7 @@ def options_from_args(args: argparse.Namespace) -> OperatorOptions:
         standalone=bool(args.standalone),
         health_port=int(args.health_port),
         kubeconfig=args.kubeconfig,
+        cache_token=read_token(args.worker_cache_token_file, "PREHEAT_CACHE_TOKEN"),
     )
 
 
@@ -197,7 +208,7 @@ async def serve(
     build = options.build
     if options.service_monitor == "auto":
         build = replace(build, service_monitor=await kube.has_api("monitoring.coreos.com/v1"))
-    runtime = Runtime(kube=kube, build=build, metrics=metrics)
+    runtime = Runtime(kube=kube, build=build, metrics=metrics, cache_token=options.cache_token)
     site = await _health_app(metrics, ready, options.health_port)
     log.info(
         "operator_starting",
@@ -225,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_format, level=args.log_level.upper(), component="operator")
     try:
         options = options_from_args(args)
-    except (OperatorConfigError, OSError, yaml.YAMLError) as e:
+    except (OperatorConfigError, OSError, yaml.YAMLError, TokenError) as e:
         log.error("bad_configuration", extra=fields(error=str(e)))
         return 2
     asyncio.run(serve(options))
