@@ -7,7 +7,7 @@ import math
 from dataclasses import replace
 
 import pytest
-from autoscalingkit import config, ctx, signals
+from autoscalingkit import Driver, config, ctx, signals
 
 from preheat.core.autoscaling import Cause, Demand, Direction, decide, zero
 from preheat.core.autoscaling import demand as demand_step
@@ -50,17 +50,54 @@ def test_without_refusals_the_decision_is_unchanged() -> None:
             plain.reason,
         )
         assert with_demand.recommendation == plain.recommendation
-        assert with_state == plain_state
+        assert replace(with_state, serving=()) == plain_state
         assert "refused" not in with_demand.reason
 
 
-def test_refusals_scale_the_objectives_recommendation() -> None:
-    # latency over target asks for ceil(3 * 600 / 400) = 5 for what was served; a quarter
-    # refused on top: 5 * 4/3 -> 7
+def test_the_larger_of_the_objectives_and_the_refused_demand_wins() -> None:
+    # latency over target asks for ceil(3 * 600 / 400) = 5; a quarter refused by 3 pods
+    # asks for ceil(3 * 4/3) = 4: the objective sets it, the reason names both
     dec, _ = decide(ctx(0.0, refusing(0.0, 8.0, 2.0, ttft=600.0), desired=3))
-    assert dec.recommendation == 7
-    assert dec.active == 7
-    assert dec.reason.startswith("router refused 25% of 8.0 req/s over 60 s (rejected)")
+    assert (dec.recommendation, dec.active) == (5, 5)
+    assert dec.reason.startswith(
+        "ttft p95 600 ms > 400 ms over 60 s; router refused 25% of 8.0 req/s over 60 s (rejected)"
+    )
+    # half refused: ceil(3 * 2) = 6 > 5
+    dec, _ = decide(ctx(0.0, refusing(0.0, 8.0, 4.0, ttft=600.0), desired=3))
+    assert dec.recommendation == 6
+    assert dec.reason.startswith("router refused 50% of 8.0 req/s over 60 s (rejected): needs 6")
+
+
+def test_refusals_of_a_smaller_pool_do_not_grow_it_again_once_it_has_grown() -> None:
+    # 2 pods refuse half of 12 req/s: 4 wanted; the 2 new pods warm for 30 s, then serve.
+    # The 60 s window still holds refusals of the 2-pod pool: they are counted against the
+    # pods that served the window (time-weighted), not the 4 serving now.
+    d = Driver(desired=2, cfg=config(up=(0.0, 15.0, 4)))
+    up = d.tick(0.0, refusing(0.0, 12.0, 6.0), active=2)
+    assert (up.direction, up.active) == (Direction.UP, 4)
+    for t in (10.0, 20.0, 30.0):  # warming: 2 serving, still refusing half
+        dec = d.tick(t, refusing(t, 12.0, 6.0), active=2, warming=2)
+        assert (dec.active, dec.cause) == (4, Cause.WARMING), dec.reason
+    # warm at 40 s: 4 serving, the window (20..80 s) mostly refusals of 2 pods
+    for t, refused in ((40.0, 4.5), (50.0, 3.0), (60.0, 2.0), (70.0, 1.0), (80.0, 0.0)):
+        dec = d.tick(t, refusing(t, 12.0, refused), active=4)
+        assert dec.active == 4, (t, dec.reason)
+    # counted against the 4 serving now, 4.5 of 12 refused would have asked for 7
+    naive = demand_step.view(Demand(12.0, 4.5, 60.0), 4, 4, 10, 0.1)
+    assert naive is not None
+    assert naive.replicas == 7
+
+
+def test_served_by_is_the_time_weighted_pods_over_the_window() -> None:
+    log = demand_step.record((), 0.0, 2, 60.0)
+    log = demand_step.record(log, 30.0, 2, 60.0)
+    log = demand_step.record(log, 45.0, 4, 60.0)
+    assert demand_step.served_by(log, 60.0, 60.0) == pytest.approx((2 * 45 + 4 * 15) / 60)
+    assert demand_step.served_by(log, 60.0, 10.0) == pytest.approx(4.0)
+    assert demand_step.served_by(((5.0, 3),), 5.0, 60.0) == 3.0  # spans no time: the newest
+    assert demand_step.served_by((), 5.0, 60.0) == 0.0
+    later = demand_step.record(log, 200.0, 4, 60.0)  # trimmed, the sample before kept
+    assert later == ((45.0, 4), (200.0, 4))
 
 
 def test_the_scale_up_is_bounded_by_max_step_and_max() -> None:

@@ -3,11 +3,17 @@
 The objectives are computed from what the workers served. When the pool's routers turn
 part of the traffic away (admission: the predicted TTFT cannot meet the deadline; no
 endpoint in time), the served load understates the demand: with ``A`` requests per second
-arriving and ``R`` refused over the window, the pool served ``A - R`` of ``A``, so the
-replicas it needs for all of it are ``ceil(base * A / (A - R))``, ``base`` being what the
-objectives ask for the served load (at least the replicas that served it). A pool refusing
-half its traffic asks for twice what it has, even with its latency under target: admission
-is what keeps that latency down.
+arriving and ``R`` refused over the window, the pods that served it (``n``) served
+``A - R`` of ``A``, so the replicas it needs for all of it are ``ceil(n * A / (A - R))``.
+A pool refusing half its traffic asks for twice what it has, even with its latency under
+target: admission is what keeps that latency down. The objectives still ask for what the
+served load needs; the policy takes the larger.
+
+``n`` is the time-weighted mean of the pods serving over the window (from the policy's
+state, :func:`record` and :func:`served_by`), not the pods serving now: after a scale-up the
+window still holds the refusals of the smaller pool, and counting them against the larger
+one would overshoot (a pool refusing half its traffic on 2 pods, grown to 4, would ask for 8
+once the new pods were warm, before the window had seen them serve).
 
 Like an objective, the factor ``A / (A - R)`` has a tolerance band: within it, refusals ask
 for no change (they keep the pool from shrinking, never grow it). Everything refused
@@ -23,7 +29,7 @@ from dataclasses import dataclass
 
 from preheat.core.autoscaling.types import Demand
 
-__all__ = ["DemandView", "describe", "view"]
+__all__ = ["DemandView", "describe", "record", "served_by", "view"]
 
 
 @dataclass(frozen=True)
@@ -38,13 +44,45 @@ def _ceil(x: float) -> int:
     return math.ceil(round(x, 9))
 
 
+def record(
+    history: tuple[tuple[float, int], ...], now: float, serving: int, horizon_s: float
+) -> tuple[tuple[float, int], ...]:
+    """``history`` with ``(now, serving)`` added, trimmed to ``horizon_s`` (the newest sample
+    before it is kept: it says what served from the horizon's start)."""
+    start = now - horizon_s
+    kept = [(t, n) for t, n in history if t >= start]
+    older = [(t, n) for t, n in history if t < start]
+    if older:
+        kept.insert(0, older[-1])
+    kept.append((now, serving))
+    return tuple(kept)
+
+
+def served_by(history: tuple[tuple[float, int], ...], now: float, window_s: float) -> float:
+    """The time-weighted mean of the pods serving over ``[now - window_s, now]`` (each sample
+    holds until the next, the newest until ``now``; the part of the window before the first
+    sample is not counted).
+    The newest sample when the history spans no time."""
+    if not history:
+        return 0.0
+    start = now - window_s
+    total = span = 0.0
+    ends = [t for t, _ in history[1:]] + [now]
+    for (t, n), t_next in zip(history, ends, strict=True):
+        a, b = max(t, start), min(t_next, now)
+        if b > a:
+            total += n * (b - a)
+            span += b - a
+    return total / span if span > 0 else float(history[-1][1])
+
+
 def view(
-    demand: Demand | None, base: int, current: int, highest: int, tolerance: float
+    demand: Demand | None, base: float, current: int, highest: int, tolerance: float
 ) -> DemandView | None:
     """What refusals ask for (None: nothing was refused, or no router counters).
 
-    ``base``: the replicas the objectives ask for the served load, at least those serving;
-    ``current``: the active count the pool converges to; ``highest``: ``replicas.max``.
+    ``base``: the pods that served the window (:func:`served_by`); ``current``: the active
+    count the pool converges to; ``highest``: ``replicas.max``.
     """
     if demand is None or demand.refused_rate <= 0:
         return None
@@ -57,7 +95,7 @@ def view(
     elif base <= 0:
         replicas = None
     elif math.isinf(factor):
-        replicas = max(highest, base)
+        replicas = max(highest, _ceil(base))
     else:
         replicas = _ceil(base * factor)
     return DemandView(demand, factor, replicas, within)

@@ -132,9 +132,14 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
         ]
     views = [recommend.view(o, sv, serving, current, cfg.tolerance) for o, sv in observed]
     raw, driver = recommend.combine(views)
-    # 2b. refused demand: the served load understates it by A / (A - R).
-    served_need = max(raw if raw is not None else 0, serving)
-    refused = demand.view(ctx.signals.demand, served_need, current, reps.max, cfg.tolerance)
+    # 2b. refused demand: what the window's pods served understates it by A / (A - R).
+    seen = ctx.signals.demand
+    served_log = st.serving
+    if seen is not None:
+        horizon = max(cfg.window_s, seen.window_s)
+        served_log = demand.record(st.serving, now, serving, horizon)
+    served_by = demand.served_by(served_log, now, seen.window_s) if seen is not None else 0.0
+    refused = demand.view(seen, served_by, current, reps.max, cfg.tolerance)
     refusals_drive = (
         refused is not None
         and refused.replicas is not None
@@ -149,7 +154,14 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
     lowest = zero.lower_bound(reps.min, idle_from, now, ctx.tuning.scale_to_zero_delay_s)
     history = stabilize.record(st.history, now, rec, stabilize.horizon(cfg))
     since = st.since if st.since is not None else now
-    base = replace(st, history=history, panic_until=panic_until, idle_since=idle_from, since=since)
+    base = replace(
+        st,
+        history=history,
+        panic_until=panic_until,
+        idle_since=idle_from,
+        since=since,
+        serving=served_log,
+    )
     head = _head(driver, cfg.window_s, cfg.tolerance)
     if fired is not None:
         fobj, fval = fired

@@ -141,6 +141,9 @@ class PolicyState:
     # the first evaluation (this process's start, or the pool's): the scale-down window
     # before it was not seen, and an unseen window holds the current size
     since: float | None = None
+    # (time, active pods serving) at each evaluation that had the routers' demand figures,
+    # over the demand window: the pods that served (and refused) what the window counted
+    serving: tuple[tuple[float, int], ...] = ()
 
 
 @dataclass(frozen=True)
