@@ -29,6 +29,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from preheat.coalesce import CoalesceConfig
+from preheat.core.routing.admission import AdmissionConfig
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.types import PrefillCost
 from preheat.logs import fields
@@ -39,7 +40,7 @@ from preheat.router.frontend.auth import KeySet, PickAuthInterceptor
 from preheat.router.frontend.dispatch import DispatchConfig
 from preheat.router.frontend.grpc_guard import InternalErrorGuard
 from preheat.router.frontend.grpc_service import InferenceProxy, RouterService
-from preheat.router.frontend.http import HttpFrontend, start_http
+from preheat.router.frontend.http import HttpFrontend, HttpLimits, start_http
 from preheat.router.frontend.metrics import RouterMetrics
 
 log = logging.getLogger("preheat.router")
@@ -78,6 +79,10 @@ class RouterConfig:
     tenant_header: str = ""  # a trusted gateway's tenant header/metadata; "" = none
     # sent on WorkerControl.WatchCache to workers started with --cache-token-file
     worker_cache_token: str = field(default="", repr=False)
+    # the default TTFT target and the bound on requests in flight per pool
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    first_token_timeout_s: float = 10.0  # see DispatchConfig.first_token_timeout_s
+    http: HttpLimits = field(default_factory=HttpLimits)  # body size and HTTP timeouts
 
     def __post_init__(self) -> None:
         if self.coalesce_at not in ("worker", "router"):
@@ -95,6 +100,8 @@ class RouterConfig:
             upstream_coalesce=self.coalesce if self.coalesce_at == "worker" else None,
             forward_token_ids=self.forward_token_ids,
             tenant_header=self.tenant_header,
+            admission=self.admission,
+            first_token_timeout_s=self.first_token_timeout_s,
         )
 
     def frontend_coalesce(self) -> CoalesceConfig:
@@ -173,6 +180,7 @@ class RouterServer:
             registries=[self.metrics.registry],
             api_keys=self.config.api_keys,
             tenant_header=self.config.tenant_header,
+            limits=self.config.http,
         )
         self._http, http_port = await start_http(frontend, self.config.host, self.config.http_port)
         self.ports = RouterPorts(grpc=grpc_port, http=http_port)

@@ -121,6 +121,7 @@ class EmbeddedRouter:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        self.dispatcher.close()
 
     async def __aenter__(self) -> EmbeddedRouter:
         self.start()

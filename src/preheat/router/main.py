@@ -8,12 +8,16 @@ Once both ports are bound it prints one JSON line to stdout that tests and tools
 SIGINT stops it: gRPC ``stop(grace)``, HTTP, discovery. Exit status 2: bad flags or config.
 
 The routing config file (``--routing-config``) is the scheduler's YAML
-(``preheat.api.routing``) plus one router key, ``sloClasses`` (SLO class -> TTFT budget in
-ms, used by admission)::
+(``preheat.api.routing``) plus router keys: ``sloClasses`` (SLO class -> TTFT budget in ms,
+used by admission), ``defaultTtftTargetMs`` (the TTFT target of requests that name no
+deadline or class: the pool's TTFT objective; ``preheat up`` writes it from the pool file;
+default 2000, 0: none) and ``maxInFlight`` (a hard ceiling of requests in flight for the
+pool; default 0: the endpoints' ``max_num_seqs`` sum). A flag overrides the file::
 
     policy: preheat
     hotspotMarginMs: 150
     sloClasses: {interactive: 1000, standard: 5000}
+    defaultTtftTargetMs: 1000
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -36,18 +41,22 @@ from preheat import aio
 from preheat.api.routing import load_routing_config
 from preheat.coalesce import CoalesceConfig
 from preheat.core.errors import PreheatError
+from preheat.core.routing.admission import AdmissionConfig
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.scheduler import POLICIES
 from preheat.logs import LOG_FORMATS, fields, setup_logging
 from preheat.router.app import RouterConfig, RouterServer, describe
 from preheat.router.endpoints import DiscoverySource, StaticDiscovery
 from preheat.router.frontend.auth import CredentialFileError, KeySet
+from preheat.router.frontend.http import HttpLimits
 from preheat.router.frontend.tokenizer import build_tokenizer
 from preheat.tokens import TokenError, read_token
 
 log = logging.getLogger("preheat.router")
 
 SLO_CLASSES_KEY = "sloClasses"
+DEFAULT_TARGET_KEY = "defaultTtftTargetMs"
+MAX_IN_FLIGHT_KEY = "maxInFlight"
 
 
 def _env(name: str, default: str = "") -> str:
@@ -135,6 +144,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="re-routes of a request whose worker failed before the first token",
     )
     g.add_argument(
+        "--default-ttft-target-ms",
+        type=float,
+        default=None,
+        help="TTFT target (ms) of requests that name no deadline or SLO class: admission "
+        "rejects what no endpoint is predicted to start within it, and the bound on requests "
+        "in flight adapts to it (default: the config file's defaultTtftTargetMs, else 2000; "
+        "0: none)",
+    )
+    g.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=None,
+        help="hard ceiling of the pool's requests in flight at this router; beyond: 429 "
+        "with Retry-After (default: config maxInFlight, else 0 = the endpoints' max_num_seqs)",
+    )
+    g.add_argument(
+        "--first-token-timeout-s",
+        type=float,
+        default=10.0,
+        help="a worker that sends no token this long is given up on; the request is re-routed "
+        "when nothing was sent to the client yet (default 10; 0: none)",
+    )
+    g.add_argument(
+        "--request-timeout-s",
+        type=float,
+        default=600.0,
+        help="HTTP: a request's time from receipt to its last chunk (default 600; 0: none)",
+    )
+    g.add_argument(
+        "--header-timeout-s",
+        type=float,
+        default=10.0,
+        help="HTTP: a connection whose request headers do not arrive within this is closed "
+        "(also the idle keep-alive timeout; default 10)",
+    )
+    g.add_argument(
+        "--body-timeout-s",
+        type=float,
+        default=30.0,
+        help="HTTP: a request body that does not arrive within this is answered 408 (default 30)",
+    )
+    g.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=HttpLimits().max_body_bytes,
+        help="HTTP: larger request bodies are refused with 413 before they are read "
+        f"(default {HttpLimits().max_body_bytes})",
+    )
+    g.add_argument(
         "--refresh-interval-s",
         type=float,
         default=1.0,
@@ -180,9 +238,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def load_config_file(text: str) -> tuple[SchedulerConfig, dict[str, float]]:
     """The scheduler config and the SLO-class deadlines from one YAML text; every problem
     at once (``PreheatError(INVALID_ARGUMENT)``)."""
+    sched, slo, _ = load_config_file_full(text)
+    return sched, slo
+
+
+def load_config_file_full(
+    text: str,
+) -> tuple[SchedulerConfig, dict[str, float], dict[str, float]]:
+    """:func:`load_config_file` plus the admission keys given (``defaultTtftTargetMs``,
+    ``maxInFlight``), by key."""
     data: Any = yaml.safe_load(text) if text.strip() else {}
     problems: list[str] = []
     slo: dict[str, float] = {}
+    extra: dict[str, float] = {}
+    if isinstance(data, Mapping):
+        data = dict(data)
+        for key in (DEFAULT_TARGET_KEY, MAX_IN_FLIGHT_KEY):
+            if key not in data:
+                continue
+            v = data.pop(key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
+                problems.append(f"{key}: expected a number >= 0, got {v!r}")
+            elif key == MAX_IN_FLIGHT_KEY and v != int(v):
+                problems.append(f"{key}: expected a whole number, got {v!r}")
+            else:
+                extra[key] = float(v)
     if isinstance(data, Mapping) and SLO_CLASSES_KEY in data:
         data = dict(data)
         raw = data.pop(SLO_CLASSES_KEY)
@@ -201,7 +281,7 @@ def load_config_file(text: str) -> tuple[SchedulerConfig, dict[str, float]]:
         sched = SchedulerConfig()
     if problems:
         raise ValueError("; ".join(problems))
-    return sched, slo
+    return sched, slo, extra
 
 
 def build_discovery(spec: str) -> DiscoverySource:
@@ -225,9 +305,10 @@ def build_config(args: argparse.Namespace) -> RouterConfig:
     problems: list[str] = []
     sched = SchedulerConfig()
     slo: dict[str, float] = {}
+    extra: dict[str, float] = {}
     if args.routing_config:
         try:
-            sched, slo = load_config_file(Path(args.routing_config).read_text())
+            sched, slo, extra = load_config_file_full(Path(args.routing_config).read_text())
         except OSError as e:
             problems.append(f"--routing-config {args.routing_config}: cannot read: {e}")
         except (ValueError, yaml.YAMLError) as e:
@@ -266,6 +347,29 @@ def build_config(args: argparse.Namespace) -> RouterConfig:
         cache_token = read_token(args.worker_cache_token_file, "PREHEAT_CACHE_TOKEN")
     except TokenError as e:
         problems.append(f"--worker-cache-token-file: {e}")
+    target = args.default_ttft_target_ms
+    if target is None:
+        target = extra.get(DEFAULT_TARGET_KEY, AdmissionConfig().default_ttft_target_ms)
+    max_in_flight = args.max_in_flight
+    if max_in_flight is None:
+        max_in_flight = int(extra.get(MAX_IN_FLIGHT_KEY, 0))
+    adm = AdmissionConfig()
+    try:
+        adm = AdmissionConfig(default_ttft_target_ms=target, max_in_flight=max_in_flight)
+    except ValueError as e:
+        problems.append(f"--default-ttft-target-ms/--max-in-flight: {e}")
+    if not args.first_token_timeout_s >= 0:
+        problems.append(f"--first-token-timeout-s must be >= 0, got {args.first_token_timeout_s}")
+    http = HttpLimits()
+    try:
+        http = HttpLimits(
+            max_body_bytes=args.max_body_bytes,
+            header_timeout_s=args.header_timeout_s,
+            body_timeout_s=args.body_timeout_s,
+            request_timeout_s=args.request_timeout_s,
+        )
+    except ValueError as e:
+        problems.append(f"HTTP limits: {e}")
     if problems:
         raise ValueError("; ".join(problems))
     return RouterConfig(
@@ -290,6 +394,9 @@ def build_config(args: argparse.Namespace) -> RouterConfig:
         pick_tokens=keys["--pick-token-file"],
         tenant_header=args.tenant_header.strip().lower(),
         worker_cache_token=cache_token,
+        admission=adm,
+        first_token_timeout_s=args.first_token_timeout_s,
+        http=http,
     )
 
 

@@ -258,6 +258,12 @@ class EndpointStore:
                 f"routable after {timeout_s:g}s; known: {known or 'none'}"
             ) from None
 
+    async def wait_changed(self, timeout_s: float) -> None:
+        """Returns when the routable set may have changed, or after ``timeout_s``."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.0, timeout_s)):
+                await self._changed.wait()
+
     # --- views ----------------------------------------------------------------------------
     def snapshot(self) -> tuple[Endpoint, ...]:
         """The routable endpoints, in discovery order."""

@@ -1,17 +1,28 @@
 """The router's request path, shared by every front end: prepare, decide, proxy.
 
-1. **Prepare** (:meth:`Dispatcher.prepare`): tokenize the prompt, validate it with
-   ``preheat.core.validation`` against the pool's limits, cut it into prefix block hashes
-   and work out its TTFT deadline (``ttft_deadline_ms`` or its SLO class's deadline).
-2. **Decide** (:meth:`Dispatcher.decide`): wait (bounded queue, bounded time) until an
+1. **Prepare** (:meth:`Dispatcher.prepare`, :meth:`Dispatcher.prepare_async`): tokenize
+   the prompt (counting piece by piece, so a prompt over the context window is refused
+   after about one window's worth of work), validate it with ``preheat.core.validation``
+   against the pool's limits, cut it into prefix block hashes and work out its TTFT target
+   (``ttft_deadline_ms``, else its SLO class's deadline, else the pool's default target:
+   ``preheat.core.routing.admission``). ``prepare_async`` does the CPU work of a prompt of
+   ``offload_chars`` or more in a small thread pool, off the event loop.
+2. **Admit** (:meth:`Dispatcher.generate`): the pool's bound on requests in flight
+   (``preheat.core.routing.admission.admit``, adapted to the observed TTFT); past it
+   RESOURCE_EXHAUSTED with the predicted drain time as retry-after.
+3. **Decide** (:meth:`Dispatcher.decide`): wait (bounded queue, bounded time) until an
    endpoint is routable, build a :class:`RoutingContext` from the store's snapshot, call the
    pure scheduler and keep its state. A rejection becomes RESOURCE_EXHAUSTED with a
    retry-after. Every decision is recorded in the store's prefix history.
-3. **Proxy** (:meth:`Dispatcher.generate`): forward to the chosen worker with the remaining
-   deadline; a failure before the first token (UNAVAILABLE, RESOURCE_EXHAUSTED, a dead
-   connection) is retried on the next-best endpoint (bounded); after tokens were relayed the
-   stream ends with UNAVAILABLE saying so, never with duplicated text. Closing the returned
-   iterator (client cancel) cancels the upstream call.
+4. **Proxy** (:meth:`Dispatcher.generate`): forward to the chosen worker with the remaining
+   deadline; a failure before anything was passed on (UNAVAILABLE, RESOURCE_EXHAUSTED, a
+   dead connection, or no first token within ``first_token_timeout_s``: a frozen worker) is
+   retried on the next-best endpoint (bounded); when every endpoint was tried, the request
+   waits in the queue (bounded) for a new one, e.g. a standby being promoted. A buffered
+   request (a non-streaming HTTP response) passes nothing on before the worker finishes,
+   so a failure at any point is retried. After tokens were passed on the stream ends with
+   UNAVAILABLE saying so, never with duplicated text. Closing the returned iterator
+   (client cancel) cancels the upstream call.
 
 Everything here is transport-neutral: errors are ``PreheatError``; the gRPC and HTTP front
 ends map them to statuses in their one place each.
@@ -20,32 +31,42 @@ ends map them to statuses in their one place each.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
 from preheat.coalesce import CoalesceConfig
 from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.routing import admission
+from preheat.core.routing.admission import AdmissionConfig, AdmissionInput, LimitState
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.scheduler import SchedulerState, schedule
 from preheat.core.routing.types import Decision, Endpoint, PrefillCost, RequestInfo, RoutingContext
-from preheat.core.validation import GenerateSpec, ModelLimits, check_generate
+from preheat.core.validation import GenerateSpec, ModelLimits, validate_generate
 from preheat.grpc_errors import error_code
 from preheat.logs import fields, pseudonym
 from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc
 from preheat.router.endpoints import EndpointStore
 from preheat.router.frontend.bounds import check_request
 from preheat.router.frontend.metrics import Outcome, RouterMetrics
-from preheat.router.frontend.tokenizer import PromptTokenizer, prompt_block_hashes
+from preheat.router.frontend.tokenizer import (
+    PromptTokenizer,
+    TooManyTokens,
+    encode_within,
+    prompt_block_hashes,
+)
 
 log = logging.getLogger("preheat.router")
 perf_counter = time.perf_counter
+T = TypeVar("T")
 
 RETRYABLE = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.RESOURCE_EXHAUSTED})
 """Worker errors before the first token that send the request to the next-best endpoint."""
@@ -53,6 +74,7 @@ RETRYABLE = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.RESOURCE_EXHAUSTED})
 UPSTREAM_INTERNAL = "internal error in the worker (the router's log has its detail)"
 UNLIMITED_MODEL_LEN = 1 << 30
 DEFAULT_BLOCK_SIZE = 16
+COMPLETION_WINDOW_S = 10.0  # the completion rate (retry-after's drain time) is over this
 
 
 @dataclass(frozen=True)
@@ -72,6 +94,14 @@ class DispatchConfig:
     # metadata/header naming the request's tenant, set by a trusted gateway ("" = none);
     # the tenant salts the prefix block hashes (see router/frontend/auth.py)
     tenant_header: str = ""
+    # the default TTFT target and the bound on requests in flight (core.routing.admission)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    # a worker that sends no token this long after the request reached it is given up on
+    # (re-routed when nothing was passed on yet); 0: no limit
+    first_token_timeout_s: float = 10.0
+    # prompts of at least this many characters are tokenized and hashed in a thread pool
+    offload_chars: int = 16 * 1024
+    tokenizer_threads: int = 2
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
@@ -80,6 +110,12 @@ class DispatchConfig:
             raise ValueError(f"max_queue must be >= 0, got {self.max_queue}")
         if self.queue_timeout_s < 0:
             raise ValueError(f"queue_timeout_s must be >= 0, got {self.queue_timeout_s}")
+        if not self.first_token_timeout_s >= 0:
+            raise ValueError(
+                f"first_token_timeout_s must be >= 0, got {self.first_token_timeout_s}"
+            )
+        if self.offload_chars < 0 or self.tokenizer_threads < 1:
+            raise ValueError("offload_chars must be >= 0 and tokenizer_threads >= 1")
 
 
 @dataclass(frozen=True)
@@ -93,6 +129,8 @@ class Prepared:
     # in whole milliseconds, too coarse for the router's own sub-millisecond stages)
     received_pc: float
     tokens: list[int] | None = None  # the router's tokenization of a text prompt
+    # the TTFT it is admitted against (its deadline, its SLO class's, or the pool's default)
+    target_ms: float | None = None
 
     def with_token_ids(self) -> inference_pb2.GenerateRequest:
         """The request with the router's token ids in place of its text."""
@@ -139,6 +177,10 @@ class Dispatcher:
         self._state = SchedulerState()
         self._stubs: dict[int, Any] = {}
         self._waiting = 0
+        self._in_flight = 0  # generate() calls admitted and not finished
+        self._limit: LimitState = admission.initial_state(config.admission)
+        self._completions: collections.deque[float] = collections.deque()
+        self._executor: ThreadPoolExecutor | None = None
         uc = config.upstream_coalesce
         self._upstream_coalesce = uc.to_pb() if uc is not None and uc.enabled else None
 
@@ -167,9 +209,58 @@ class Dispatcher:
         received: float | None = None,
         tenant: str = "",
     ) -> Prepared:
+        """Validates ``req`` and works out what routing needs, on the calling thread."""
         received_pc = perf_counter()
         loop = asyncio.get_running_loop()
         received = loop.time() if received is None else received
+        req, limits, bs = self._pre(req, tenant)
+        return self._build(req, limits, bs, client_region, client_zone, received, received_pc)
+
+    async def prepare_async(
+        self,
+        req: inference_pb2.GenerateRequest,
+        *,
+        client_region: str = "",
+        client_zone: str = "",
+        received: float | None = None,
+        tenant: str = "",
+    ) -> Prepared:
+        """:meth:`prepare`, with a prompt of ``offload_chars`` or more tokenized and hashed in
+        the dispatcher's thread pool, so the event loop keeps serving other requests."""
+        received_pc = perf_counter()
+        loop = asyncio.get_running_loop()
+        received = loop.time() if received is None else received
+        req, limits, bs = self._pre(req, tenant)
+        args = (req, limits, bs, client_region, client_zone, received, received_pc)
+        if _prompt_size(req) < self.config.offload_chars:
+            return self._build(*args)
+        return await loop.run_in_executor(self._pool(), self._build, *args)
+
+    async def offload(self, size: int, fn: Callable[[], T]) -> T:
+        """``fn()``, in the thread pool when ``size`` (characters or bytes of input) is at
+        least ``offload_chars``, else at once on the calling thread."""
+        if size < self.config.offload_chars:
+            return fn()
+        return await asyncio.get_running_loop().run_in_executor(self._pool(), fn)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                max_workers=self.config.tokenizer_threads, thread_name_prefix="preheat-tokenize"
+            )
+        return self._executor
+
+    def close(self) -> None:
+        """Stops the tokenizer threads (a running tokenization finishes first)."""
+        ex, self._executor = self._executor, None
+        if ex is not None:
+            ex.shutdown(wait=False, cancel_futures=True)
+
+    def _pre(
+        self, req: inference_pb2.GenerateRequest, tenant: str
+    ) -> tuple[inference_pb2.GenerateRequest, ModelLimits, int]:
+        """The loop-side part of preparing: bounds, a request id, the tenant's cache salt,
+        the pool's limits, its block size."""
         check_request(req)
         if not req.request_id or req.cache_salt != tenant:
             r = inference_pb2.GenerateRequest()
@@ -177,13 +268,30 @@ class Dispatcher:
             r.request_id = req.request_id or uuid.uuid4().hex
             r.cache_salt = tenant  # the router's word on the tenant, never the client's
             req = r
+        return req, self.pool_limits(req.model), self.block_size(self._snapshot())
+
+    def _build(
+        self,
+        req: inference_pb2.GenerateRequest,
+        limits: ModelLimits,
+        bs: int,
+        client_region: str,
+        client_zone: str,
+        received: float,
+        received_pc: float,
+    ) -> Prepared:
+        """The CPU part of preparing (tokenize, validate, hash): touches nothing shared but
+        the tokenizer, so it may run in the thread pool."""
         which = req.WhichOneof("input")
         prompt = req.prompt if which == "prompt" else None
         ids = list(req.prompt_token_ids.ids) if which == "prompt_token_ids" else None
         tokens: list[int] | None = ids
+        too_long: TooManyTokens | None = None
         if prompt:
             try:
-                tokens = self.tokenizer.encode(prompt)
+                tokens = encode_within(self.tokenizer, prompt, limits.max_model_len)
+            except TooManyTokens as e:
+                too_long, tokens = e, None
             except Exception as e:
                 log.warning(
                     "tokenize_failed", exc_info=True, extra=fields(request_id=req.request_id)
@@ -202,12 +310,23 @@ class Dispatcher:
             top_p=s.top_p if s.HasField("top_p") else None,
             stop=tuple(s.stop),
         )
-        check_generate(spec, self.pool_limits(req.model))
+        problems = validate_generate(spec, limits)
+        if too_long is not None:
+            problems.insert(
+                0,
+                f"prompt has more than {too_long.limit} tokens (counting stopped at "
+                f"{too_long.counted}), more than the model's context window of "
+                f"{limits.max_model_len} tokens",
+            )
+        if problems:
+            raise PreheatError(
+                ErrorCode.INVALID_ARGUMENT, "invalid request: " + "; ".join(problems)
+            )
         assert tokens is not None
         if self._upstream_coalesce is not None and not req.HasField("coalesce"):
             req.coalesce.CopyFrom(self._upstream_coalesce)
-        bs = self.block_size(self._snapshot())
         deadline_ms: float | None = float(req.ttft_deadline_ms) if req.ttft_deadline_ms else None
+        slo_ms: float | None = None
         if deadline_ms is None and req.slo_class:
             if req.slo_class not in self.config.slo_deadlines_ms:
                 known = ", ".join(sorted(self.config.slo_deadlines_ms)) or "none configured"
@@ -215,29 +334,33 @@ class Dispatcher:
                     ErrorCode.INVALID_ARGUMENT,
                     f"unknown slo_class {req.slo_class!r} (known: {known})",
                 )
-            deadline_ms = self.config.slo_deadlines_ms[req.slo_class]
+            slo_ms = self.config.slo_deadlines_ms[req.slo_class]
+        target = admission.ttft_target_ms(deadline_ms, slo_ms, self.config.admission)
         info = RequestInfo(
             request_id=req.request_id,
             prompt_tokens=len(tokens),
-            block_hashes=prompt_block_hashes(tokens, bs, tenant),
+            block_hashes=prompt_block_hashes(tokens, bs, req.cache_salt),
             block_size=bs,
             max_tokens=s.max_tokens,
             session_id=req.session_id,
             client_region=client_region or self.config.region,
             client_zone=client_zone or (self.config.zone if not client_region else ""),
-            ttft_deadline_ms=deadline_ms,
+            ttft_deadline_ms=target,
             priority=int(req.priority),
         )
         self.metrics.observe_arrival()  # a valid request for the pool: demand, served or not
-        return Prepared(req, info, received, received_pc, tokens if prompt else None)
+        return Prepared(req, info, received, received_pc, tokens if prompt else None, target)
 
     # --- decide --------------------------------------------------------------------------
     def _snapshot(self) -> tuple[Endpoint, ...]:
         return tuple(self.store.snapshot())
 
-    async def _wait_routable(self, deadline: float | None) -> tuple[Endpoint, ...]:
-        """The snapshot once it has an endpoint: waits in the bounded queue if needed."""
-        endpoints = self._snapshot()
+    async def _wait_routable(
+        self, deadline: float | None, exclude: frozenset[str] = frozenset()
+    ) -> tuple[Endpoint, ...]:
+        """The snapshot (less ``exclude``) once it has an endpoint: waits in the bounded
+        queue if needed, e.g. for a standby being promoted after the only endpoint failed."""
+        endpoints = self._routable(exclude)
         if endpoints:
             return endpoints
         if self._waiting >= self.config.max_queue:
@@ -255,18 +378,43 @@ class Dispatcher:
         self._waiting += 1
         self.metrics.queue_depth.set(self._waiting)
         try:
-            try:
-                await self.store.wait_ready(timeout_s=waited)
-            except TimeoutError as e:
-                raise PreheatError(
-                    ErrorCode.UNAVAILABLE,
-                    f"no routable endpoint within {waited:.3g}s: {e}",
-                    retry_after_s=1.0,
-                ) from None
-            return self._snapshot()
+            while not endpoints:
+                remaining = limit - loop.time()
+                if remaining <= 0:
+                    raise PreheatError(
+                        ErrorCode.UNAVAILABLE,
+                        self._none_routable(waited, exclude),
+                        retry_after_s=1.0,
+                    )
+                await self.store.wait_changed(remaining)
+                endpoints = self._routable(exclude)
+            return endpoints
         finally:
             self._waiting -= 1
             self.metrics.queue_depth.set(self._waiting)
+
+    def _routable(self, exclude: frozenset[str]) -> tuple[Endpoint, ...]:
+        endpoints = self._snapshot()
+        if exclude:
+            endpoints = tuple(e for e in endpoints if e.id not in exclude)
+        return endpoints
+
+    def _none_routable(self, waited: float, exclude: frozenset[str]) -> str:
+        if exclude:
+            return (
+                f"no endpoint left to try: {', '.join(sorted(exclude))} failed before "
+                f"anything was sent, and no other became routable within {waited:.3g}s"
+            )
+        known = ", ".join(
+            f"{v.id}({v.lifecycle}, healthy={v.healthy}"
+            + (f", error={v.last_error}" if v.last_error else "")
+            + ")"
+            for v in self.store.all_endpoints()
+        )
+        return (
+            f"no routable endpoint within {waited:.3g}s: pool {self.pool!r}: 0 endpoints "
+            f"routable; known: {known or 'none'}"
+        )
 
     def _now(self) -> float:
         """The store's clock (its ``metrics_at`` are on it), else the loop's."""
@@ -294,16 +442,7 @@ class Dispatcher:
         record: bool = True,
     ) -> Decision:
         """The scheduler's decision (never a rejection: that raises RESOURCE_EXHAUSTED)."""
-        endpoints = await self._wait_routable(deadline)
-        if exclude:
-            endpoints = tuple(e for e in endpoints if e.id not in exclude)
-            if not endpoints:
-                raise PreheatError(
-                    ErrorCode.UNAVAILABLE,
-                    f"no endpoint left to try: {', '.join(sorted(exclude))} failed before the "
-                    "first token",
-                    retry_after_s=1.0,
-                )
+        endpoints = await self._wait_routable(deadline, exclude)
         now = self._now()
         ctx = RoutingContext(
             now=now,
@@ -340,6 +479,39 @@ class Dispatcher:
             self._stubs[id(channel)] = stub
         return stub[1]
 
+    def _admit(self) -> None:
+        """Raises RESOURCE_EXHAUSTED when the pool is at its bound on requests in flight."""
+        now = self._now()
+        cutoff = now - COMPLETION_WINDOW_S
+        done = self._completions
+        while done and done[0] < cutoff:
+            done.popleft()
+        span = min(COMPLETION_WINDOW_S, now - done[0]) if len(done) >= 2 else 0.0
+        rate = (len(done) - 1) / span if span > 0 else 0.0
+        verdict = admission.admit(
+            AdmissionInput(
+                now=now,
+                in_flight=self._in_flight,
+                endpoints=self._snapshot(),
+                completions_per_s=rate,
+                pool=self.pool,
+            ),
+            self._limit,
+            self.config.admission,
+        )
+        if not verdict.admitted:
+            self.metrics.decisions.labels(self.pool, "over-limit").inc()
+            raise PreheatError(
+                ErrorCode.RESOURCE_EXHAUSTED,
+                f"rejected: {verdict.explanation}",
+                retry_after_s=verdict.retry_after_s,
+            )
+
+    @property
+    def in_flight_limit(self) -> int:
+        """The pool's bound on requests in flight right now."""
+        return admission.pool_limit(self._limit, self._snapshot(), self.config.admission)
+
     async def generate(
         self,
         prep: Prepared,
@@ -347,14 +519,26 @@ class Dispatcher:
         api: str,
         timeout_s: float | None = None,
         stats: StreamStats | None = None,
+        buffered: bool = False,
     ) -> AsyncGenerator[inference_pb2.GenerateResponse, None]:
-        """Routes and proxies one prepared request; raises ``PreheatError`` on failure."""
+        """Admits, routes and proxies one prepared request; raises ``PreheatError`` on
+        failure. ``buffered``: the caller passes nothing on before the stream ends (a
+        non-streaming response), so chunks are held until the worker finished and a failure
+        at any point is retried like one before the first token."""
         loop = asyncio.get_running_loop()
         st = stats if stats is not None else StreamStats()
         deadline = prep.received + timeout_s if timeout_s is not None else None
         tried: set[str] = set()
         outcome = Outcome.ERROR
         as_ids: inference_pb2.GenerateRequest | None = None
+        sent = False  # a chunk was passed on: no retry from then on
+        attempt_first: float | None = None  # the current attempt's first token
+        try:
+            self._admit()
+        except PreheatError as e:
+            self.metrics.observe_outcome(api, Outcome.of_error(e.code))
+            raise
+        self._in_flight += 1
         self.metrics.in_flight.inc()
         try:
             while True:
@@ -364,6 +548,7 @@ class Dispatcher:
                 st.endpoint, st.decision = ep, decision
                 st.attempts += 1
                 st.routed_at = perf_counter()
+                attempt_first = None
                 self.metrics.overhead.observe(st.routed_at - prep.received_pc)
                 self._log_routed(prep, decision, st.attempts)
                 self.store.request_started(ep.id)
@@ -373,15 +558,25 @@ class Dispatcher:
                     as_ids = as_ids if as_ids is not None else prep.with_token_ids()
                     upstream = as_ids
                 call = self._stub(ep).Generate(upstream, timeout=remaining)
+                chunks: AsyncIterator[inference_pb2.GenerateResponse] = call.__aiter__()
                 itl_hist = self.metrics.itl.labels(ep.pool, decision.reason)
+                held: list[inference_pb2.GenerateResponse] = []
+                ft_limit = self.config.first_token_timeout_s
                 try:
-                    async for chunk in call:
+                    while True:
+                        if attempt_first is None and ft_limit > 0:
+                            left = ft_limit - (perf_counter() - st.routed_at)
+                            chunk = await _read_within(chunks, left, ep.id, ft_limit)
+                        else:
+                            chunk = await anext(chunks, None)
+                        if chunk is None:
+                            break
                         n = len(chunk.token_ids)
                         first: float | None = None
                         if n or chunk.text:
                             now = perf_counter()
-                            if st.first_token_at is None:
-                                st.first_token_at = first = now
+                            if attempt_first is None:
+                                attempt_first = st.first_token_at = first = now
                             elif n and st.last_token_at is not None:
                                 itl = (now - st.last_token_at) / n
                                 for _ in range(n):
@@ -390,64 +585,91 @@ class Dispatcher:
                             st.tokens += n
                         if chunk.HasField("usage"):
                             st.usage = chunk.usage
+                        if buffered:
+                            held.append(chunk)
+                            if first is not None:
+                                self._on_first_token(prep, st, ep, decision, first)
+                            continue
                         if first is None:
+                            sent = True
                             yield chunk
                             continue
                         try:
+                            sent = True
                             yield chunk  # the first token goes out before its bookkeeping
                         finally:
                             self._on_first_token(prep, st, ep, decision, first)
                     outcome = Outcome.OK
                     self._on_done(prep, st, ep, decision)
+                    for chunk in held:
+                        sent = True
+                        yield chunk
                     return
-                except grpc.aio.AioRpcError as e:
-                    code = error_code(e.code())
-                    detail = e.details() or e.code().name
+                except (grpc.aio.AioRpcError, _NoFirstToken) as e:
+                    if isinstance(e, _NoFirstToken):
+                        code, detail = ErrorCode.UNAVAILABLE, str(e)
+                    else:
+                        code, detail = error_code(e.code()), e.details() or e.code().name
                     if code is ErrorCode.INTERNAL:  # a worker's bug: its text stays in the log
                         log.warning(
                             "upstream_internal_error", extra=fields(worker=ep.id, detail=detail)
                         )
                         detail = UPSTREAM_INTERNAL
-                    if st.first_token_at is None:
+                    if sent:
+                        raise PreheatError(
+                            ErrorCode.UNAVAILABLE,
+                            f"worker {ep.id} failed after {st.tokens} tokens ({code.value}: "
+                            f"{detail}); not retried to avoid duplicate text",
+                        ) from None
+                    if attempt_first is None:
                         if code in RETRYABLE or code is ErrorCode.INTERNAL:
                             self.store.request_failed(ep.id)
                         else:
                             self.store.request_finished(ep.id)
-                        retry = (
-                            code in RETRYABLE
-                            and st.attempts <= self.config.max_retries
-                            and (deadline is None or loop.time() < deadline)
-                        )
-                        log.info(
-                            "upstream_failed",
-                            extra=fields(
-                                worker=ep.id, code=code.value, detail=detail, retrying=retry
-                            ),
-                        )
-                        if retry:
-                            tried.add(ep.id)
-                            self.metrics.retries.labels(ep.pool).inc()
-                            continue
-                        raise PreheatError(code, _upstream_message(ep.id, code, detail)) from None
-                    raise PreheatError(
-                        ErrorCode.UNAVAILABLE,
-                        f"worker {ep.id} failed after {st.tokens} tokens ({code.value}: "
-                        f"{detail}); not retried to avoid duplicate text",
-                    ) from None
+                    retry = (
+                        code in RETRYABLE
+                        and st.attempts <= self.config.max_retries
+                        and (deadline is None or loop.time() < deadline)
+                    )
+                    log.info(
+                        "upstream_failed",
+                        extra=fields(
+                            worker=ep.id,
+                            code=code.value,
+                            detail=detail,
+                            retrying=retry,
+                            tokens_discarded=st.tokens,
+                        ),
+                    )
+                    if retry:
+                        tried.add(ep.id)
+                        st.tokens, st.usage = 0, None
+                        st.first_token_at = st.last_token_at = None
+                        self.metrics.retries.labels(ep.pool).inc()
+                        continue
+                    if isinstance(e, _NoFirstToken):
+                        raise PreheatError(
+                            ErrorCode.DEADLINE_EXCEEDED,
+                            f"{detail}; no other endpoint to try",
+                            retry_after_s=1.0,
+                        ) from None
+                    raise PreheatError(code, _upstream_message(ep.id, code, detail)) from None
                 finally:
                     if not call.done():
                         call.cancel()
         except PreheatError as e:
             outcome = Outcome.of_error(e.code)
-            if e.code is ErrorCode.UNAVAILABLE and st.first_token_at is not None:
+            if e.code is ErrorCode.UNAVAILABLE and sent:
                 outcome = Outcome.FAILED
             raise
         except (asyncio.CancelledError, GeneratorExit):
             outcome = Outcome.CANCELLED
-            if st.endpoint is not None and st.first_token_at is None:
+            if st.endpoint is not None and attempt_first is None:
                 self.store.request_finished(st.endpoint.id)
             raise
         finally:
+            self._in_flight -= 1
+            self._completions.append(self._now())
             self.metrics.in_flight.dec()
             self.metrics.observe_outcome(api, outcome)
 
@@ -466,6 +688,16 @@ class Dispatcher:
         upstream_s = now - (st.routed_at if st.routed_at is not None else prep.received_pc)
         # the worker's own TTFT comes only with the last chunk: 0 = unknown here
         self.store.first_token(ep.id, upstream_s, 0.0)
+        target = self.config.admission.default_ttft_target_ms
+        if target > 0:
+            self._limit = admission.observe_ttft(
+                self._limit,
+                ttft_s * 1e3,
+                target,
+                self._in_flight,
+                self._snapshot(),
+                self.config.admission,
+            )
         m = self.metrics
         m.ttft.labels(ep.pool, decision.reason).observe(ttft_s)
         pred_s = decision.predicted_ttft_ms / 1e3
@@ -527,6 +759,35 @@ class Dispatcher:
                 explanation=decision.explanation,
             ),
         )
+
+
+class _NoFirstToken(Exception):
+    """The worker sent no token within the first-token timeout (a frozen worker)."""
+
+
+async def _read_within(
+    chunks: AsyncIterator[inference_pb2.GenerateResponse],
+    left_s: float,
+    worker: str,
+    limit_s: float,
+) -> inference_pb2.GenerateResponse | None:
+    """The next chunk (None at the end), or ``_NoFirstToken`` after ``left_s``."""
+    try:
+        async with asyncio.timeout(max(0.0, left_s)) as cm:
+            return await anext(chunks, None)
+    except TimeoutError:
+        if cm.expired():
+            raise _NoFirstToken(
+                f"worker {worker} sent no token within {limit_s:g}s (first-token timeout)"
+            ) from None
+        raise
+
+
+def _prompt_size(req: inference_pb2.GenerateRequest) -> int:
+    """Characters (or token ids) of the request's prompt: what tokenizing it costs."""
+    if req.WhichOneof("input") == "prompt_token_ids":
+        return len(req.prompt_token_ids.ids)
+    return len(req.prompt)
 
 
 def _r(v: float | None) -> float | None:

@@ -79,7 +79,7 @@ class InferenceProxy(inference_pb2_grpc.InferenceServicer):
         received = loop.time()
         md = _metadata(context)
         try:
-            prep = self._d.prepare(
+            prep = await self._d.prepare_async(
                 _with_session(request, md),
                 client_region=md.get(CLIENT_REGION_KEY, ""),
                 client_zone=md.get(CLIENT_ZONE_KEY, ""),

@@ -15,17 +15,26 @@
   in ``GenerateResponse.timing``.
 - ``GET /v1/models``; ``GET /metrics``; ``GET /healthz`` (liveness: always 200);
   ``GET /ready`` (200 once the store has a routable endpoint, else 503).
+- Limits (:class:`HttpLimits`): a body over ``max_body_bytes`` is refused with 413 before
+  it is read (``Content-Length``) or as soon as it grows past it (chunked); a connection
+  whose request line and headers do not arrive within ``header_timeout_s`` is closed; a
+  body that does not arrive within ``body_timeout_s`` is answered 408; a request gets
+  ``request_timeout_s`` from receipt to its last chunk (504, or an error event once the
+  stream started). A large body is parsed and its prompt tokenized in the dispatcher's
+  thread pool, so one client's megabytes do not stall everyone else's requests.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -68,6 +77,26 @@ _ERROR_TYPE = {
 }
 
 
+@dataclass(frozen=True)
+class HttpLimits:
+    """What one HTTP client may take of the router (see the module docstring)."""
+
+    max_body_bytes: int = 4 * 1024 * 1024
+    # request line + headers of a request must arrive within this (aiohttp's keep-alive
+    # timeout: it is also how long an idle keep-alive connection stays open)
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0  # the whole body, from when its handler starts; 0: none
+    request_timeout_s: float = 600.0  # from receipt to the last chunk; 0: none
+
+    def __post_init__(self) -> None:
+        if self.max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
+        for name in ("header_timeout_s", "body_timeout_s", "request_timeout_s"):
+            v = getattr(self, name)
+            if not v >= 0 or math.isinf(v):
+                raise ValueError(f"{name} must be a number >= 0, got {v}")
+
+
 class HttpFrontend:
     def __init__(
         self,
@@ -79,6 +108,7 @@ class HttpFrontend:
         registries: list[CollectorRegistry],
         api_keys: KeySet | None = None,
         tenant_header: str = "",
+        limits: HttpLimits | None = None,
     ) -> None:
         self.d = dispatcher
         self.coalesce = coalesce_config
@@ -87,6 +117,7 @@ class HttpFrontend:
         self.registries = registries
         self.api_keys = api_keys  # None: the API is open (see router/frontend/auth.py)
         self.tenant_header = tenant_header
+        self.limits = limits if limits is not None else HttpLimits()
 
 
 FRONTEND_KEY: web.AppKey[HttpFrontend] = web.AppKey("frontend", HttpFrontend)
@@ -160,21 +191,67 @@ def _headers(
     return headers
 
 
+def _too_large(size: str, limit: int) -> web.Response:
+    return _limit_response(
+        413,
+        f"request body of {size} exceeds the limit of {limit} bytes "
+        "(the router's --max-body-bytes)",
+        "request_too_large",
+    )
+
+
+def _limit_response(status: int, message: str, code: str) -> web.Response:
+    kind = "invalid_request_error" if status == 413 else "timeout"
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return web.json_response(body, status=status, headers={"Connection": "close"})
+
+
+async def _read_body(request: web.Request, limits: HttpLimits) -> bytes | web.Response:
+    """The body, or the 413/408 response that refuses it (before reading, when the
+    declared length is over the limit)."""
+    declared = request.content_length
+    if declared is not None and declared > limits.max_body_bytes:
+        return _too_large(f"{declared} bytes", limits.max_body_bytes)
+    try:
+        async with asyncio.timeout(limits.body_timeout_s or None):
+            return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _too_large(f"more than {limits.max_body_bytes} bytes", limits.max_body_bytes)
+    except TimeoutError:
+        return _limit_response(
+            408,
+            f"the request body did not arrive within {limits.body_timeout_s:g}s "
+            "(the router's --body-timeout-s)",
+            "request_timeout",
+        )
+
+
+def _parse_chat(raw: bytes) -> tuple[ChatBody, str]:
+    cbody: ChatBody = parse_body(ChatBody, raw)
+    return cbody, flatten_chat(cbody.messages)
+
+
+def _parse_completion(raw: bytes) -> tuple[CompletionBody, str]:
+    pbody: CompletionBody = parse_body(CompletionBody, raw)
+    return pbody, pbody.prompt_text()
+
+
 async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
     fe = request.app[FRONTEND_KEY]
     received = asyncio.get_running_loop().time()
     api = "openai"
     try:
-        raw = await request.read()
+        raw = await _read_body(request, fe.limits)
+        if isinstance(raw, web.Response):
+            fe.d.metrics.observe_outcome(api, Outcome.INVALID)
+            return raw
         if chat:
-            cbody: ChatBody = parse_body(ChatBody, raw)
+            cbody, prompt = await fe.d.offload(len(raw), functools.partial(_parse_chat, raw))
             body: Any = cbody
-            prompt = flatten_chat(cbody.messages)
             max_tokens = cbody.max_completion_tokens or cbody.max_tokens or DEFAULT_CHAT_MAX_TOKENS
         else:
-            pbody: CompletionBody = parse_body(CompletionBody, raw)
+            pbody, prompt = await fe.d.offload(len(raw), functools.partial(_parse_completion, raw))
             body = pbody
-            prompt = pbody.prompt_text()
             max_tokens = pbody.max_tokens or DEFAULT_MAX_TOKENS
         hdr_deadline = request.headers.get("x-ttft-deadline-ms")
         if hdr_deadline is not None and body.ttft_deadline_ms is None:
@@ -184,7 +261,7 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
         greq = to_generate_request(
             body, prompt, max_tokens, session_id=_session(request, body), request_id=""
         )
-        prep = fe.d.prepare(
+        prep = await fe.d.prepare_async(
             greq,
             client_region=request.headers.get("x-client-region", ""),
             client_zone=request.headers.get("x-client-zone", ""),
@@ -202,7 +279,13 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
     obj_id = ("chatcmpl-" if chat else "cmpl-") + rid
     stats = StreamStats()
     with request_context(rid):
-        stream = fe.d.generate(prep, api=api, stats=stats)
+        stream = fe.d.generate(
+            prep,
+            api=api,
+            stats=stats,
+            timeout_s=fe.limits.request_timeout_s or None,
+            buffered=not body.stream,
+        )
         async with (
             contextlib.aclosing(stream),
             contextlib.aclosing(coalesce(stream, fe.coalesce)) as chunks,
@@ -362,7 +445,9 @@ async def _ready(request: web.Request) -> web.Response:
 
 def build_app(frontend: HttpFrontend) -> web.Application:
     auth = [] if frontend.api_keys is None else [api_key_middleware(frontend.api_keys)]
-    app = web.Application(middlewares=[json_errors, *auth], client_max_size=16 * 1024 * 1024)
+    app = web.Application(
+        middlewares=[json_errors, *auth], client_max_size=frontend.limits.max_body_bytes
+    )
     app[FRONTEND_KEY] = frontend
     app.router.add_post("/v1/completions", _completions)
     app.router.add_post("/v1/chat/completions", _chat)
@@ -379,6 +464,10 @@ async def start_http(frontend: HttpFrontend, host: str, port: int) -> tuple[web.
     ``handler_cancellation``: a client that disconnects cancels its handler, which closes
     the upstream stream, so the worker stops generating for nobody."""
     runner = JsonErrorAppRunner(
-        build_app(frontend), access_log=None, handle_signals=False, handler_cancellation=True
+        build_app(frontend),
+        access_log=None,
+        handle_signals=False,
+        handler_cancellation=True,
+        keepalive_timeout=frontend.limits.header_timeout_s,
     )
     return runner, await serve(runner, host, port)

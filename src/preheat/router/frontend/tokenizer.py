@@ -9,8 +9,11 @@ The router cuts a prompt into the same chained block hashes the workers report
   ``transformers`` directory), loaded lazily on first use so that start-up stays fast and
   the packages are needed only when asked for.
 
-Tokenizing is CPU work on the event loop; the sim tokenizer costs microseconds per prompt,
-an HF tokenizer a fraction of a millisecond for typical prompts.
+Tokenizing is CPU work: the sim tokenizer costs microseconds per typical prompt, an HF
+tokenizer a fraction of a millisecond, but a prompt of megabytes costs hundreds of
+milliseconds. :func:`encode_within` counts tokens piece by piece and stops as soon as the
+context window is exceeded (a 10 MB prompt is refused after tokenizing about one window's
+worth), and the dispatcher runs large prompts in a small thread pool, off the event loop.
 """
 
 from __future__ import annotations
@@ -27,6 +30,73 @@ class PromptTokenizer(Protocol):
     name: str
 
     def encode(self, text: str) -> list[int]: ...
+
+
+#: Characters per piece when a long prompt is counted piece by piece (cut at whitespace).
+PIECE_CHARS = 64 * 1024
+#: Tokens a subword tokenizer may count differently per cut (pieces only stop early).
+PIECE_SLACK_TOKENS = 4
+
+
+class TooManyTokens(Exception):
+    """The prompt has more than ``limit`` tokens (``counted``: how many were seen)."""
+
+    def __init__(self, counted: int, limit: int) -> None:
+        super().__init__(f"more than {limit} tokens (stopped counting at {counted})")
+        self.counted = counted
+        self.limit = limit
+
+
+_SPACES = (" ", "\n", "\t", "\r")
+
+
+def _pieces(text: str, size: int) -> list[tuple[int, int]]:
+    """``text`` cut into (start, end) spans of about ``size`` characters, each cut placed just
+    before a whitespace character, so that no word is split (one longer word: one piece)."""
+    spans = []
+    start, n = 0, len(text)
+    while start < n:
+        end = min(n, start + size)
+        if end < n:
+            cut = max(text.rfind(c, start + 1, end + 1) for c in _SPACES)
+            if cut > start:
+                end = cut
+            else:  # no whitespace in this piece: cut at the next one
+                found = [i for c in _SPACES if (i := text.find(c, end)) >= 0]
+                end = min(found) if found else n
+        spans.append((start, end))
+        start = end
+    return spans
+
+
+def encode_within(
+    tokenizer: PromptTokenizer, text: str, limit: int, *, piece_chars: int = PIECE_CHARS
+) -> list[int]:
+    """``tokenizer.encode(text)``, or ``TooManyTokens`` as soon as more than ``limit`` tokens
+    were counted: a long text is encoded piece by piece (cut before whitespace), so a prompt
+    far over the window costs about ``limit`` tokens' work, not the whole text's.
+
+    The sim tokenizer is word-level, so the pieces' ids are its ids for the whole text. For
+    other tokenizers a text that fits is encoded once more as a whole, so the ids are exact
+    (pieces are only used to stop early)."""
+    if len(text) <= piece_chars:
+        ids = tokenizer.encode(text)
+        if len(ids) > limit:
+            raise TooManyTokens(len(ids), limit)
+        return ids
+    exact = isinstance(tokenizer, SimPromptTokenizer)
+    out: list[int] = []
+    for i, (start, end) in enumerate(_pieces(text, piece_chars)):
+        out.extend(tokenizer.encode(text[start:end]))
+        # a subword tokenizer may merge a token or two across a cut: allow for it
+        if len(out) > limit + (0 if exact else PIECE_SLACK_TOKENS * (i + 1)):
+            raise TooManyTokens(len(out), limit)
+    if exact:
+        return out
+    ids = tokenizer.encode(text)
+    if len(ids) > limit:
+        raise TooManyTokens(len(ids), limit)
+    return ids
 
 
 class SimPromptTokenizer:
