@@ -13,11 +13,11 @@ Two rules protect a pool's tail even when clients send no deadline:
    ``per_endpoint`` adapts to the TTFT the router observes against the target
    (:func:`observe_ttft`, a gradient rule as in Netflix's concurrency-limits)::
 
-       gradient = clamp(target / ttft, 0.5, 1)
-       new      = per_endpoint * gradient + sqrt(per_endpoint)   (the sqrt: headroom to grow)
+       over the target:  new = per_endpoint * max(0.5, target / ttft)
+       within it:        new = per_endpoint + sqrt(per_endpoint)
        per_endpoint' = per_endpoint + SMOOTHING * (new - per_endpoint)
 
-   a sample within the target only grows the limit while the limit is what holds requests
+   a sample within the target grows the limit only while the limit is what holds requests
    back (``in_flight >= limit / 2``); bounded by ``min_per_endpoint`` below and by the
    endpoints' ``max_num_seqs`` (what they run at once) and ``max_in_flight`` above.
 
@@ -125,8 +125,10 @@ def observe_ttft(
     n = max(1, len(endpoints))
     if ttft_ms <= target_ms and in_flight < cur * n / 2:
         return state  # the limit held nothing back: a good sample says nothing about it
-    gradient = max(MIN_GRADIENT, min(1.0, target_ms / max(ttft_ms, 1e-9)))
-    new = cur * gradient + math.sqrt(cur)
+    if ttft_ms > target_ms:
+        new = cur * max(MIN_GRADIENT, target_ms / ttft_ms)
+    else:
+        new = cur + math.sqrt(cur)
     nxt = cur + SMOOTHING * (new - cur)
     nxt = min(_ceiling_per_endpoint(endpoints, config), max(float(config.min_per_endpoint), nxt))
     return dataclasses.replace(state, per_endpoint=nxt)
