@@ -112,6 +112,7 @@ async def test_an_internal_error_never_reaches_the_client_as_text() -> None:
 
     async with router([]) as r:
         r.server.dispatcher.prepare = boom  # type: ignore[method-assign]
+        r.server.dispatcher.prepare_async = boom  # type: ignore[method-assign]
         async with r.http.post(r.url + "/v1/completions", json={"prompt": "x"}) as resp:
             assert resp.status == 500
             raw = await resp.read()
