@@ -36,6 +36,10 @@ ALL_ON = [
     "router.auth.pickToken.secretName=router-pick-token",
     "--set",
     "router.auth.tenantHeader=x-tenant",
+    "--set",
+    "operator.autoscaler.prometheusUrl=http://prometheus.monitoring:9090",
+    "--set-string",
+    r'operator.autoscaler.routerSelector=namespace="{namespace}"\,pool="{pool}"',
 ]
 VALUE_SETS = {"defaults": [], "all-on": ALL_ON}
 
@@ -200,3 +204,22 @@ def test_values_sections_are_documented() -> None:
         if line and not line.startswith((" ", "#")):
             documented = lines[i - 1].startswith("#") or " # " in line
             assert documented, f"values.yaml: document {line.split(':')[0]}"
+
+
+@needs_helm
+def test_the_operator_reads_prometheus_and_the_routers_when_configured() -> None:
+    """The autoscaler's source: a direct scrape by default; with a Prometheus URL and a
+    router selector, the routers' held and refused requests too (refused demand)."""
+
+    def env(values: list[str]) -> dict[str, str]:
+        for doc in render(values):
+            if doc["kind"] == "Deployment" and doc["metadata"]["name"].endswith("-operator"):
+                container = doc["spec"]["template"]["spec"]["containers"][0]
+                return {e["name"]: e.get("value", "") for e in container.get("env", [])}
+        raise AssertionError("no operator Deployment")
+
+    assert "PREHEAT_PROMETHEUS_URL" not in env([])
+    on = env(ALL_ON)
+    assert on["PREHEAT_PROMETHEUS_URL"] == "http://prometheus.monitoring:9090"
+    assert on["PREHEAT_PROMETHEUS_ROUTER_SELECTOR"] == 'namespace="{namespace}",pool="{pool}"'
+    assert "PREHEAT_PROMETHEUS_SELECTOR" not in on  # the operator's default
