@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from poolkit import EXAMPLES, load_example
+from poolkit import EXAMPLES, ROOT, load_example
 
 from preheat.api.pool import to_config
 from preheat.core.errors import ErrorCode, PreheatError
@@ -329,3 +329,26 @@ def test_the_cache_token_is_optional_in_the_secret_and_in_the_digest() -> None:
         "key": "cache-token",
         "optional": True,  # a pool without a cache token still starts
     }
+
+
+def test_the_example_network_policy_selects_the_workers_and_their_named_ports() -> None:
+    """worker/example-networkpolicy.yaml (documented in worker/README.md) matches what the
+    operator builds: its pod selector selects the pool's worker pods, and every port it
+    names is a container port of theirs (the control port only for the operator)."""
+    doc = yaml.safe_load((ROOT / "worker" / "example-networkpolicy.yaml").read_text())
+    pool = config_of(ROOT / "examples" / "pool-minimal.yaml")
+    dep = build_deployment(pool, OWNER, BuildOptions())
+    template = dep["spec"]["template"]
+    assert doc["metadata"]["namespace"] == "serving" == pool.namespace
+    selector = doc["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= template["metadata"]["labels"].items()
+    (container,) = template["spec"]["containers"]
+    names = {p["name"] for p in container["ports"]}
+    rules = {r["ports"][0]["port"]: r.get("from", []) for r in doc["spec"]["ingress"]}
+    assert set(rules) == names == {"grpc", "http", "control"}
+    (operator,) = rules["control"]
+    assert operator["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "preheat-operator"
+    (router,) = rules["grpc"]
+    assert router["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "preheat-router"
+    kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed")
+    kv.validate(doc, KUBERNETES_VERSION, strict=True)

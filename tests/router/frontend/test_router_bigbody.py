@@ -36,15 +36,17 @@ class Recording:
 async def test_body_over_the_default_limit_is_413_as_openai_json() -> None:
     big = json.dumps({"prompt": words(700_000), "max_tokens": 2}).encode()
     assert len(big) > HttpLimits().max_body_bytes
-    async with router([], min_ready=0) as r:
-        async with r.http.post(
+    async with (
+        router([], min_ready=0) as r,
+        r.http.post(
             r.url + "/v1/completions", data=big, headers={"Content-Type": "application/json"}
-        ) as resp:
-            assert resp.status == 413
-            err = (await resp.json())["error"]
-            assert err["type"] == "invalid_request_error"
-            assert err["code"] == "request_too_large"
-            assert f"limit of {HttpLimits().max_body_bytes} bytes" in err["message"]
+        ) as resp,
+    ):
+        assert resp.status == 413
+        err = (await resp.json())["error"]
+        assert err["type"] == "invalid_request_error"
+        assert err["code"] == "request_too_large"
+        assert f"limit of {HttpLimits().max_body_bytes} bytes" in err["message"]
 
 
 async def test_chunked_body_over_the_limit_is_413() -> None:

@@ -171,9 +171,7 @@ async def test_request_waits_for_a_standby_when_its_only_endpoint_fails() -> Non
                 stub = inference_pb2_grpc.InferenceStub(ch)
                 call = stub.Generate(gen(words(16, "s"), 3), timeout=30)
                 task = asyncio.create_task(_collect(call))
-                await eventually(
-                    lambda: any(e.in_flight for e in server.store.snapshot()), 10
-                )
+                await eventually(lambda: any(e.in_flight for e in server.store.snapshot()), 10)
                 os.kill(victim.proc.pid, signal.SIGKILL)
                 # the request is held (not failed at once) until the standby is promoted
                 await eventually(lambda: server.dispatcher._waiting == 1, 10)
@@ -209,7 +207,7 @@ async def test_body_that_never_arrives_is_answered_408() -> None:
         try:
             writer.write(
                 b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Content-Length: 100\r\n\r\n{\"prompt\": "
+                b'Content-Length: 100\r\n\r\n{"prompt": '
             )
             await writer.drain()
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
