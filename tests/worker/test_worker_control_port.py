@@ -201,3 +201,11 @@ def test_the_cli_binds_loopback_by_default_and_opens_the_control_port_with_a_tok
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_the_tokens_are_not_in_the_configs_repr() -> None:
+    from preheat.worker.server import WorkerConfig
+
+    text = repr(WorkerConfig(worker_id="w", control_token="ctl-secret", cache_token="c-secret"))
+    assert "ctl-secret" not in text
+    assert "c-secret" not in text

@@ -1,5 +1,10 @@
 """``WorkerServer``: one engine behind gRPC (Inference, WorkerControl, health) and HTTP.
 
+Ports: the data port serves Inference, health and the read-only WorkerControl RPCs
+(Status, WatchCache); the control port, opened only with ``config.control_token``, serves
+WorkerControl's state changes (Promote, Demote, Drain) to callers with that token
+(:mod:`preheat.worker.services`, worker/README.md "Ports").
+
 In-process use (tests, benchmarks)::
 
     server = WorkerServer(engine, WorkerConfig(worker_id="w-1"))
@@ -24,7 +29,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -103,12 +108,12 @@ class WorkerConfig:
     # WorkerControl's state changes (Promote, Demote, Drain) are served only on the control
     # port, and only to callers with ``authorization: Bearer <control_token>``. Without a
     # token the control port is not opened (the worker stays in ``start_as`` until SIGTERM).
-    control_token: str = ""
+    control_token: str = field(default="", repr=False)
     control_host: str = ""  # "": the same address as ``host``
     control_port: int = 0  # 0: an ephemeral port
     # When set, WatchCache on the data port needs ``authorization: Bearer <cache_token>``
     # (it lists the hashes of cached prompt blocks); the control token is accepted too.
-    cache_token: str = ""
+    cache_token: str = field(default="", repr=False)
     zone: str = ""
     region: str = ""
     start_as: LifecycleState = LifecycleState.ACTIVE  # ACTIVE or STANDBY
