@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import grpc
 
+from preheat.controltls import TLSFiles, channel_credentials
 from preheat.proto.preheat.v1 import worker_pb2, worker_pb2_grpc
 from preheat.tokens import auth_metadata
 
@@ -57,13 +58,29 @@ def state_name(state: int) -> str:
     return str(_STATES.Name(state)).removeprefix("LIFECYCLE_STATE_").lower()
 
 
-async def set_role(address: str, role: str, *, timeout_s: float, token: str) -> None:
+def _channel(address: str, tls: TLSFiles | None, server_name: str) -> grpc.aio.Channel:
+    if tls is None:
+        return grpc.aio.insecure_channel(address)
+    options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+    return grpc.aio.secure_channel(address, channel_credentials(tls), options=options)
+
+
+async def set_role(
+    address: str,
+    role: str,
+    *,
+    timeout_s: float,
+    token: str,
+    tls: TLSFiles | None = None,
+    server_name: str = "",
+) -> None:
     """Make the worker whose control port is ``address`` (``host:port``) take ``role``:
     active | standby | draining, authenticating with the control ``token``.
 
     Idempotent (the worker ignores a transition to the state it is in). Returns once the
     worker is in the role (``Drain`` returns once it is draining, not stopped). A wrong
-    token is UNAUTHENTICATED: :class:`WorkerRefused`.
+    token is UNAUTHENTICATED: :class:`WorkerRefused`. ``tls``: mutual TLS to a worker
+    started with ``--control-tls-*``, checking its certificate under ``server_name``.
     """
     try:
         rpc = ROLE_RPC[role]
@@ -71,7 +88,7 @@ async def set_role(address: str, role: str, *, timeout_s: float, token: str) -> 
         raise ValueError(f"unknown role {role!r}; one of {sorted(ROLE_RPC)}") from None
     what = f"{rpc} {address}"
     try:
-        async with grpc.aio.insecure_channel(address) as channel:
+        async with _channel(address, tls, server_name) as channel:
             stub = worker_pb2_grpc.WorkerControlStub(channel)
             status = await getattr(stub, rpc)(
                 _REQUESTS[rpc](), timeout=timeout_s, metadata=auth_metadata(token)

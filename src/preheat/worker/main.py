@@ -30,6 +30,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from preheat import aio
+from preheat.controltls import TLSFileError, tls_files
 from preheat.core.lifecycle import WARM_STATES, LifecycleState
 from preheat.engine.base import Engine
 from preheat.logs import LOG_FORMATS, fields, setup_logging
@@ -78,6 +79,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "<token>' (env PREHEAT_CONTROL_TOKEN_FILE, or the token itself in "
         "PREHEAT_CONTROL_TOKEN); without one the control port is not opened",
     )
+    for name, what in (
+        ("cert", "this worker's certificate"),
+        ("key", "its private key"),
+        ("ca", "the CA that signs the callers' certificates"),
+    ):
+        g.add_argument(
+            f"--control-tls-{name}",
+            default="",
+            help=f"PEM file: {what}; with all three, the control port is mutual TLS "
+            "(on top of the token); default: plain gRPC",
+        )
     g.add_argument(
         "--cache-token-file",
         default=_env("PREHEAT_CACHE_TOKEN_FILE"),
@@ -153,8 +165,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         control_token = read_token(args.control_token_file, "PREHEAT_CONTROL_TOKEN")
         cache_token = read_token(args.cache_token_file, "PREHEAT_CACHE_TOKEN")
-    except TokenError as e:
-        log.error("bad_token", extra=fields(error=str(e)))
+        control_tls = tls_files(args.control_tls_cert, args.control_tls_key, args.control_tls_ca)
+        if control_tls is not None:
+            control_tls.read()  # unreadable files fail here, not at bind
+    except (TokenError, TLSFileError) as e:
+        log.error("bad_credentials", extra=fields(error=str(e)))
         return 2
     try:
         engine = build_engine(args)
@@ -170,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
         control_host=args.control_host,
         control_port=args.control_port,
         cache_token=cache_token,
+        control_tls=control_tls,
         zone=args.zone,
         region=args.region,
         start_as=LifecycleState(args.start_as),

@@ -37,6 +37,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from preheat.coalesce import CoalesceConfig, coalesce
+from preheat.controltls import TLSFiles, server_credentials
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.lifecycle import WARM_STATES, LifecycleState, transition_error
 from preheat.core.validation import GenerateSpec, ModelLimits, check_generate
@@ -114,6 +115,7 @@ class WorkerConfig:
     # When set, WatchCache on the data port needs ``authorization: Bearer <cache_token>``
     # (it lists the hashes of cached prompt blocks); the control token is accepted too.
     cache_token: str = field(default="", repr=False)
+    control_tls: TLSFiles | None = None  # mutual TLS on the control port (with the token)
     zone: str = ""
     region: str = ""
     start_as: LifecycleState = LifecycleState.ACTIVE  # ACTIVE or STANDBY
@@ -242,7 +244,9 @@ class WorkerServer:
             worker_pb2_grpc.add_WorkerControlServicer_to_server(
                 ControlService(self, token=cfg.control_token), control
             )
-            control_port = _bind(control, cfg.control_address, cfg.control_port, "control")
+            control_port = _bind(
+                control, cfg.control_address, cfg.control_port, "control", cfg.control_tls
+            )
             self._control = control
         else:
             log.warning(
@@ -771,8 +775,12 @@ async def _chunks(
             yield chunk
 
 
-def _bind(server: Any, host: str, port: int, what: str) -> int:
-    bound = int(server.add_insecure_port(f"{_host_port(host)}:{port}"))
+def _bind(server: Any, host: str, port: int, what: str, tls: TLSFiles | None = None) -> int:
+    address = f"{_host_port(host)}:{port}"
+    if tls is None:
+        bound = int(server.add_insecure_port(address))
+    else:
+        bound = int(server.add_secure_port(address, server_credentials(tls)))
     if bound == 0:
         raise OSError(f"could not bind {what} on {host}:{port}")
     return bound
