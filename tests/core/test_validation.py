@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.errors import ErrorCode, PreheatError, Reason
 from preheat.core.validation import GenerateSpec, ModelLimits, check_generate, validate_generate
 
 LIMITS = ModelLimits(model="llama", max_model_len=100, vocab_size=50)
@@ -40,11 +40,15 @@ def test_a_good_request_has_no_problems() -> None:
         ({"max_tokens": 0}, "max_tokens must be > 0"),
         (
             {"num_prompt_tokens": 95, "max_tokens": 10},
-            "prompt has 95 tokens and max_tokens is 10; together they exceed the model's "
-            "context window of 100 tokens",
+            "This model's maximum context length is 100 tokens. However, you requested 105 "
+            "tokens (95 in the prompt, 10 in the completion).",
         ),
-        ({"num_prompt_tokens": 101}, "more than the model's context window of 100 tokens"),
-        ({"model": "gpt"}, "unknown model 'gpt': this worker serves 'llama'"),
+        (
+            {"num_prompt_tokens": 101},
+            "This model's maximum context length is 100 tokens. However, your prompt resulted "
+            "in 101 tokens.",
+        ),
+        ({"model": "gpt"}, "The model `gpt` does not exist or you do not have access to it"),
         ({"temperature": 2.01}, "temperature must be in [0, 2], got 2.01"),
         ({"temperature": -1.0}, "temperature must be in [0, 2]"),
         ({"temperature": math.nan}, "temperature is NaN"),
@@ -67,12 +71,59 @@ def test_each_problem(changes: dict[str, object], fragment: str) -> None:
 
 
 def test_all_problems_at_once_in_one_error() -> None:
-    bad = spec(model="x", prompt="", max_tokens=0, temperature=9.0, top_p=0.0, stop=("",))
-    assert len(validate_generate(bad, LIMITS)) == 6
+    bad = spec(prompt="", max_tokens=0, temperature=9.0, top_p=0.0, stop=("",))
+    assert len(validate_generate(bad, LIMITS)) == 5
     with pytest.raises(PreheatError) as exc:
         check_generate(bad, LIMITS)
     assert exc.value.code is ErrorCode.INVALID_ARGUMENT
-    assert exc.value.message.count(";") == 5
+    assert exc.value.reason is None
+    assert exc.value.message.count(";") == 4
+
+
+def test_unknown_model_is_not_found_model_not_found_alone() -> None:
+    # OpenAI and vLLM answer an unknown model first and alone: the other checks are against
+    # the served model's limits, which do not apply to another model
+    bad = spec(model="gpt-9", max_tokens=0, temperature=9.0)
+    with pytest.raises(PreheatError) as exc:
+        check_generate(bad, LIMITS)
+    assert exc.value.code is ErrorCode.NOT_FOUND
+    assert exc.value.reason is Reason.MODEL_NOT_FOUND
+    assert exc.value.param == "model"
+    assert exc.value.message.startswith(
+        "The model `gpt-9` does not exist or you do not have access to it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"num_prompt_tokens": 101, "max_tokens": 5},
+            "This model's maximum context length is 100 tokens. However, your prompt resulted "
+            "in 101 tokens. Please reduce the length of the prompt.",
+        ),
+        (
+            {"num_prompt_tokens": 95, "max_tokens": 10},
+            "This model's maximum context length is 100 tokens. However, you requested 105 "
+            "tokens (95 in the prompt, 10 in the completion). Please reduce the length of the "
+            "prompt or completion.",
+        ),
+        (
+            {"num_prompt_tokens": 101, "temperature": 9.0},
+            "This model's maximum context length is 100 tokens. However, your prompt resulted "
+            "in 101 tokens. Please reduce the length of the prompt. Also: "
+            "sampling.temperature must be in [0, 2], got 9",
+        ),
+    ],
+)
+def test_context_length_exceeded_has_its_reason_and_openai_wording(
+    changes: dict[str, object], message: str
+) -> None:
+    with pytest.raises(PreheatError) as exc:
+        check_generate(spec(**changes), LIMITS)
+    assert exc.value.code is ErrorCode.INVALID_ARGUMENT
+    assert exc.value.reason is Reason.CONTEXT_LENGTH_EXCEEDED
+    assert exc.value.message == message
 
 
 def test_oversized_prompt_is_one_problem_not_two() -> None:

@@ -22,6 +22,15 @@ class ErrorCode(enum.Enum):
     INTERNAL = "internal"
 
 
+class Reason(enum.Enum):
+    """A finer cause under an :class:`ErrorCode`: what OpenAI-compatible clients key on
+    (the HTTP edge sends it as the error's ``code``; gRPC has only the status)."""
+
+    MODEL_NOT_FOUND = "model_not_found"  # with NOT_FOUND
+    CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"  # with INVALID_ARGUMENT
+    UNSUPPORTED_PARAMETER = "unsupported_parameter"  # with INVALID_ARGUMENT
+
+
 _HTTP = {
     ErrorCode.INVALID_ARGUMENT: 400,
     ErrorCode.NOT_FOUND: 404,
@@ -39,11 +48,21 @@ _HTTP = {
 class PreheatError(Exception):
     """An error with a canonical code and a message that says what is wrong and how to fix it."""
 
-    def __init__(self, code: ErrorCode, message: str, *, retry_after_s: float | None = None):
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        retry_after_s: float | None = None,
+        reason: Reason | None = None,
+        param: str | None = None,
+    ):
         super().__init__(message)
         self.code = code
         self.message = message
         self.retry_after_s = retry_after_s
+        self.reason = reason  # a finer cause than ``code``, for clients that key on it
+        self.param = param  # the request field at fault, when one is
 
     def __repr__(self) -> str:
         return f"PreheatError({self.code.value}, {self.message!r})"

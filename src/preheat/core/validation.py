@@ -3,7 +3,11 @@
 The worker turns a ``GenerateRequest`` into a :class:`GenerateSpec` (after tokenizing the
 prompt, so the prompt length is known), and :func:`validate_generate` returns the list of
 problems, each a sentence that says what is wrong. An empty list means the request is fine.
-:func:`check_generate` raises one ``PreheatError(INVALID_ARGUMENT)`` carrying all of them.
+:func:`check_generate` raises one ``PreheatError(INVALID_ARGUMENT)`` carrying all of them,
+with two exceptions that clients key on (OpenAI's codes): a model this pool does not serve
+is ``NOT_FOUND`` (reason ``model_not_found``; alone, as OpenAI and vLLM answer it: the other
+checks are against the served model's limits), and a prompt over the context window has
+reason ``context_length_exceeded`` and OpenAI's wording first.
 
 No I/O, no clock, no gRPC: the router runs the same checks before it picks a pod.
 """
@@ -14,7 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.errors import ErrorCode, PreheatError, Reason
 
 TEMPERATURE_MIN = 0.0
 TEMPERATURE_MAX = 2.0
@@ -55,10 +59,7 @@ def validate_generate(spec: GenerateSpec, limits: ModelLimits) -> list[str]:
     problems: list[str] = []
 
     if spec.model and spec.model != limits.model:
-        problems.append(
-            f"unknown model {spec.model!r}: this worker serves {limits.model!r} "
-            "(leave model empty to mean the served model)"
-        )
+        problems.append(unknown_model_message(spec.model, limits.model))
 
     has_prompt = False
     if spec.prompt is None and spec.prompt_token_ids is None:
@@ -82,18 +83,8 @@ def validate_generate(spec: GenerateSpec, limits: ModelLimits) -> list[str]:
     if spec.max_tokens <= 0:
         problems.append("sampling.max_tokens must be > 0 (it is unset or 0)")
 
-    n = spec.num_prompt_tokens
-    window = limits.max_model_len
-    if has_prompt and n is not None:
-        if n > window:
-            problems.append(
-                f"prompt has {n} tokens, more than the model's context window of {window} tokens"
-            )
-        elif spec.max_tokens > 0 and n + spec.max_tokens > window:
-            problems.append(
-                f"prompt has {n} tokens and max_tokens is {spec.max_tokens}; together they "
-                f"exceed the model's context window of {window} tokens"
-            )
+    if has_prompt and (too_long := context_length_problem(spec, limits)) is not None:
+        problems.append(too_long)
 
     if spec.temperature is not None:
         t = spec.temperature
@@ -125,8 +116,62 @@ def validate_generate(spec: GenerateSpec, limits: ModelLimits) -> list[str]:
     return problems
 
 
+def unknown_model_message(model: str, served: str) -> str:
+    """OpenAI's sentence for a model that is not served, then what is."""
+    return (
+        f"The model `{model}` does not exist or you do not have access to it "
+        f"(this pool serves `{served}`; leave model empty to mean it)."
+    )
+
+
+def context_length_message(window: int, prompt_tokens: int, max_tokens: int) -> str:
+    """OpenAI's wording for a request over the context window (``max_tokens`` 0: unset)."""
+    head = f"This model's maximum context length is {window} tokens. However, "
+    if prompt_tokens > window or max_tokens <= 0:
+        return (
+            head + f"your prompt resulted in {prompt_tokens} tokens. "
+            "Please reduce the length of the prompt."
+        )
+    return (
+        head + f"you requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the "
+        f"prompt, {max_tokens} in the completion). Please reduce the length of the prompt "
+        "or completion."
+    )
+
+
+def context_length_problem(spec: GenerateSpec, limits: ModelLimits) -> str | None:
+    """The context-window problem of ``spec``, if it has one."""
+    n, window = spec.num_prompt_tokens, limits.max_model_len
+    if n is None:
+        return None
+    if n > window or (spec.max_tokens > 0 and n + spec.max_tokens > window):
+        return context_length_message(window, n, spec.max_tokens)
+    return None
+
+
+def problems_error(problems: list[str]) -> PreheatError:
+    """One error for ``problems`` (non-empty): ``context_length_exceeded`` first when it is one
+    of them, so clients that key on it (fallback to a larger model) see it."""
+    lead = [p for p in problems if p.startswith("This model's maximum context length")]
+    if lead:
+        rest = [p for p in problems if p not in lead]
+        return PreheatError(
+            ErrorCode.INVALID_ARGUMENT,
+            " ".join(lead) + ("" if not rest else " Also: " + "; ".join(rest)),
+            reason=Reason.CONTEXT_LENGTH_EXCEEDED,
+        )
+    return PreheatError(ErrorCode.INVALID_ARGUMENT, "invalid request: " + "; ".join(problems))
+
+
 def check_generate(spec: GenerateSpec, limits: ModelLimits) -> None:
-    """Raises ``PreheatError(INVALID_ARGUMENT)`` listing every problem, if there is any."""
+    """Raises the request's error, if it has any (see the module docstring)."""
+    if spec.model and spec.model != limits.model:
+        raise PreheatError(
+            ErrorCode.NOT_FOUND,
+            unknown_model_message(spec.model, limits.model),
+            reason=Reason.MODEL_NOT_FOUND,
+            param="model",
+        )
     problems = validate_generate(spec, limits)
     if problems:
-        raise PreheatError(ErrorCode.INVALID_ARGUMENT, "invalid request: " + "; ".join(problems))
+        raise problems_error(problems)

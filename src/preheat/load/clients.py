@@ -256,7 +256,9 @@ class OpenAIClient:
             if "error" in obj:
                 err = obj["error"] if isinstance(obj["error"], dict) else {}
                 code = str(err.get("code", "error"))
-                out.outcome = "rejected" if code == "resource_exhausted" else "error"
+                out.outcome = (
+                    "rejected" if code in ("rate_limit_exceeded", "resource_exhausted") else "error"
+                )
                 out.error = f"{code}: {err.get('message', obj['error'])}"
                 return False, extra
             extra = obj.get("preheat", extra)

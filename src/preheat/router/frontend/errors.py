@@ -13,8 +13,11 @@ Three sources, one shape ``{"error": {"message", "type", "param", "code"}}``:
   for these) answers JSON instead of ``text/plain``.
 
 The ``type`` follows OpenAI's names (``invalid_request_error``, ``not_found_error``,
-``rate_limit_error``, ...); ``code`` is the Preheat error code, or for errors aiohttp raises a
-short name of the status (``method_not_allowed``, ``request_too_large``, ...).
+``rate_limit_error``, ...). ``code`` is what OpenAI-compatible clients key on
+(:func:`openai_error`, the one mapping from a ``PreheatError``): the error's reason when it
+has one (``model_not_found``, ``context_length_exceeded``, ``unsupported_parameter``),
+``rate_limit_exceeded`` for any 429, else the Preheat error code; for errors aiohttp raises,
+a short name of the status (``method_not_allowed``, ``request_too_large``, ...).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 
+from preheat.core.errors import ErrorCode, PreheatError, http_status
 from preheat.logs import fields
 
 log = logging.getLogger("preheat.router")
@@ -45,7 +49,7 @@ STATUS_ERRORS: dict[int, tuple[str, str]] = {
     413: ("invalid_request_error", "request_too_large"),
     414: ("invalid_request_error", "uri_too_long"),
     415: ("invalid_request_error", "unsupported_media_type"),
-    429: ("rate_limit_error", "resource_exhausted"),
+    429: ("rate_limit_error", "rate_limit_exceeded"),
     431: ("invalid_request_error", "request_header_fields_too_large"),
     500: ("server_error", "internal"),
     501: ("invalid_request_error", "not_implemented"),
@@ -54,6 +58,39 @@ STATUS_ERRORS: dict[int, tuple[str, str]] = {
 }
 _SKIP_HEADERS = frozenset({"content-type", "content-length"})
 MAX_MESSAGE_CHARS = 200
+
+
+# a PreheatError's OpenAI type by its code (OpenAI's model_not_found is invalid_request_error)
+_ERROR_TYPE = {
+    ErrorCode.INVALID_ARGUMENT: "invalid_request_error",
+    ErrorCode.NOT_FOUND: "invalid_request_error",
+    ErrorCode.RESOURCE_EXHAUSTED: "rate_limit_error",
+    ErrorCode.UNAVAILABLE: "service_unavailable",
+    ErrorCode.DEADLINE_EXCEEDED: "timeout",
+    ErrorCode.UNAUTHENTICATED: "invalid_request_error",
+}
+# a PreheatError's OpenAI code by its code, when it has no reason
+_OPENAI_CODE = {ErrorCode.RESOURCE_EXHAUSTED: "rate_limit_exceeded"}
+
+
+def openai_error(err: PreheatError) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and OpenAI-shaped body of ``err``: the one mapping of a
+    ``PreheatError`` to what an OpenAI client sees (``openai.NotFoundError`` for
+    ``model_not_found``, ``BadRequestError`` with ``code`` ``context_length_exceeded``,
+    ``RateLimitError`` for 429)."""
+    if err.reason is not None:
+        code = err.reason.value
+    else:
+        code = _OPENAI_CODE.get(err.code, err.code.value)
+    body = {
+        "error": {
+            "message": err.message,
+            "type": _ERROR_TYPE.get(err.code, "server_error"),
+            "param": err.param,
+            "code": code,
+        }
+    }
+    return http_status(err.code), body
 
 
 def status_error(status: int) -> tuple[str, str]:

@@ -41,18 +41,17 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from preheat.coalesce import CoalesceConfig, coalesce
-from preheat.core.errors import ErrorCode, PreheatError, http_status
+from preheat.core.errors import PreheatError
 from preheat.httpserve import serve
 from preheat.logs import fields, request_context
 from preheat.proto.preheat.v1 import inference_pb2
 from preheat.router.frontend.auth import KeySet, api_key_middleware, http_tenant
 from preheat.router.frontend.dispatch import Dispatcher, StreamStats
-from preheat.router.frontend.errors import JsonErrorAppRunner, json_errors
+from preheat.router.frontend.errors import JsonErrorAppRunner, json_errors, openai_error
 from preheat.router.frontend.metrics import Outcome
 from preheat.router.frontend.openai_schema import (
     DEFAULT_CHAT_MAX_TOKENS,
     DEFAULT_MAX_TOKENS,
-    BodyError,
     ChatBody,
     CompletionBody,
     flatten_chat,
@@ -67,13 +66,6 @@ _FINISH = {
     inference_pb2.FINISH_REASON_STOP: "stop",
     inference_pb2.FINISH_REASON_LENGTH: "length",
     inference_pb2.FINISH_REASON_ABORT: "abort",
-}
-_ERROR_TYPE = {
-    ErrorCode.INVALID_ARGUMENT: "invalid_request_error",
-    ErrorCode.NOT_FOUND: "not_found_error",
-    ErrorCode.RESOURCE_EXHAUSTED: "rate_limit_error",
-    ErrorCode.UNAVAILABLE: "service_unavailable",
-    ErrorCode.DEADLINE_EXCEEDED: "timeout",
 }
 
 
@@ -123,27 +115,12 @@ class HttpFrontend:
 FRONTEND_KEY: web.AppKey[HttpFrontend] = web.AppKey("frontend", HttpFrontend)
 
 
-def error_body(
-    message: str, code: ErrorCode, param: str | None = None
-) -> dict[str, dict[str, Any]]:
-    return {
-        "error": {
-            "message": message,
-            "type": _ERROR_TYPE.get(code, "server_error"),
-            "param": param,
-            "code": code.value,
-        }
-    }
-
-
 def error_response(err: PreheatError) -> web.Response:
     headers = {}
     if err.retry_after_s is not None:
         headers["Retry-After"] = str(max(1, math.ceil(err.retry_after_s)))
-    param = err.param if isinstance(err, BodyError) else None
-    return web.json_response(
-        error_body(err.message, err.code, param), status=http_status(err.code), headers=headers
-    )
+    status, body = openai_error(err)
+    return web.json_response(body, status=status, headers=headers)
 
 
 def _session(request: web.Request, body: Any) -> str:
@@ -365,7 +342,7 @@ async def _sse(
             )
     except PreheatError as e:
         log.info("request_failed", extra=fields(code=e.code.value, reason=e.message))
-        await send(error_body(e.message, e.code))
+        await send(openai_error(e)[1])
     await resp.write(b"data: [DONE]\n\n")
     await resp.write_eof()
     return resp

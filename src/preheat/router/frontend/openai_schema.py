@@ -1,8 +1,9 @@
 """The OpenAI-compatible request bodies (pydantic) and their mapping to ``GenerateRequest``.
 
-Only what the router can honour is accepted; unknown fields are ignored (as OpenAI's own
-server does for fields it does not know of in a client's newer schema), but a field we know
-with a bad value is a 400 naming the field. ``n`` must be 1; ``logprobs`` are not offered.
+Only what the router can honour is accepted: a parameter it cannot apply (``tools``,
+``logprobs``, ``response_format``, an unknown field, ...) is a 400 with code
+``unsupported_parameter`` naming every such parameter (:mod:`.oai_params` has the table);
+a field we know with a bad value is a 400 naming the field.
 
 Chat messages are flattened deterministically into role-tagged lines, one message after the
 other and each independent of the ones after it, so turn k+1's prompt starts with turn k's
@@ -17,12 +18,28 @@ prompt and its reply: multi-turn conversations share their prefix blocks::
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import json
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.errors import ErrorCode, PreheatError, Reason
 from preheat.proto.preheat.v1 import inference_pb2
+from preheat.router.frontend.oai_params import (
+    CHAT,
+    COMPLETIONS,
+    UNSUPPORTED,
+    Param,
+    unsupported,
+    unsupported_message,
+)
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 DEFAULT_CHAT_MAX_TOKENS = 256  # chat has no token default upstream; keep it bounded
@@ -49,6 +66,7 @@ DeadlineMs = Annotated[int, Field(ge=0, le=U32_MAX)]
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    PARAMS: ClassVar[dict[str, Param]] = {}  # what the endpoint honours (oai_params)
 
     model: str = ""
     max_tokens: MaxTokens | None = None
@@ -56,15 +74,23 @@ class _Body(BaseModel):
     top_p: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] | None = None
     stop: str | list[str] | None = None
     seed: Seed | None = None
-    stream: bool = False
+    stream: bool | None = False
     stream_options: dict[str, Any] | None = None
     user: str | None = None
-    n: Annotated[int, Field(ge=1, le=1)] = 1
+    n: Annotated[int, Field(ge=1, le=1)] | None = 1
     # Preheat extensions (also accepted as headers x-session-id, x-ttft-deadline-ms,
     # x-slo-class)
     session_id: str | None = None
     ttft_deadline_ms: DeadlineMs | None = None
     slo_class: str | None = None
+    # OpenAI's prefix-cache key: the session (cache affinity) when no session id is given
+    prompt_cache_key: str | None = None
+
+    @model_validator(mode="after")
+    def _cache_key_session(self) -> _Body:
+        if self.session_id is None and self.prompt_cache_key:
+            self.session_id = self.prompt_cache_key
+        return self
 
     @property
     def include_usage(self) -> bool:
@@ -77,6 +103,7 @@ class _Body(BaseModel):
 
 
 class CompletionBody(_Body):
+    PARAMS: ClassVar[dict[str, Param]] = COMPLETIONS
     prompt: str | list[str]
 
     @field_validator("prompt")
@@ -111,6 +138,7 @@ class ChatMessage(BaseModel):
 
 
 class ChatBody(_Body):
+    PARAMS: ClassVar[dict[str, Param]] = CHAT
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: MaxTokens | None = None
 
@@ -124,16 +152,23 @@ def flatten_chat(messages: list[ChatMessage]) -> str:
 
 def parse_body(model: type[_Body], raw: bytes) -> Any:
     """The validated body, or ``PreheatError(INVALID_ARGUMENT)`` naming every bad field (the
-    first one's dotted path in ``param``)."""
+    first one's dotted path in ``param``); ``unsupported_parameter`` naming every parameter
+    the router cannot honour at its value."""
     try:
-        return model.model_validate_json(raw)
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise BodyError(f"the request body is not valid JSON: {str(e)[:200]}", None) from None
+    if isinstance(data, dict):
+        refused = unsupported(model.PARAMS, data)
+        if refused:
+            raise BodyError(unsupported_message(refused), refused[0][0], UNSUPPORTED)
+    try:
+        return model.model_validate(data)
     except ValidationError as e:
         problems = []
         first_param: str | None = None
         for err in e.errors():
             loc = ".".join(str(p) for p in err["loc"])
-            if err["type"] == "json_invalid":
-                raise BodyError("the request body is not valid JSON: " + err["msg"], None) from e
             if first_param is None:
                 first_param = loc or None
             bound = RANGES.get(str(err["loc"][-1])) if len(err["loc"]) == 1 else None
@@ -157,9 +192,8 @@ def header_deadline_ms(value: str) -> int:
 
 
 class BodyError(PreheatError):
-    def __init__(self, message: str, param: str | None) -> None:
-        super().__init__(ErrorCode.INVALID_ARGUMENT, message)
-        self.param = param
+    def __init__(self, message: str, param: str | None, reason: Reason | None = None) -> None:
+        super().__init__(ErrorCode.INVALID_ARGUMENT, message, reason=reason, param=param)
 
 
 def to_generate_request(

@@ -1,0 +1,238 @@
+"""Every OpenAI chat-completions and completions parameter is either honoured by the router or
+refused with a 400 that names it; a value with no effect is accepted. The parameter lists
+come from the installed ``openai`` package, so a parameter OpenAI adds fails here until it
+is classified in ``preheat.router.frontend.oai_params`` (and given samples below)."""
+
+from __future__ import annotations
+
+import json
+import typing
+from typing import Any
+
+import openai
+import pytest
+from frontendkit import MODEL, router, workers
+from openai.types import completion_create_params as completion_params
+from openai.types.chat import completion_create_params as chat_params
+
+from preheat.router.frontend.oai_params import CHAT, COMPLETIONS, Param
+from preheat.router.frontend.openai_schema import (
+    BodyError,
+    ChatBody,
+    CompletionBody,
+    parse_body,
+    to_generate_request,
+)
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
+
+def _openai_fields(module: Any) -> set[str]:
+    """Every request parameter of one endpoint in the openai package's TypedDicts."""
+    names: set[str] = set()
+    for td in (module.CompletionCreateParamsNonStreaming, module.CompletionCreateParamsStreaming):
+        names |= set(typing.get_type_hints(td))
+    return names
+
+
+# What the test sends for each parameter.
+# honoured: a value that is applied. refused: (extra fields, value) that must be a 400 naming
+# the parameter. noop: values that change nothing and must be accepted.
+HONOURED: dict[str, Any] = {
+    "model": MODEL,
+    "max_tokens": 3,
+    "max_completion_tokens": 3,
+    "temperature": 0.5,
+    "top_p": 0.9,
+    "seed": 7,
+    "stop": ["zzz"],
+    "stream": False,
+    "stream_options": {"include_usage": True},
+    "user": "alice",
+    "prompt_cache_key": "conversation-1",
+    "metadata": {"k": "v"},
+    "safety_identifier": "user-hash",
+    "messages": [{"role": "user", "content": "hello"}],
+    "prompt": "hello there",
+}
+REFUSED: dict[str, tuple[dict[str, Any], Any]] = {
+    "n": ({}, 2),
+    "frequency_penalty": ({}, 0.5),
+    "presence_penalty": ({}, -1.0),
+    "logit_bias": ({}, {"50256": -100}),
+    "store": ({}, True),
+    "service_tier": ({}, "flex"),
+    "tools": ({}, [TOOL]),
+    "tool_choice": ({}, "required"),
+    "parallel_tool_calls": ({"tools": [TOOL]}, True),
+    "functions": ({}, [{"name": "f", "parameters": {}}]),
+    "function_call": ({}, {"name": "f"}),
+    "response_format": ({}, {"type": "json_object"}),
+    "logprobs": ({}, True),
+    "top_logprobs": ({}, 2),
+    "audio": ({}, {"voice": "alloy", "format": "wav"}),
+    "modalities": ({}, ["text", "audio"]),
+    "prediction": ({}, {"type": "content", "content": "x"}),
+    "reasoning_effort": ({}, "low"),
+    "verbosity": ({}, "low"),
+    "web_search_options": ({}, {}),
+    "moderation": ({}, {"model": "omni-moderation-latest"}),
+    "prompt_cache_retention": ({}, "24h"),
+    "prompt_cache_options": ({}, {"mode": "explicit", "ttl": "30m"}),
+    "best_of": ({}, 2),
+    "echo": ({}, True),
+    "suffix": ({}, "and then"),
+}
+COMPLETIONS_REFUSED = {**REFUSED, "logprobs": ({}, 0)}  # legacy logprobs: an int, 0 included
+NOOP: dict[str, list[Any]] = {
+    "n": [1],
+    "frequency_penalty": [0, 0.0],
+    "presence_penalty": [0],
+    "logit_bias": [{}],
+    "store": [False],
+    "service_tier": ["auto", "default"],
+    "tools": [[]],
+    "tool_choice": ["none", "auto"],
+    "parallel_tool_calls": [True, False],
+    "functions": [[]],
+    "function_call": ["none"],
+    "response_format": [{"type": "text"}],
+    "logprobs": [False],
+    "top_logprobs": [0],
+    "modalities": [["text"]],
+    "verbosity": ["medium"],
+    "prompt_cache_retention": ["in_memory"],
+    "best_of": [1],
+    "echo": [False],
+    "suffix": [""],
+    "stream_options": [{"include_usage": False, "include_obfuscation": False}],
+}
+COMPLETIONS_NOOP = {**NOOP, "logprobs": []}
+# every parameter may also be null (the openai client leaves an omitted one out)
+BASE_CHAT: dict[str, Any] = {"messages": [{"role": "user", "content": "hi there"}]}
+BASE_COMPLETIONS: dict[str, Any] = {"prompt": "hi there"}
+
+ENDPOINTS = [
+    ("chat", "/v1/chat/completions", chat_params, CHAT, ChatBody, BASE_CHAT, REFUSED, NOOP),
+    (
+        "completions",
+        "/v1/completions",
+        completion_params,
+        COMPLETIONS,
+        CompletionBody,
+        BASE_COMPLETIONS,
+        COMPLETIONS_REFUSED,
+        COMPLETIONS_NOOP,
+    ),
+]
+
+
+def _cases(
+    table: dict[str, Param],
+    base: dict[str, Any],
+    refused: dict[str, tuple[dict[str, Any], Any]],
+    noop: dict[str, list[Any]],
+) -> list[tuple[str, dict[str, Any], bool]]:
+    """(parameter, body, accepted?) for every parameter of ``table``."""
+    out: list[tuple[str, dict[str, Any], bool]] = []
+    for name, param in table.items():
+        if param.honoured:
+            out.append((name, {**base, name: HONOURED[name]}, True))
+            continue
+        extra, value = refused[name]
+        out.append((name, {**base, **extra, name: value}, False))
+        out.append((name, {**base, name: None}, True))
+        out.extend((name, {**base, name: v}, True) for v in noop.get(name, []))
+    return out
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS, ids=[e[0] for e in ENDPOINTS])
+def test_every_openai_parameter_is_classified(endpoint: tuple[Any, ...]) -> None:
+    _, _, module, table, *_ = endpoint
+    openai_fields = _openai_fields(module)
+    assert openai_fields, "no parameters found in the openai package"
+    assert set(table) == openai_fields, (
+        f"unclassified: {sorted(openai_fields - set(table))}; "
+        f"not OpenAI's: {sorted(set(table) - openai_fields)}"
+    )
+    for name, param in table.items():  # the test has samples for each
+        assert name in (HONOURED if param.honoured else REFUSED), name
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS, ids=[e[0] for e in ENDPOINTS])
+def test_each_parameter_is_honoured_or_refused_by_name(endpoint: tuple[Any, ...]) -> None:
+    _, _, _, table, model, base, refused, noop = endpoint
+    for name, body, accepted in _cases(table, base, refused, noop):
+        raw = json.dumps(body).encode()
+        if accepted:
+            parse_body(model, raw)  # no error
+            continue
+        with pytest.raises(BodyError) as exc:
+            parse_body(model, raw)
+        err = exc.value
+        assert err.reason is not None, name
+        assert err.reason.value == "unsupported_parameter", name
+        assert f"'{name}'" in err.message, (name, err.message)
+        assert err.param in {name, *body}, (name, err.param)
+
+
+def test_every_refused_parameter_is_named_at_once() -> None:
+    body = {**BASE_CHAT, "tools": [TOOL], "logprobs": True, "top_k": 5, "presence_penalty": 1}
+    with pytest.raises(BodyError) as exc:
+        parse_body(ChatBody, json.dumps(body).encode())
+    for name in ("tools", "logprobs", "top_k", "presence_penalty"):
+        assert f"'{name}'" in exc.value.message
+    assert exc.value.param == "tools"
+
+
+def test_honoured_parameters_reach_the_engine_request() -> None:
+    body = parse_body(
+        ChatBody,
+        b'{"messages": [{"role": "user", "content": "x"}], "temperature": 0.5, "top_p": 0.9,'
+        b' "seed": 7, "stop": ["zzz"], "max_completion_tokens": 3, "prompt_cache_key": "c-1"}',
+    )
+    req = to_generate_request(body, "x", 3, session_id=body.session_id, request_id="r")
+    assert req.sampling.temperature == pytest.approx(0.5)
+    assert req.sampling.top_p == pytest.approx(0.9)
+    assert req.sampling.seed == 7
+    assert list(req.sampling.stop) == ["zzz"]
+    assert req.session_id == "c-1"  # prompt_cache_key binds the session
+
+
+async def test_the_router_answers_the_table_over_http() -> None:
+    """Every case of both tables through a live router: 200 or a 400 naming the parameter,
+    with OpenAI's code, as the official client sees it."""
+    async with workers([{"id": "w-1"}]) as ws, router([w.endpoint for w in ws]) as r:
+        wrong: list[str] = []
+        for label, path, _, table, _, base, refused, noop in ENDPOINTS:
+            for name, body, accepted in _cases(table, base, refused, noop):
+                body = {"max_tokens": 2, **body}
+                async with r.http.post(r.url + path, json=body) as resp:
+                    payload = await resp.read()
+                    status = resp.status
+                if accepted and status != 200:
+                    wrong.append(f"{label} {name}={body.get(name)!r}: {status} {payload[:200]!r}")
+                if not accepted:
+                    err = json.loads(payload).get("error", {})
+                    if status != 400 or err.get("code") != "unsupported_parameter":
+                        wrong.append(f"{label} {name}: {status} {payload[:200]!r}")
+                    elif f"'{name}'" not in err.get("message", ""):
+                        wrong.append(f"{label} {name}: not named in {err.get('message')!r}")
+        assert not wrong, "\n".join(wrong)
+
+        client = openai.AsyncOpenAI(base_url=r.url + "/v1", api_key="x", max_retries=0)
+        try:
+            with pytest.raises(openai.BadRequestError) as exc:
+                await client.chat.completions.create(
+                    model=MODEL,
+                    messages=[{"role": "user", "content": "hi"}],
+                    tools=[TOOL],  # type: ignore[list-item]
+                    tool_choice={"type": "function", "function": {"name": "f"}},
+                    max_tokens=2,
+                )
+            assert exc.value.code == "unsupported_parameter"
+            assert exc.value.param in {"tools", "tool_choice"}  # the first in the body
+            assert "'tools'" in exc.value.message
+            assert "'tool_choice'" in exc.value.message
+        finally:
+            await client.close()
