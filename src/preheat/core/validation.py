@@ -52,6 +52,8 @@ class GenerateSpec:
     temperature: float | None = None
     top_p: float | None = None
     stop: Sequence[str] = ()
+    # the prompt has at least num_prompt_tokens tokens (counting stopped past the window)
+    prompt_tokens_at_least: bool = False
 
 
 def validate_generate(spec: GenerateSpec, limits: ModelLimits) -> list[str]:
@@ -124,12 +126,16 @@ def unknown_model_message(model: str, served: str) -> str:
     )
 
 
-def context_length_message(window: int, prompt_tokens: int, max_tokens: int) -> str:
-    """OpenAI's wording for a request over the context window (``max_tokens`` 0: unset)."""
+def context_length_message(
+    window: int, prompt_tokens: int, max_tokens: int, *, at_least: bool = False
+) -> str:
+    """OpenAI's wording for a request over the context window (``max_tokens`` 0: unset;
+    ``at_least``: the prompt was counted only until it was past the window)."""
     head = f"This model's maximum context length is {window} tokens. However, "
     if prompt_tokens > window or max_tokens <= 0:
         return (
-            head + f"your prompt resulted in {prompt_tokens} tokens. "
+            head + f"your prompt resulted in {'at least ' if at_least else ''}{prompt_tokens} "
+            "tokens. "
             "Please reduce the length of the prompt."
         )
     return (
@@ -145,7 +151,9 @@ def context_length_problem(spec: GenerateSpec, limits: ModelLimits) -> str | Non
     if n is None:
         return None
     if n > window or (spec.max_tokens > 0 and n + spec.max_tokens > window):
-        return context_length_message(window, n, spec.max_tokens)
+        return context_length_message(
+            window, n, spec.max_tokens, at_least=spec.prompt_tokens_at_least
+        )
     return None
 
 

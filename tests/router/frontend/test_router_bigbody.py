@@ -84,8 +84,12 @@ async def test_prompt_over_the_window_is_refused_without_tokenizing_it_all() -> 
             r.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 2}
         ) as resp:
             assert resp.status == 400
-            msg = (await resp.json())["error"]["message"]
-            assert "more than the model's context window of 4096 tokens" in msg
+            err = (await resp.json())["error"]
+            assert err["code"] == "context_length_exceeded"
+            assert err["message"].startswith(
+                "This model's maximum context length is 4096 tokens. However, your prompt "
+                "resulted in at least "
+            )
         assert tok.chars < len(prompt) / 10
 
 

@@ -50,7 +50,7 @@ from preheat.core.routing.admission import AdmissionConfig, AdmissionInput, Limi
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.scheduler import SchedulerState, schedule
 from preheat.core.routing.types import Decision, Endpoint, PrefillCost, RequestInfo, RoutingContext
-from preheat.core.validation import GenerateSpec, ModelLimits, validate_generate
+from preheat.core.validation import GenerateSpec, ModelLimits, check_generate
 from preheat.grpc_errors import error_code
 from preheat.logs import fields, pseudonym
 from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc
@@ -304,24 +304,16 @@ class Dispatcher:
             model=req.model,
             prompt=prompt,
             prompt_token_ids=ids,
-            num_prompt_tokens=len(tokens) if tokens is not None else None,
+            num_prompt_tokens=(
+                too_long.counted if too_long else (len(tokens) if tokens is not None else None)
+            ),
             max_tokens=s.max_tokens,
             temperature=s.temperature if s.HasField("temperature") else None,
             top_p=s.top_p if s.HasField("top_p") else None,
             stop=tuple(s.stop),
+            prompt_tokens_at_least=too_long is not None,
         )
-        problems = validate_generate(spec, limits)
-        if too_long is not None:
-            problems.insert(
-                0,
-                f"prompt has more than {too_long.limit} tokens (counting stopped at "
-                f"{too_long.counted}), more than the model's context window of "
-                f"{limits.max_model_len} tokens",
-            )
-        if problems:
-            raise PreheatError(
-                ErrorCode.INVALID_ARGUMENT, "invalid request: " + "; ".join(problems)
-            )
+        check_generate(spec, limits)
         assert tokens is not None
         if self._upstream_coalesce is not None and not req.HasField("coalesce"):
             req.coalesce.CopyFrom(self._upstream_coalesce)
