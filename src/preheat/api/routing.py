@@ -10,6 +10,7 @@ Example (every key optional; the defaults are the ``preheat`` policy)::
       - {name: rtt, weight: 1}
       - {name: kv-pressure, weight: 1}
       - {name: session, weight: 1}
+      - {name: decode-interference, weight: 0.05}
     filters: [same-pool, fresh]
     stalenessSeconds: 5
     hotspotMarginMs: 150
@@ -82,6 +83,11 @@ class RoutingConfigSpec(_Spec):
     )
     running_seq_ms: float = _ms(_D.running_seq_ms)
     slot_wait_ms: float = _ms(_D.slot_wait_ms)
+    chunk_tokens: int = Field(default=_D.chunk_tokens, ge=1, le=1 << 20)
+    chunk_shared_ms: float = _ms(_D.chunk_shared_ms)
+    decode_seq_ms: float = _ms(_D.decode_seq_ms)
+    decode_kv_ms_per_token: float = _ms(_D.decode_kv_ms_per_token)
+    typical_output_tokens: int = Field(default=_D.typical_output_tokens, ge=0, le=1 << 20)
     kv_pressure_threshold: float = Field(
         default=_D.kv_pressure_threshold, ge=0.0, lt=1.0, allow_inf_nan=False
     )
@@ -139,6 +145,11 @@ class RoutingConfigSpec(_Spec):
             typical_prompt_alpha=self.typical_prompt_alpha,
             running_seq_ms=self.running_seq_ms,
             slot_wait_ms=self.slot_wait_ms,
+            chunk_tokens=self.chunk_tokens,
+            chunk_shared_ms=self.chunk_shared_ms,
+            decode_seq_ms=self.decode_seq_ms,
+            decode_kv_ms_per_token=self.decode_kv_ms_per_token,
+            typical_output_tokens=self.typical_output_tokens,
             kv_pressure_threshold=self.kv_pressure_threshold,
             kv_pressure_max_ms=self.kv_pressure_max_ms,
             pool=self.pool,

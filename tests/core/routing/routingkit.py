@@ -29,6 +29,7 @@ def make_endpoint(
     queue: int = 0,
     running: int = 0,
     in_flight: int = 0,
+    decoding: int = 0,
     kv: float = 0.0,
     max_num_seqs: int = 256,
     cached_blocks: Sequence[int] | None = None,
@@ -51,6 +52,7 @@ def make_endpoint(
         kv_cache_usage=kv,
         max_num_seqs=max_num_seqs,
         in_flight=in_flight,
+        decoding=decoding,
         rtt_ms=rtt_ms,
         metrics_at=None if age_s is None else NOW - age_s,
         cached_blocks=None if cached_blocks is None else frozenset(cached_blocks),
@@ -67,6 +69,7 @@ def make_request(
     region: str = "",
     zone: str = "",
     deadline_ms: float | None = None,
+    max_tokens: int = 0,
 ) -> RequestInfo:
     """A request; ``blocks`` defaults to 1..prompt_tokens//16 (distinct fake block hashes)."""
     hashes = tuple(range(1, prompt_tokens // 16 + 1)) if blocks is None else tuple(blocks)
@@ -78,6 +81,7 @@ def make_request(
         client_region=region,
         client_zone=zone,
         ttft_deadline_ms=deadline_ms,
+        max_tokens=max_tokens,
     )
 
 

@@ -329,4 +329,11 @@ def test_predict_ttft_matches_the_decision() -> None:
     assert predict_ttft_ms(d.endpoint, ctx, COST, CFG) == pytest.approx(d.predicted_ttft_ms)
     by_id = {c.endpoint.id: c for c in d.candidates}
     assert set(by_id) == {e.id for e in ctx.endpoints if e.id != "w-3"}  # w-3 is stale
-    assert set(by_id[d.endpoint.id].terms) == {"queue", "prefix", "rtt", "kv-pressure", "session"}
+    assert set(by_id[d.endpoint.id].terms) == {
+        "queue",
+        "prefix",
+        "rtt",
+        "kv-pressure",
+        "session",
+        "decode-interference",
+    }

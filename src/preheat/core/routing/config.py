@@ -15,12 +15,19 @@ from dataclasses import dataclass
 #: little towards the cache. Measured (docs/benchmarks.md, simulated routing on Mooncake):
 #: hit rate 23.6% -> 24.5% of an oracle's 26.7% at 16 GPUs with p95 TTFT 1,537 -> 1,541 ms;
 #: 0.5 costs p95 (1,634 ms). The predicted TTFT itself (admission, logs) is unweighted.
+#: ``decode-interference`` (ms of latency added to the requests already decoding there, summed
+#: over them) is weighted 0.05, chosen in the simulator (`preheat bench sim --part decode`,
+#: docs/benchmarks.md: Mooncake at two loads on 16 GPUs, Azure conv at two loads on 4): the
+#: largest weight tried (0.02, 0.05, 0.1, 0.2) that keeps TTFT p95 within 2% of weight 0 in
+#: all four. On overloaded Mooncake it cuts TPOT p95 by 16% and e2e p95 by 11%; 0.1 costs
+#: 56% of TTFT p95 there.
 DEFAULT_SCORERS: tuple[tuple[str, float], ...] = (
     ("queue", 0.75),
     ("prefix", 1.0),
     ("rtt", 1.0),
     ("kv-pressure", 1.0),
     ("session", 1.0),
+    ("decode-interference", 0.05),
 )
 
 #: Filters of every policy, in order.
@@ -70,6 +77,23 @@ class SchedulerConfig:
     running_seq_ms: float = 0.05
     #: ms to wait for a free sequence slot, per request beyond ``max_num_seqs``.
     slot_wait_ms: float = 50.0
+    #: decode-interference: most prompt tokens one engine step prefills (vLLM's
+    #: max_num_batched_tokens; the sim engine's default).
+    chunk_tokens: int = 8192
+    #: decode-interference: ms of a prefill chunk's own step that the decode step it joins
+    #: pays anyway (weights read once, launches): the cost model's fixed per-step time
+    #: (``CostModel.decode_a_ms``, 8.8 ms from llama8b_h100_costs.json; the mixed-step
+    #: measurement, mixed_step_h100.json, saves 5.5-7 ms by running a chunk in a decode step).
+    chunk_shared_ms: float = 8.8
+    #: decode-interference: ms one more decoding sequence adds to every step
+    #: (``CostModel.decode_b_ms``; 0.010 ms in mixed_step_h100.json's context fit).
+    decode_seq_ms: float = 0.0086
+    #: decode-interference: ms per token of that sequence's context (its KV read each step;
+    #: ``CostModel.decode_c_ms``; 0.0424 us per token in mixed_step_h100.json).
+    decode_kv_ms_per_token: float = 4.25e-5
+    #: decode-interference: output tokens a running neighbour still decodes, and the new
+    #: request's own when it gives no max_tokens.
+    typical_output_tokens: int = 256
     #: KV-cache usage above which the kv-pressure penalty starts.
     kv_pressure_threshold: float = 0.8
     #: kv-pressure penalty (ms) at 100% KV-cache usage; grows quadratically from the threshold.

@@ -7,7 +7,8 @@ The ``preheat`` policy (DESIGN.md, Routing): every scorer gives each endpoint a 
 predicted milliseconds (``plugins/``; weights from the config), the picker takes the lowest
 total, ties broken by ``hash64(session id or request id, endpoint id)``. The predicted TTFT
 of an endpoint is the physical part: ``rtt + queue + prefill`` (+ the stale penalty);
-``kv-pressure`` and ``session`` only steer. With a TTFT deadline, only endpoints predicted
+``kv-pressure``, ``decode-interference`` (the latency a placement adds to the requests
+already decoding there) and ``session`` only steer. With a TTFT deadline, only endpoints predicted
 within it are eligible; none: the request is rejected with a retry-after of
 ``max(min_retry_after_s, (best predicted TTFT - deadline) / 1000)`` (the queue drains in
 real time).
@@ -289,7 +290,11 @@ def _preheat(
         parts.append(f"spill-over from region {req.client_region} to {e.region}")
     alt = next((c for c in ranked if c is not chosen), None)
     if alt is not None:
-        parts.append(f"best alternative {alt.endpoint.id} at {ttft[alt.endpoint.id]:.0f} ms")
+        more = ""
+        di = alt.terms.get("decode-interference", 0.0)
+        if di > 0:
+            more = f" (+{di:.0f} ms decode-interference: its running requests' added latency)"
+        parts.append(f"best alternative {alt.endpoint.id} at {ttft[alt.endpoint.id]:.0f} ms{more}")
     return Decision(
         endpoint=e,
         predicted_ttft_ms=ttft[e.id],
@@ -334,6 +339,9 @@ def _breakdown(c: Candidate, raw: Mapping[str, Mapping[str, float]], ctx: Routin
     kv = c.terms.get("kv-pressure", 0.0)
     if kv > 0:
         s += f"; kv-pressure {kv:.0f}"
+    di = c.terms.get("decode-interference", 0.0)
+    if di > 0:
+        s += f"; decode-interference {di:.0f}"
     if "stale" in c.terms:
         s += "; stale metrics"
     return s

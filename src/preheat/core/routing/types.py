@@ -38,6 +38,9 @@ class Endpoint:
     max_num_seqs: int = 256
     block_size: int = 16
     in_flight: int = 0  # requests this router has sent and not yet seen the first token of
+    # requests this router is streaming from the endpoint after their first token (decoding
+    # there now; fresher than the engine's num_running, which is as old as metrics_at)
+    decoding: int = 0
     rtt_ms: float | None = None  # EWMA of measured round trips from this router; None: unknown
     metrics_at: float | None = None  # router clock (seconds); None: never refreshed
     # precise prefix index: block hashes the worker reports cached (WatchCache); None: unknown.
