@@ -156,6 +156,7 @@ class _Pod:
 class _Router:
     region: str
     in_flight: dict[str, int] = field(default_factory=dict)
+    decoding: dict[str, int] = field(default_factory=dict)  # past the first token, not done
     ttft_ewma: dict[str, float] = field(default_factory=dict)
     endpoints: dict[str, Endpoint] = field(default_factory=dict)
     snapshot: tuple[Endpoint, ...] | None = None  # None: rebuild (the routable set changed)
@@ -326,6 +327,7 @@ class _World:
             self.events.append(ScaleEvent(self.now, "stop", "drained", self.pool.name, pod.name))
             for r in self.routers.values():
                 r.in_flight.pop(pod.name, None)
+                r.decoding.pop(pod.name, None)
                 r.ttft_ewma.pop(pod.name, None)
                 if r.history is not None:
                     r.history.forget(pod.name)
@@ -375,6 +377,7 @@ class _World:
                 max_num_seqs=self.engine.max_num_seqs,
                 block_size=self.block_size,
                 in_flight=router.in_flight.get(pod.name, 0),
+                decoding=router.decoding.get(pod.name, 0),
                 rtt_ms=self.o.network.rtt_ms(router.region, pod.region),
                 metrics_at=pod.m_at,
                 cached_blocks=pod.cache if self.o.watch_cache else None,
@@ -609,6 +612,10 @@ class _World:
             if req is None:
                 continue
             pod.hists[Signal.E2E].add(fin.time - req.engine_at)
+            if req.first_at is not None:
+                router = self.routers[req.region]
+                router.decoding[pod.name] = max(0, router.decoding.get(pod.name, 0) - 1)
+                self._touch(router, pod.name)
             half = req.router_rtt_ms / 2000.0
             first = req.first_at if req.first_at is not None else fin.time
             t0 = req.trace.arrival_s
@@ -647,6 +654,7 @@ class _World:
         pod.hists[Signal.TTFT].add(t - req.engine_at)
         router = self.routers[req.region]
         router.in_flight[pod.name] = max(0, router.in_flight.get(pod.name, 0) - 1)
+        router.decoding[pod.name] = router.decoding.get(pod.name, 0) + 1
         # the router's upstream TTFT: sent -> first token back (live: EWMA, alpha 0.2)
         observed = (t + req.router_rtt_ms / 2000.0 - req.sent_at) * 1000.0
         prev = router.ttft_ewma.get(pod.name)

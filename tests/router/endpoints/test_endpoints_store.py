@@ -83,6 +83,12 @@ async def test_in_flight_accounting_and_rtt() -> None:
             store.first_token("w-0", ttft_s=0.050, server_ttft_ms=40.0)
             assert store.snapshot()[0].in_flight == 1
             assert store.snapshot()[0].observed_ttft_ms == pytest.approx(40.0)
+            # past its first token the request decodes there until it ends
+            assert store.snapshot()[0].decoding == 1
+            store.request_done("w-0")
+            assert store.snapshot()[0].decoding == 0
+            store.request_done("w-0")  # never below zero
+            assert store.snapshot()[0].decoding == 0
             store.request_failed("w-0")
             assert store.snapshot()[0].in_flight == 0
             store.request_failed("w-0")  # never below zero

@@ -353,6 +353,7 @@ class EndpointStore:
         if e is None:
             return
         e.in_flight = max(0, e.in_flight - 1)
+        e.decoding += 1
         observed_ms = ttft_s * 1000.0
         if server_ttft_ms > 0:
             e.observed_ttft.update(server_ttft_ms)
@@ -360,6 +361,14 @@ class EndpointStore:
         else:
             e.observed_ttft.update(observed_ms)
         e.touch()
+
+    def request_done(self, endpoint_id: str) -> None:
+        """A request that had its first token ended (finished, failed or cancelled): one
+        fewer decoding there (the ``decode-interference`` scorer's neighbours)."""
+        e = self._entries.get(endpoint_id)
+        if e is not None:
+            e.decoding = max(0, e.decoding - 1)
+            e.touch()
 
     def request_failed(self, endpoint_id: str) -> None:
         """A request failed before its first token: one fewer in flight, and the endpoint's

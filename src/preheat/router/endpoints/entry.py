@@ -39,6 +39,7 @@ class EndpointEntry:
         self.rtt = RttEstimator(rtt_alpha)
         self.observed_ttft = Ewma(rtt_alpha)
         self.in_flight = 0
+        self.decoding = 0  # requests streaming from it past their first token
         self.failures = 0  # request failures reported by the data path
         self.consecutive_failures = 0  # Status calls failed in a row
         self.kick = asyncio.Event()  # set: poll Status now
@@ -124,6 +125,7 @@ class EndpointEntry:
             max_num_seqs=st.max_num_seqs if st is not None and st.max_num_seqs else 256,
             block_size=st.block_size if st is not None and st.block_size else 16,
             in_flight=self.in_flight,
+            decoding=self.decoding,
             rtt_ms=self.rtt.value_ms,
             metrics_at=metrics_at,
             cached_blocks=self.cached,  # the live set, read-only to the scheduler

@@ -649,6 +649,8 @@ class Dispatcher:
                 finally:
                     if not call.done():
                         call.cancel()
+                    if attempt_first is not None:  # it decoded there until now
+                        self.store.request_done(ep.id)
         except PreheatError as e:
             outcome = Outcome.of_error(e.code)
             if e.code is ErrorCode.UNAVAILABLE and sent:
