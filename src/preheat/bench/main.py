@@ -13,7 +13,7 @@ from pathlib import Path
 
 import grpc
 
-from preheat.bench import router_bench, sim_bench
+from preheat.bench import router_bench, sim_bench, vllm_serve
 from preheat.bench.client import StreamRecord, stream_generate
 from preheat.bench.prompts import words
 from preheat.bench.report_md import write_section
@@ -63,6 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sim_bench.add_arguments(sim)
+    vs = sub.add_parser(
+        "vllm-serve",
+        help="vLLM's serving benchmark client through the router: policies side by side",
+        description=vllm_serve.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    vllm_serve.add_arguments(vs)
 
 
 _SIM_DOC = (
@@ -246,4 +253,6 @@ def run(args: argparse.Namespace) -> int:
         return asyncio.run(router_bench.run_router_bench(args))
     if args.bench == "sim":
         return sim_bench.run(args)
+    if args.bench == "vllm-serve":
+        return vllm_serve.main(args)
     raise SystemExit(f"unknown benchmark {args.bench!r}")

@@ -60,7 +60,7 @@ from preheat.report.summary import RunSummary, summarize
 from preheat.simulate.options import Network, SimOptions
 from preheat.simulate.world import SimStats, engine_config, simulate
 
-PARTS: tuple[str, ...] = ("routing", "autoscaling", "geography")
+PARTS: tuple[str, ...] = ("routing", "autoscaling", "geography", "decode")
 ROUTING_POLICIES: tuple[str, ...] = (
     "preheat",
     "round-robin",
@@ -1025,6 +1025,10 @@ def run(args: argparse.Namespace) -> int:
             body = routing_part(args, img_dir).body
         elif part == "autoscaling":
             body = autoscaling_part(args, img_dir).body
+        elif part == "decode":
+            from preheat.bench.sim_decode import decode_part  # imports this module
+
+            body = decode_part(args)
         else:
             body = geography_part(args, img_dir).body
         print()
