@@ -21,6 +21,7 @@ TINY = [
     "--burst-mean-rps", "3",
     "--geo-gpus", "3",
     "--geo-requests", "90",
+    "--decode-requests", "60",
 ]  # fmt: skip
 
 
@@ -39,7 +40,7 @@ def test_all_parts_write_their_sections_and_plots(
     assert sim_bench.run(parse([*TINY, "--write", str(doc)])) == 0
     text = doc.read_text()
     assert "<!-- bench:worker -->\nkept\n<!-- /bench:worker -->" in text
-    for part in ("routing", "autoscaling", "geography"):
+    for part in ("routing", "autoscaling", "geography", "decode"):
         assert f"<!-- bench:sim-{part} -->" in text
         assert f"Command: `preheat bench sim --part {part} " in text
     for policy in sim_bench.ROUTING_POLICIES:
@@ -57,8 +58,11 @@ def test_all_parts_write_their_sections_and_plots(
         assert f"| {c} | 1 |" in text
     for geo in ("**preheat**", "geo-blind", "local-only"):
         assert f"| {geo} |" in text
-    # 2 routing targets per pool size, one autoscaling target per standby setting
-    assert text.count("**met**") + text.count("**missed**") == 2 * 2 + 2
+    for row in ("preheat, weight 0", "**preheat, weight 0.05**", "round-robin", "least-request"):
+        assert f"| {row} |" in text
+    # 2 routing targets per pool size, one autoscaling target per standby setting, 2 decode
+    # targets per trace and load
+    assert text.count("**met**") + text.count("**missed**") == 2 * 2 + 2 + 2 * 4
     for png in ("routing.png", "autoscaling_pareto.png", "autoscaling_pods.png", "geography.png"):
         assert (tmp_path / "docs" / "img" / "bench" / png).stat().st_size > 1000
         assert f"(img/bench/{png})" in text

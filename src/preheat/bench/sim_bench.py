@@ -153,6 +153,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--initial-replicas", type=int, default=2)
     a.add_argument("--autoscalers", default="preheat,hpa,keda,kpa")
     a.add_argument("--standby", default="0,1", help="warm standby settings to run")
+    de = p.add_argument_group("decode")
+    de.add_argument(
+        "--decode-requests",
+        type=int,
+        default=0,
+        help="requests per trace in the decode part (0: 3000 Mooncake, 4000 Azure)",
+    )
     ge = p.add_argument_group("geography")
     ge.add_argument("--geo-gpus", type=int, default=12)
     ge.add_argument("--geo-requests", type=int, default=2000)

@@ -40,6 +40,9 @@ import aiohttp
 
 from preheat.bench.report_md import write_section
 from preheat.bench.router_bench import cluster
+from preheat.core.routing.config import DEFAULT_SCORERS
+
+DECODE = "decode-interference"
 
 #: the client's entry point (the module has no ``__main__``; ``vllm bench serve`` is the
 #: console script, which the CPU build's distribution name breaks: see NOTES)
@@ -64,7 +67,12 @@ COLUMNS = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policies", default="preheat,round-robin,least-request")
+    p.add_argument(
+        "--policies",
+        default="preheat,preheat@0,round-robin,least-request",
+        help="routing policies; preheat@W: preheat with the decode-interference scorer at "
+        "weight W (preheat@0: without it)",
+    )
     p.add_argument("--rates", default="5,8", help="request rates (req/s), comma-separated")
     p.add_argument("--rounds", type=int, default=3, help="runs of every policy at every rate")
     p.add_argument("--num-prompts", type=int, default=200)
@@ -206,7 +214,7 @@ async def _one(
     args: argparse.Namespace, policy: str, rate: float, rnd: int, tokenizer: Path, out: Path
 ) -> RunResult:
     worker_args = [*args.worker_arg]
-    router_args = ["--policy", policy, "--log-level", "WARNING"]
+    router_args = ["--log-level", "WARNING", *_policy_args(policy, out.parent)]
     async with cluster(worker_args, args.workers, router_args) as c:
         urls = [f"{w.http_url}/metrics" for w in c.workers]
         async with aiohttp.ClientSession() as session:
@@ -257,6 +265,25 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def _label(policy: str) -> str:
+    name, _, weight = policy.partition("@")
+    return f"{name}, {DECODE} weight {weight}" if weight else policy
+
+
+def _policy_args(policy: str, folder: Path) -> list[str]:
+    """``--policy NAME``, or for ``preheat@W`` the preheat policy with the
+    ``decode-interference`` scorer at weight W (a routing config file in ``folder``)."""
+    name, _, weight = policy.partition("@")
+    if not weight:
+        return ["--policy", name]
+    scorers = [
+        {"name": n, "weight": float(weight) if n == DECODE else w} for n, w in DEFAULT_SCORERS
+    ]
+    path = folder / f"routing-{name}-{weight}.json"
+    path.write_text(json.dumps({"policy": name, "scorers": scorers}))
+    return ["--routing-config", str(path)]
+
+
 def _median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -302,7 +329,9 @@ def render(
         f"prompts (seed 1000 + round); {args.rounds} rounds, **medians** of the rounds below "
         "(every run is printed by the command). TPOT: time per output token after the first; "
         "e2e: the whole request. Hit rate: the workers' prefix-cache hits / queries. "
-        "Requests per worker: the most and fewest any worker served (median of the rounds).",
+        "Requests per worker: the most and fewest any worker served (median of the rounds). "
+        f"`preheat, {DECODE} weight 0`: the preheat policy without the new scorer (as "
+        "before it existed), for comparison.",
         "",
     ]
     ok = True
@@ -326,7 +355,7 @@ def render(
             hi = _median([max(r.per_worker) for r in runs])
             lo = _median([min(r.per_worker) for r in runs])
             failed = sum(r.failed for r in runs)
-            name = f"**{p}**" if p == "preheat" else p
+            name = f"**{p}**" if p == "preheat" else _label(p)
             lines.append(
                 f"| {name} | "
                 + " | ".join(f"{m[k]:,.1f}" for k, _ in COLUMNS)
@@ -335,7 +364,7 @@ def render(
         lines.append("")
         if "preheat" in med and len(med) > 1:
             ours = med["preheat"]
-            others = {p: m for p, m in med.items() if p != "preheat"}
+            others = {p: m for p, m in med.items() if not p.startswith("preheat")}
             ahead = all(
                 ours[k] < m[k] for m in others.values() for k in ("p50_ttft_ms", "p95_ttft_ms")
             )
