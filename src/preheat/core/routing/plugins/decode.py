@@ -39,11 +39,12 @@ as the ``prefix`` scorer predicts them)::
   (``scorers``, default 0.05; see ``config.py`` for how it was chosen) says how many ms of
   the new request's TTFT one ms of neighbours' added latency is worth; 0 turns it off.
 
-Inputs: endpoint ``in_flight``, ``decoding``, ``max_num_seqs``, ``cached_blocks``; request ``prompt_tokens``, ``block_hashes``, ``max_tokens``;
-``ctx.history_matches``; the cost model's ``prefill_ms``. Parameters (``SchedulerConfig``,
-defaults from the cost model of ``preheat.engine.costmodel`` fitted to the H100 measurement):
-``chunk_tokens`` (8192), ``chunk_shared_ms`` (8.8), ``decode_seq_ms`` (0.0086),
-``decode_kv_ms_per_token`` (4.25e-5), ``typical_output_tokens`` (256).
+Inputs: endpoint ``in_flight``, ``decoding``, ``max_num_seqs``, ``cached_blocks``; request
+``prompt_tokens``, ``block_hashes``, ``max_tokens``; ``ctx.history_matches``; the cost
+model's ``prefill_ms``. Parameters (``SchedulerConfig``, defaults from the cost model of
+``preheat.engine.costmodel`` fitted to the H100 measurement): ``chunk_tokens`` (8192),
+``chunk_shared_ms`` (8.8), ``decode_seq_ms`` (0.0086), ``decode_kv_ms_per_token``
+(4.25e-5), ``typical_output_tokens`` (256).
 """
 
 from __future__ import annotations
