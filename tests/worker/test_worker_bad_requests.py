@@ -3,6 +3,8 @@ worker keeps serving afterwards."""
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import NoReturn
 
 import grpc
@@ -206,6 +208,66 @@ async def test_an_internal_error_is_counted_before_the_status_goes_out(
         async for _ in fake_client.server.generate(gen_request(max_tokens=2), ctx):
             pass
     assert ctx.counted_when_answered == {"invalid": 0.0, "error": 1.0}
+
+
+class _DetailsRecorder(_StatusRecorder):
+    def __init__(self, client: Client) -> None:
+        super().__init__(client)
+        self.answered: tuple[grpc.StatusCode, str] | None = None
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        self.answered = (code, details)
+        raise grpc.aio.AbortError(details)
+
+
+async def test_an_internal_error_reaches_the_client_without_its_text(
+    fake_client: Client, fake_engine: FakeEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The exception's text (paths, addresses, state) is logged under a reference the client
+    gets, never sent to the client."""
+
+    def broken(request: object) -> NoReturn:
+        raise RuntimeError("secret /var/lib/engine/state at 10.0.0.7")
+
+    fake_engine.generate = broken  # type: ignore[method-assign,assignment]
+    ctx = _DetailsRecorder(fake_client)
+    with (
+        caplog.at_level(logging.INFO, logger="preheat.worker.server"),
+        pytest.raises(grpc.aio.AbortError),
+    ):
+        async for _ in fake_client.server.generate(gen_request(max_tokens=2), ctx):
+            pass
+    assert ctx.answered is not None
+    code, details = ctx.answered
+    assert code is grpc.StatusCode.INTERNAL
+    assert "secret" not in details
+    assert "RuntimeError" not in details
+    ref = re.search(r"reference ([0-9a-f]{16})", details)
+    assert ref is not None, details
+    logged = [
+        r
+        for r in caplog.records
+        if getattr(r, "preheat_fields", {}).get("error_ref") == ref.group(1)
+    ]
+    assert logged, "the reference the client got is not in the log"
+    assert logged[0].exc_info is not None
+
+
+async def test_a_tokenizer_failure_is_invalid_without_its_text(
+    fake_client: Client, fake_engine: FakeEngine
+) -> None:
+    def broken(text: str) -> NoReturn:
+        raise RuntimeError("tokenizer file /models/secret.json is corrupt")
+
+    fake_engine.tokenize = broken  # type: ignore[method-assign,assignment]
+    ctx = _DetailsRecorder(fake_client)
+    with pytest.raises(grpc.aio.AbortError):
+        async for _ in fake_client.server.generate(R(prompt="hi", model=""), ctx):
+            pass
+    assert ctx.answered is not None
+    code, details = ctx.answered
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert details == "the prompt could not be tokenized"
 
 
 async def test_requested_coalescing_merges_tokens_and_loses_none(client: Client) -> None:

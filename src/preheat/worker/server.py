@@ -502,8 +502,9 @@ class WorkerServer:
             try:
                 tokens = tuple(self.engine.tokenize(prompt))
             except Exception as e:
+                log.info("tokenize_failed", extra=fields(error=repr(e)))
                 raise PreheatError(
-                    ErrorCode.INVALID_ARGUMENT, f"the prompt could not be tokenized: {e}"
+                    ErrorCode.INVALID_ARGUMENT, "the prompt could not be tokenized"
                 ) from e
         s = req.sampling
         temperature = s.temperature if s.HasField("temperature") else None
@@ -607,9 +608,13 @@ class WorkerServer:
                 if isinstance(e, grpc.aio.AbortError):
                     raise
                 outcome = Outcome.ERROR
-                log.exception("request_failed")
+                # The exception's text stays in the log, under a reference the client gets:
+                # it may name internals (paths, addresses, the engine's state).
+                ref = uuid.uuid4().hex[:16]
+                log.exception("request_failed", extra=fields(error_ref=ref))
                 finish()
-                await abort(context, PreheatError(ErrorCode.INTERNAL, f"internal error: {e!r}"))
+                message = f"internal error in the worker (reference {ref}; its log has the details)"
+                await abort(context, PreheatError(ErrorCode.INTERNAL, message))
             finally:
                 finish()
 
