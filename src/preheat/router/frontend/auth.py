@@ -9,7 +9,8 @@ and the tenant a request belongs to.
   without stopping at the first match), so a response's timing says nothing of a key.
 - **HTTP** (:func:`api_key_middleware`): ``Authorization: Bearer KEY``; a missing or wrong
   key is a 401 in OpenAI's shape (``code: invalid_api_key``, which the ``openai`` client
-  raises as ``AuthenticationError``). ``/healthz``, ``/ready`` and ``/metrics`` stay open.
+  raises as ``AuthenticationError``). ``/healthz``, ``/ready``, ``/health`` and ``/metrics``
+  stay open.
 - **gRPC** (:class:`PickAuthInterceptor`): every method of ``preheat.v1.Router`` (Pick,
   PickBatch, PickStream) needs metadata ``authorization: Bearer TOKEN``; otherwise
   UNAUTHENTICATED before the request is read. ``preheat.v1.Inference`` and health stay
@@ -39,7 +40,7 @@ from preheat.router.frontend.errors import status_error_response
 
 log = logging.getLogger("preheat.router")
 
-OPEN_PATHS = frozenset({"/healthz", "/ready", "/metrics"})
+OPEN_PATHS = frozenset({"/healthz", "/ready", "/health", "/metrics"})
 TENANT_KEY: web.RequestKey[str] = web.RequestKey("tenant", str)  # set on the request
 ROUTER_SERVICE_PREFIX = "/preheat.v1.Router/"
 

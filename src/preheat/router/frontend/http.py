@@ -13,8 +13,13 @@
   body) carries ``"preheat": {"worker_id", "timing": {"queue_ms", "prefill_ms",
   "decode_ms", "ttft_ms", "e2e_ms"}}``, the engine's stage breakdown that gRPC clients get
   in ``GenerateResponse.timing``.
-- ``GET /v1/models``; ``GET /metrics``; ``GET /healthz`` (liveness: always 200);
-  ``GET /ready`` (200 once the store has a routable endpoint, else 503).
+- ``GET /v1/models``; the vLLM paths of :mod:`.vllm_routes` (``/v1/models/{id}``,
+  ``/health``, ``/tokenize``, ``/detokenize``); ``GET /metrics``; ``GET /healthz``
+  (liveness: always 200); ``GET /ready`` (200 once the store has a routable endpoint, else
+  503).
+- Responses carry ``system_fingerprint``; with ``include_usage`` every stream chunk has
+  ``usage`` (null but on the last). A request the worker aborted (drain grace over) ends
+  with an error (an error event, or 503), never ``finish_reason: "abort"``.
 - Limits (:class:`HttpLimits`): a body over ``max_body_bytes`` is refused with 413 before
   it is read (``Content-Length``) or as soon as it grows past it (chunked); a connection
   whose request line and headers do not arrive within ``header_timeout_s`` is closed; a
@@ -40,8 +45,9 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from preheat import __version__
 from preheat.coalesce import CoalesceConfig, coalesce
-from preheat.core.errors import PreheatError
+from preheat.core.errors import ErrorCode, PreheatError
 from preheat.httpserve import serve
 from preheat.logs import fields, request_context
 from preheat.proto.preheat.v1 import inference_pb2
@@ -59,14 +65,25 @@ from preheat.router.frontend.openai_schema import (
     parse_body,
     to_generate_request,
 )
+from preheat.router.frontend.vllm_routes import VllmRoutes, add_vllm_routes, model_object
 
 log = logging.getLogger("preheat.router")
 
+# OpenAI's finish reasons; an aborted request (FINISH_REASON_ABORT) ends with an error
+# instead, as vLLM's server does (see _aborted)
 _FINISH = {
     inference_pb2.FINISH_REASON_STOP: "stop",
     inference_pb2.FINISH_REASON_LENGTH: "length",
-    inference_pb2.FINISH_REASON_ABORT: "abort",
 }
+SYSTEM_FINGERPRINT = f"preheat-{__version__}"
+
+
+def _aborted() -> PreheatError:
+    return PreheatError(
+        ErrorCode.UNAVAILABLE,
+        "the worker stopped the request before it finished (it was draining or failing); retry it",
+        retry_after_s=1.0,
+    )
 
 
 @dataclass(frozen=True)
@@ -314,6 +331,9 @@ async def _sse(
     chunk: inference_pb2.GenerateResponse | None = first
     try:
         while chunk is not None:
+            aborted = chunk.finish_reason == inference_pb2.FINISH_REASON_ABORT
+            if aborted and not chunk.text:
+                raise _aborted()
             finish = _FINISH.get(chunk.finish_reason)
             if chunk.HasField("usage"):
                 usage = _usage(chunk.usage)
@@ -322,11 +342,16 @@ async def _sse(
                 "object": kind,
                 "created": created,
                 "model": model,
+                "system_fingerprint": SYSTEM_FINGERPRINT,
                 "choices": [_choice(chat, chunk.text, finish, is_first)],
             }
+            if body.include_usage:  # OpenAI: null on every chunk but the last
+                event["usage"] = None
             if (extra := _preheat(chunk)) is not None:
                 event["preheat"] = extra
             await send(event)
+            if aborted:
+                raise _aborted()
             is_first = False
             chunk = await anext(chunks, None)
         if body.include_usage:
@@ -336,6 +361,7 @@ async def _sse(
                     "object": kind,
                     "created": created,
                     "model": model,
+                    "system_fingerprint": SYSTEM_FINGERPRINT,
                     "choices": [],
                     "usage": usage,
                 }
@@ -365,6 +391,8 @@ async def _whole(
     except PreheatError as e:
         log.info("request_failed", extra=fields(code=e.code.value, reason=e.message))
         return error_response(e)
+    if last.finish_reason == inference_pb2.FINISH_REASON_ABORT:
+        return error_response(_aborted())
     text = "".join(parts)
     finish = _FINISH.get(last.finish_reason, "stop")
     choice: dict[str, Any]
@@ -382,6 +410,7 @@ async def _whole(
         "object": "chat.completion" if chat else "text_completion",
         "created": created,
         "model": model,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
         "choices": [choice],
         "usage": _usage(last.usage if last.HasField("usage") else None),
     }
@@ -400,7 +429,7 @@ async def _chat(request: web.Request) -> web.StreamResponse:
 
 async def _models(request: web.Request) -> web.Response:
     fe = request.app[FRONTEND_KEY]
-    data = [{"id": m, "object": "model", "created": 0, "owned_by": "preheat"} for m in fe.models()]
+    data = [model_object(m) for m in fe.models()]
     return web.json_response({"object": "list", "data": data})
 
 
@@ -432,6 +461,15 @@ def build_app(frontend: HttpFrontend) -> web.Application:
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/ready", _ready)
+    add_vllm_routes(
+        app,
+        VllmRoutes(
+            models=frontend.models,
+            ready=frontend.ready,
+            tokenizer=lambda: frontend.d.tokenizer,
+            max_model_len=lambda: frontend.d.pool_limits("").max_model_len,
+        ),
+    )
     return app
 
 

@@ -143,10 +143,11 @@ class ChatBody(_Body):
     max_completion_tokens: MaxTokens | None = None
 
 
-def flatten_chat(messages: list[ChatMessage]) -> str:
+def flatten_chat(messages: list[ChatMessage], *, generation_prompt: bool = True) -> str:
     """Role-tagged lines, then ``assistant:`` for the reply (see the module docstring)."""
     lines = [f"{m.role}: {m.text()}" for m in messages]
-    lines.append("assistant:")
+    if generation_prompt:
+        lines.append("assistant:")
     return "\n".join(lines)
 
 

@@ -18,7 +18,7 @@ worth), and the dispatcher runs large prompts in a small thread pool, off the ev
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,6 +30,14 @@ class PromptTokenizer(Protocol):
     name: str
 
     def encode(self, text: str) -> list[int]: ...
+
+
+class TextTokenizer(PromptTokenizer, Protocol):
+    """What ``/tokenize`` and ``/detokenize`` need besides ``encode``."""
+
+    def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
 
 
 #: Characters per piece when a long prompt is counted piece by piece (cut at whitespace).
@@ -107,6 +115,15 @@ class SimPromptTokenizer:
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text)
 
+    def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
+        """Ids and token strings (``/tokenize``); the sim tokenizer has no special tokens."""
+        return self._tok.encode(text), text.split()
+
+    def decode(self, ids: list[int]) -> str:
+        """The text the sim engine writes for ``ids`` (its tokens are hashes of words, so a
+        prompt's words cannot be recovered from them)."""
+        return self._tok.decode(ids)
+
 
 class HFPromptTokenizer:
     """A Hugging Face tokenizer at ``path`` (a ``tokenizer.json`` file or a directory)."""
@@ -114,15 +131,18 @@ class HFPromptTokenizer:
     def __init__(self, path: str) -> None:
         self.path = path
         self.name = f"hf:{path}"
-        self._encode: Callable[[str], list[int]] | None = None
+        self._tok: Any = None  # tokenizers.Tokenizer (a file) or a transformers tokenizer
+        self._fast_file = Path(path).is_file()
 
-    def _load(self) -> Callable[[str], list[int]]:
+    def _load(self) -> Any:
+        if self._tok is not None:
+            return self._tok
         p = Path(self.path)
-        if p.is_file():
+        if self._fast_file:
             from tokenizers import Tokenizer
 
-            tok: Any = Tokenizer.from_file(str(p))
-            return lambda text: list(tok.encode(text, add_special_tokens=False).ids)
+            self._tok = Tokenizer.from_file(str(p))
+            return self._tok
         try:
             from transformers import AutoTokenizer
         except ImportError as e:  # pragma: no cover - depends on the environment
@@ -130,13 +150,23 @@ class HFPromptTokenizer:
                 f"--tokenizer hf:{self.path} needs the 'transformers' package for a directory "
                 "(or point it at a tokenizer.json, which needs only 'tokenizers')"
             ) from e
-        auto: Any = AutoTokenizer.from_pretrained(str(p))
-        return lambda text: list(auto.encode(text, add_special_tokens=False))
+        self._tok = AutoTokenizer.from_pretrained(str(p))
+        return self._tok
 
     def encode(self, text: str) -> list[int]:
-        if self._encode is None:
-            self._encode = self._load()
-        return self._encode(text)
+        return self.tokenize(text, add_special_tokens=False)[0]
+
+    def tokenize(self, text: str, add_special_tokens: bool) -> tuple[list[int], list[str]]:
+        """Ids and token strings, as vLLM's ``/tokenize`` gives them."""
+        tok = self._load()
+        if self._fast_file:
+            enc = tok.encode(text, add_special_tokens=add_special_tokens)
+            return list(enc.ids), list(enc.tokens)
+        ids = list(tok.encode(text, add_special_tokens=add_special_tokens))
+        return ids, list(tok.convert_ids_to_tokens(ids))
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self._load().decode(ids, skip_special_tokens=False))
 
 
 def build_tokenizer(spec: str) -> PromptTokenizer:
