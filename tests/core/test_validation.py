@@ -7,7 +7,13 @@ import math
 import pytest
 
 from preheat.core.errors import ErrorCode, PreheatError, Reason
-from preheat.core.validation import GenerateSpec, ModelLimits, check_generate, validate_generate
+from preheat.core.validation import (
+    GenerateSpec,
+    ModelLimits,
+    check_generate,
+    reason_of,
+    validate_generate,
+)
 
 LIMITS = ModelLimits(model="llama", max_model_len=100, vocab_size=50)
 
@@ -135,3 +141,17 @@ def test_unknown_vocabulary_skips_the_id_check() -> None:
     limits = ModelLimits(model="llama", max_model_len=100)
     s = spec(prompt=None, prompt_token_ids=(10**6,), num_prompt_tokens=1)
     assert validate_generate(s, limits) == []
+
+
+def test_a_relayed_error_gets_its_reason_back_from_its_message() -> None:
+    # a worker's error crosses gRPC as (status, message); the router recovers the reason
+    for bad, reason in [
+        (spec(model="gpt-9"), Reason.MODEL_NOT_FOUND),
+        (spec(num_prompt_tokens=101), Reason.CONTEXT_LENGTH_EXCEEDED),
+        (spec(temperature=9.0), None),
+    ]:
+        with pytest.raises(PreheatError) as exc:
+            check_generate(bad, LIMITS)
+        assert exc.value.reason is reason
+        assert reason_of(exc.value.code, exc.value.message) is reason
+    assert reason_of(ErrorCode.INVALID_ARGUMENT, "The model `x` ...") is None

@@ -126,12 +126,15 @@ def unknown_model_message(model: str, served: str) -> str:
     )
 
 
+CONTEXT_LENGTH_LEAD = "This model's maximum context length is "
+
+
 def context_length_message(
     window: int, prompt_tokens: int, max_tokens: int, *, at_least: bool = False
 ) -> str:
     """OpenAI's wording for a request over the context window (``max_tokens`` 0: unset;
     ``at_least``: the prompt was counted only until it was past the window)."""
-    head = f"This model's maximum context length is {window} tokens. However, "
+    head = f"{CONTEXT_LENGTH_LEAD}{window} tokens. However, "
     if prompt_tokens > window or max_tokens <= 0:
         return (
             head + f"your prompt resulted in {'at least ' if at_least else ''}{prompt_tokens} "
@@ -160,7 +163,7 @@ def context_length_problem(spec: GenerateSpec, limits: ModelLimits) -> str | Non
 def problems_error(problems: list[str]) -> PreheatError:
     """One error for ``problems`` (non-empty): ``context_length_exceeded`` first when it is one
     of them, so clients that key on it (fallback to a larger model) see it."""
-    lead = [p for p in problems if p.startswith("This model's maximum context length")]
+    lead = [p for p in problems if p.startswith(CONTEXT_LENGTH_LEAD)]
     if lead:
         rest = [p for p in problems if p not in lead]
         return PreheatError(
@@ -169,6 +172,16 @@ def problems_error(problems: list[str]) -> PreheatError:
             reason=Reason.CONTEXT_LENGTH_EXCEEDED,
         )
     return PreheatError(ErrorCode.INVALID_ARGUMENT, "invalid request: " + "; ".join(problems))
+
+
+def reason_of(code: ErrorCode, message: str) -> Reason | None:
+    """The reason of an error relayed from a worker as (status, message): gRPC carries no
+    reason, but these messages start with the sentences :func:`check_generate` writes."""
+    if code is ErrorCode.NOT_FOUND and message.startswith("The model `"):
+        return Reason.MODEL_NOT_FOUND
+    if code is ErrorCode.INVALID_ARGUMENT and message.startswith(CONTEXT_LENGTH_LEAD):
+        return Reason.CONTEXT_LENGTH_EXCEEDED
+    return None
 
 
 def check_generate(spec: GenerateSpec, limits: ModelLimits) -> None:

@@ -185,6 +185,21 @@ def test_every_refused_parameter_is_named_at_once() -> None:
     assert exc.value.param == "tools"
 
 
+def test_a_message_with_tool_calls_is_refused() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+    ]
+    with pytest.raises(BodyError) as exc:
+        parse_body(ChatBody, json.dumps({"messages": messages}).encode())
+    assert exc.value.param == "messages.1.tool_calls"
+    assert "'messages.1.tool_calls'" in exc.value.message
+    ok = [{"role": "assistant", "content": "x", "tool_calls": []}, messages[0]]
+    parse_body(ChatBody, json.dumps({"messages": ok}).encode())
+
+
 def test_honoured_parameters_reach_the_engine_request() -> None:
     body = parse_body(
         ChatBody,

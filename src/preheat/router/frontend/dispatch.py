@@ -50,7 +50,7 @@ from preheat.core.routing.admission import AdmissionConfig, AdmissionInput, Limi
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.scheduler import SchedulerState, schedule
 from preheat.core.routing.types import Decision, Endpoint, PrefillCost, RequestInfo, RoutingContext
-from preheat.core.validation import GenerateSpec, ModelLimits, check_generate
+from preheat.core.validation import GenerateSpec, ModelLimits, check_generate, reason_of
 from preheat.grpc_errors import error_code
 from preheat.logs import fields, pseudonym
 from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc
@@ -645,7 +645,11 @@ class Dispatcher:
                             f"{detail}; no other endpoint to try",
                             retry_after_s=1.0,
                         ) from None
-                    raise PreheatError(code, _upstream_message(ep.id, code, detail)) from None
+                    raise PreheatError(
+                        code,
+                        _upstream_message(ep.id, code, detail),
+                        reason=reason_of(code, detail),
+                    ) from None
                 finally:
                     if not call.done():
                         call.cancel()

@@ -163,10 +163,34 @@ def _stream_options_problem(value: Any) -> str | None:
     return None
 
 
+# message fields the router cannot honour (a message's tool calls are not flattened)
+_MESSAGE_REFUSED = {
+    "tool_calls": "a message's tool calls are not passed to the engine (issue 13's passthrough)",
+    "function_call": "a message's function call is not passed to the engine",
+    "audio": "no audio",
+}
+
+
+def _message_problems(messages: Any) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if not isinstance(messages, list):
+        return out
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            continue
+        for key, why in _MESSAGE_REFUSED.items():
+            if m.get(key):
+                out.append((f"messages.{i}.{key}", why))
+    return out
+
+
 def unsupported(table: Mapping[str, Param], body: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(parameter, why) for every field of ``body`` that ``table`` does not honour at its
-    value, in the body's order; empty when the router can honour the whole body."""
+    value, in the body's order (a message's ``tool_calls``, ``function_call`` and ``audio``
+    too); empty when the router can honour the whole body."""
     out: list[tuple[str, str]] = []
+    if "messages" in table:
+        out.extend(_message_problems(body.get("messages")))
     for name, value in body.items():
         if name in PREHEAT_EXTENSIONS:
             continue
