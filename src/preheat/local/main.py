@@ -1,7 +1,8 @@
 """``preheat up -f POOL.yaml``: run an InferencePool on this machine.
 
-Exit status: 0 after a clean drain (Ctrl-C / SIGTERM), 2 for a bad pool file or flags
-(one message listing every problem; nothing is started).
+Exit status: 0 after a clean drain (Ctrl-C / SIGTERM; a second one kills the children at
+once), 2 for a bad pool file or flags, or a pool that does not fit this machine (one
+message listing every problem; nothing is started).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import urllib.request
 from pathlib import Path
 
 from preheat.api.poolfile import PoolFileError, load_pool
-from preheat.local.runtime import LocalPool, UpOptions
+from preheat.local import capacity
+from preheat.local.runtime import LocalPool, UpOptions, local_config
 from preheat.local.settings import up_settings
 from preheat.local.view import LiveView, LogView
 from preheat.logs import LOG_FORMATS, fields, setup_logging
@@ -63,6 +65,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the operator's startup budget, 300 s for sim, 1800 s for vllm)",
     )
     parser.add_argument(
+        "--max-starting",
+        type=int,
+        default=2,
+        metavar="K",
+        help="workers starting (not warm yet) at once; more wait their turn (default 2)",
+    )
+    parser.add_argument(
+        "--max-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the most worker processes this machine runs at once (default: from its CPUs: "
+        f"{capacity.SIM_WORKERS_PER_CPU} sim workers per CPU, one vLLM worker per "
+        f"{capacity.CPUS_PER_VLLM_WORKER} CPUs, at most {capacity.MAX_WORKERS})",
+    )
+    parser.add_argument(
+        "--worker-memory",
+        default="",
+        metavar="SIZE",
+        help="one worker's memory, e.g. 2Gi (default: the pool's resources.memory, else an "
+        "estimate: 150 MiB per sim worker; a vLLM worker's runtime + weights + KV cache)",
+    )
+    parser.add_argument(
+        "--allow-oversubscribe",
+        action="store_true",
+        help="run a pool that does not fit this machine's CPUs or memory anyway",
+    )
+    parser.add_argument(
         "--prometheus",
         default="",
         metavar="URL",
@@ -101,6 +131,15 @@ def _problems(args: argparse.Namespace) -> list[str]:
         out.append(f"--startup-timeout-s must be >= 0 (got {args.startup_timeout_s:g})")
     if args.drain_grace_s < 0:
         out.append(f"--drain-grace-s must be >= 0 (got {args.drain_grace_s:g})")
+    if args.max_starting < 1:
+        out.append(f"--max-starting must be >= 1 (got {args.max_starting})")
+    if args.max_workers < 0:
+        out.append(f"--max-workers must be >= 0 (got {args.max_workers})")
+    if args.worker_memory:
+        try:
+            capacity.parse_bytes(args.worker_memory)
+        except ValueError as e:
+            out.append(f"--worker-memory: {e}")
     for flag in ("router_grpc_port", "router_http_port"):
         v = getattr(args, flag)
         if not 0 <= v < 65536:
@@ -134,6 +173,24 @@ def run(args: argparse.Namespace) -> int:
     if problems:
         print("preheat up: " + "; ".join(problems) + "; nothing was started", file=sys.stderr)
         return 2
+    verdict = capacity.check(
+        local_config(pool.config, args.engine),
+        capacity.Limits(max_workers=args.max_workers, allow_oversubscribe=args.allow_oversubscribe),
+        declared_bytes=capacity.parse_bytes(args.worker_memory) if args.worker_memory else 0,
+    )
+    if not verdict.fits:
+        print(
+            f"preheat up: {args.file}: the pool does not fit this machine: {verdict.reason}; "
+            "nothing was started. Lower replicas.max (or warmStandby), or pass --max-workers "
+            "N, --worker-memory SIZE or --allow-oversubscribe to run it anyway.",
+            file=sys.stderr,
+        )
+        return 2
+    log.log(
+        logging.WARNING if verdict.reason.startswith("oversubscribed") else logging.INFO,
+        "capacity_checked",
+        extra=fields(pool=pool.name, verdict=verdict.reason),
+    )
     prometheus = args.prometheus
     if prometheus:
         why = _prometheus_ok(prometheus)
@@ -156,6 +213,8 @@ def run(args: argparse.Namespace) -> int:
         router_args=tuple(args.router_arg),
         prometheus_url=prometheus,
         command=shlex.join(["preheat", "up", *sys.argv[2:]]),
+        max_starting=args.max_starting,
+        max_workers=verdict.worker_limit,
     )
     view: LiveView | LogView = LiveView() if ui else LogView()
     try:

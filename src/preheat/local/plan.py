@@ -10,6 +10,7 @@ processes and carries the plans out.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -150,6 +151,45 @@ def reconcile(workers: Sequence[WorkerView], active: int, standby: int) -> Actio
     )
 
 
+def starts_allowed(
+    want: int, *, starting: int, alive: int, max_starting: int, max_workers: int
+) -> int:
+    """How many of ``want`` new worker processes may start now: at most ``max_starting``
+    starting at once (started, not warm yet) and at most ``max_workers`` alive in all
+    (draining ones included); 0 for either: no bound."""
+    n = want
+    if max_starting > 0:
+        n = min(n, max_starting - starting)
+    if max_workers > 0:
+        n = min(n, max_workers - alive)
+    return max(0, n)
+
+
+STOP = "stop"
+CRASH = "crash"
+OUTSIDE_STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
+def exit_kind(code: int, *, told_to_stop: bool, killed_because: str = "") -> str:
+    """``stop`` or ``crash``: how a worker that exited with ``code`` (negative: killed by
+    that signal) is recorded.
+
+    A stop is intended: the runtime told it to (``told_to_stop``), or it was stopped from
+    outside, which a worker does by draining and exiting 0 (SIGTERM, SIGINT or a Drain RPC),
+    or by dying of SIGTERM/SIGINT before its handler was installed. A stopped worker is not
+    restarted under its name: the reconciler starts a replacement if the pool still wants
+    one. Anything else (a non-zero status, SIGKILL, SIGSEGV, the runtime's own SIGKILL of a
+    worker not warm in time) is a crash, restarted with back-off.
+    """
+    if told_to_stop:
+        return STOP
+    if killed_because:
+        return CRASH
+    if code == 0 or (code < 0 and -code in OUTSIDE_STOP_SIGNALS):
+        return STOP
+    return CRASH
+
+
 __all__ = [
     "ACTIVE",
     "COLD",
@@ -165,5 +205,7 @@ __all__ = [
     "WorkerView",
     "autoscale",
     "counts",
+    "exit_kind",
     "reconcile",
+    "starts_allowed",
 ]

@@ -33,7 +33,7 @@ import secrets
 import signal
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -94,6 +94,11 @@ class UpOptions:
     sample_every_s: float = 1.0  # replicas.jsonl cadence
     startup_budget_s: float = 0.0  # a worker not warm this long is restarted; 0: the operator's
     command: str = ""  # the command line (for the record)
+    max_starting: int = 2  # workers starting (not warm yet) at once; 0: no bound
+    max_workers: int = 0  # worker processes alive at once, draining ones included; 0: no bound
+    # a demoted worker leaves the router's set this long before its Demote RPC (the router
+    # re-reads the discovery file every second)
+    handoff_s: float = 1.5
 
 
 @dataclass
@@ -116,6 +121,7 @@ class LocalWorker:
     control_port: int = 0  # WorkerControl's Promote/Demote/Drain, with the run's token
     role_error: str = ""
     killed_because: str = ""  # why the runtime SIGKILLed it (not warm in time)
+    demote_at: float | None = None  # out of the router's set; Demote RPC due at this time
 
     @property
     def address(self) -> str:
@@ -132,7 +138,8 @@ class LocalWorker:
     def view(self) -> plan.WorkerView:
         return plan.WorkerView(
             name=self.name,
-            state=self.state,
+            # a demotion under way counts as done: it is out of the router's set already
+            state=plan.STANDBY if self.demote_at is not None else self.state,
             leaving=self.leaving,
             in_flight=self.in_flight,
             started_at=self.child.started_at,
@@ -230,6 +237,7 @@ class LocalPool:
         self._router_restarts = 0
         self._router_crashes: list[float] = []
         self._discovery: str | None = None
+        self._demote_reason: dict[str, str] = {}
         self._state: str | None = None
         self._targets: str | None = None
         self._next_decide = 0.0
@@ -253,7 +261,21 @@ class LocalPool:
     # --- public --------------------------------------------------------------------------
 
     def stop(self) -> None:
+        """Stop: drain and exit (the running tick is cancelled at once). Called again while
+        stopping (a second Ctrl-C): SIGKILL every child now."""
+        if self._stop.is_set():
+            self._kill_all("asked to stop again")
         self._stop.set()
+
+    def _kill_all(self, why: str) -> None:
+        children = [w.child for w in self.workers.values()]
+        if self.router is not None:
+            children.append(self.router)
+        alive = [c for c in children if c.alive]
+        if alive:
+            log.warning("killing_children", extra=fields(reason=why, count=len(alive)))
+        for c in alive:
+            c.send(signal.SIGKILL)
 
     def t_s(self) -> float:
         return round(self.clock() - self.started, 3)
@@ -264,21 +286,38 @@ class LocalPool:
         try:
             self._write_routing()
             self._write_discovery(force=True)
-            await self._start_router()
-            self.source = self._make_source()
-            await self._tick()
-            while not self._stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), self.options.tick_s)
-                if self._stop.is_set():
-                    break
-                await self._tick()
+            if await self._unless_stopped(self._start_router()):
+                self.source = self._make_source()
+                while await self._unless_stopped(self._tick()):
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stop.wait(), self.options.tick_s)
         finally:
             try:
                 await self._shutdown()
             finally:
                 self._release_ports(keep=lambda _owner: False)
         return 2 if self.fatal else 0
+
+    async def _unless_stopped(self, step: Coroutine[Any, Any, None]) -> bool:
+        """Runs ``step`` unless a stop comes first: then ``step`` is cancelled (a status
+        poll, a role RPC, a start under way: a child being spawned is killed) and False
+        comes back at once. True: ``step`` finished and no stop was asked."""
+        if self._stop.is_set():
+            step.close()
+            return False
+        task = asyncio.ensure_future(step)
+        stopper = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if not task.cancelled():
+            task.result()  # a step's own failure is not swallowed
+        return not self._stop.is_set()
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -313,6 +352,11 @@ class LocalPool:
                 continue
             w.answered = True
             w.state = workerctl.state_name(answer.state)
+            if w.state in (plan.DRAINING, plan.STOPPED) and not w.leaving:
+                # drained from outside (SIGTERM, a Drain RPC): on its way out, as if told to
+                w.leaving = True
+                w.demote_at = None
+                self._event("drain", w.name, f"pid {w.child.pid} draining: stopped from outside")
             w.in_flight = answer.in_flight
             w.running = answer.num_running
             w.waiting = answer.num_waiting
@@ -336,6 +380,14 @@ class LocalPool:
             if w.leaving:
                 self._event("stop", w.name, f"exited ({code}) after draining")
                 continue
+            kind = plan.exit_kind(code, told_to_stop=False, killed_because=w.killed_because)
+            if kind == plan.STOP:
+                # stopped from outside (SIGTERM, a Drain RPC): it drained and exited; not a
+                # crash, and not restarted under its name: the reconcile replaces it
+                self._event(
+                    "stop", w.name, f"pid {w.child.pid} {_exit_text(code)}: stopped from outside"
+                )
+                continue
             how = _exit_text(code)
             if w.killed_because:
                 how = f"{how}: {w.killed_because}"
@@ -353,7 +405,7 @@ class LocalPool:
             delay = steps[min(len(recent) - 1, len(steps) - 1)]
             self._restart_at[w.name] = (now + delay, w.restarts + 1)
         for name, (when, restarts) in list(self._restart_at.items()):
-            if now >= when and not self._stop.is_set():
+            if now >= when and not self._stop.is_set() and self._starts_allowed(1):
                 del self._restart_at[name]
                 w = await self._start_worker(name, restarts=restarts)
                 self._event("restart", name, f"restart #{restarts} as pid {w.child.pid}")
@@ -420,11 +472,20 @@ class LocalPool:
         if self._stop.is_set():
             return
         actions = plan.reconcile(self._views(), self.desired, self._standby_wanted())
-        if actions.empty:
-            return
         for name in actions.drain:
             await self._drain(name, actions.plan.reason)
-        jobs = [(n, "active") for n in actions.promote] + [(n, "standby") for n in actions.demote]
+        for name in actions.demote:
+            # out of the router's set first; the Demote RPC once the router has re-read it
+            self.workers[name].demote_at = now + self.options.handoff_s
+            self._demote_reason[name] = actions.plan.reason
+        if actions.demote:
+            self._write_discovery()
+        due = [
+            n
+            for n, w in self.workers.items()
+            if w.demote_at is not None and now >= w.demote_at and not w.leaving
+        ]
+        jobs = [(n, "active") for n in actions.promote] + [(n, "standby") for n in due]
         results = await asyncio.gather(
             *(self._set_role(n, role) for n, role in jobs), return_exceptions=True
         )
@@ -439,13 +500,30 @@ class LocalPool:
                 continue
             kind = "promote" if role == "active" else "demote"
             was = "standby" if role == "active" else "active"
-            self._event(kind, name, f"{was} -> {role}: {actions.plan.reason}")
-        for _ in range(actions.start):
+            why = self._demote_reason.pop(name, "") if role == "standby" else ""
+            self._event(kind, name, f"{was} -> {role}: {why or actions.plan.reason}")
+        for _ in range(self._starts_allowed(actions.start)):
+            if self._stop.is_set():
+                return
             w = await self._start_worker(self._new_name())
             self._event("start", w.name, f"pid {w.child.pid}: {actions.plan.reason}")
 
+    def _starts_allowed(self, want: int) -> int:
+        """``want`` bounded by --max-starting and the worker process cap."""
+        alive = [w for w in self.workers.values() if w.child.alive]
+        starting = sum(1 for w in alive if w.state in plan.COLD and not w.leaving)
+        return plan.starts_allowed(
+            want,
+            starting=starting,
+            alive=len(alive),
+            max_starting=self.options.max_starting,
+            max_workers=self.options.max_workers,
+        )
+
     async def _set_role(self, name: str, role: str) -> None:
         w = self.workers[name]
+        if role == "active":
+            w.demote_at = None  # promoted again before its Demote went out
         await workerctl.set_role(
             w.control_address,
             role,
@@ -453,7 +531,9 @@ class LocalPool:
             token=self.control_token,
         )
         w.state = role
+        w.demote_at = None
         w.role_error = ""
+        self._write_discovery()
 
     async def _drain(self, name: str, reason: str) -> None:
         if name in self._restart_at:  # not running: just do not restart it
@@ -543,6 +623,8 @@ class LocalPool:
             str(self.router_http),
             "--log-format",
             "json",
+            "--drain-grace-s",
+            f"{self.options.drain_grace_s + ROUTER_DRAIN_MARGIN_S:g}",
             *self.options.router_args,
         )
         self.router = await spawn(
@@ -592,6 +674,10 @@ class LocalPool:
             w.leaving = True
         self._restart_at.clear()
         self._write_discovery(force=True)
+        if self.router is not None:
+            # the router drains: new requests get 503 / UNAVAILABLE with Retry-After at once
+            # while those in flight finish on the draining workers
+            self.router.send(signal.SIGTERM)
         grace = self.options.drain_grace_s + 5.0
         stops = [w.child.stop(grace) for w in self.workers.values()]
         codes = await asyncio.gather(*stops, return_exceptions=True)
@@ -599,7 +685,7 @@ class LocalPool:
             self._event("stop", w.name, f"exited ({code}) at shutdown")
         self.workers.clear()
         if self.router is not None:
-            await self.router.stop(10.0)
+            await self.router.stop(self.options.drain_grace_s + ROUTER_STOP_MARGIN_S)
         if self.source is not None:
             with contextlib.suppress(Exception):
                 await self.source.close()
@@ -627,6 +713,8 @@ class LocalPool:
             if not w.child.alive:
                 continue
             role = "draining" if w.leaving else w.state
+            if w.demote_at is not None and not w.leaving:
+                role = plan.STANDBY  # out of the router's set before its Demote RPC
             entries.append(
                 {
                     "address": w.address,
@@ -778,6 +866,8 @@ def _name_key(name: str) -> tuple[int, str]:
 
 BAD_FLAGS_EXIT = 2  # `preheat worker|router`: bad flags or config (the engine not built)
 MAX_ROUTER_CRASHES = 5  # within a minute: then `preheat up` stops and says why
+ROUTER_DRAIN_MARGIN_S = 5.0  # the router's --drain-grace-s: the workers' plus this
+ROUTER_STOP_MARGIN_S = 15.0  # SIGKILL the router this long past the workers' drain grace
 
 
 def _tail(path: Path, lines: int = 3) -> str:

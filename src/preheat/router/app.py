@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from preheat.coalesce import CoalesceConfig
+from preheat.core.metric_names import ROUTER_IN_FLIGHT
 from preheat.core.routing.admission import AdmissionConfig
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.types import PrefillCost
@@ -48,6 +50,7 @@ log = logging.getLogger("preheat.router")
 INFERENCE_SERVICE = "preheat.v1.Inference"
 ROUTER_SERVICE = "preheat.v1.Router"
 HEALTH_POLL_S = 0.25
+DRAIN_POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ class RouterConfig:
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     first_token_timeout_s: float = 10.0  # see DispatchConfig.first_token_timeout_s
     http: HttpLimits = field(default_factory=HttpLimits)  # body size and HTTP timeouts
+    drain_grace_s: float = 30.0  # SIGTERM: in-flight requests get this long (new ones: 503)
 
     def __post_init__(self) -> None:
         if self.coalesce_at not in ("worker", "router"):
@@ -143,7 +147,28 @@ class RouterServer:
         return self.embedded.store_task
 
     def ready(self) -> bool:
-        return self.embedded.ready()
+        return self.embedded.ready() and not self.dispatcher.draining
+
+    def in_flight(self) -> int:
+        """Requests being proxied now (the ``in_flight`` gauge)."""
+        v = self.metrics.registry.get_sample_value(ROUTER_IN_FLIGHT)
+        return int(v or 0)
+
+    async def drain(self, grace_s: float) -> None:
+        """Stops taking work: every request not yet routed is answered at once (HTTP 503
+        with ``Retry-After``, gRPC UNAVAILABLE), readiness and health turn off, and this
+        returns once the requests in flight have finished, or after ``grace_s``."""
+        self.dispatcher.begin_drain()
+        for svc in ("", INFERENCE_SERVICE, ROUTER_SERVICE):
+            await self._health.set(svc, health_pb2.HealthCheckResponse.NOT_SERVING)
+        log.info("router_draining", extra=fields(in_flight=self.in_flight(), grace_s=grace_s))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace_s):
+                for _ in itertools.count():  # polled: the gauge is the one count kept
+                    if self.in_flight() == 0:
+                        break
+                    await asyncio.sleep(DRAIN_POLL_S)
+        log.info("router_drained", extra=fields(in_flight=self.in_flight()))
 
     def models(self) -> list[str]:
         """The served model: --model, else what the pool's workers report."""

@@ -5,7 +5,10 @@ Once both ports are bound it prints one JSON line to stdout that tests and tools
     {"event": "router_ready", "grpc_port": 50050, "http_port": 8000}
 
 (ready to accept connections; ``/ready`` turns 200 once an endpoint is routable). SIGTERM or
-SIGINT stops it: gRPC ``stop(grace)``, HTTP, discovery. Exit status 2: bad flags or config.
+SIGINT drains it: every request not yet routed is answered at once (HTTP 503 with
+``Retry-After``, gRPC UNAVAILABLE), ``/ready`` and health turn off, requests in flight get
+``--drain-grace-s``; then gRPC ``stop(grace)``, HTTP, discovery. A second signal stops it at
+once. Exit status 2: bad flags or config.
 
 The routing config file (``--routing-config``) is the scheduler's YAML
 (``preheat.api.routing``) plus router keys: ``sloClasses`` (SLO class -> TTFT budget in ms,
@@ -193,6 +196,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default {HttpLimits().max_body_bytes})",
     )
     g.add_argument(
+        "--drain-grace-s",
+        type=float,
+        default=30.0,
+        help="on SIGTERM/SIGINT, how long requests in flight may take; new ones get 503 / "
+        "UNAVAILABLE at once (default 30)",
+    )
+    g.add_argument(
         "--refresh-interval-s",
         type=float,
         default=1.0,
@@ -331,6 +341,8 @@ def build_config(args: argparse.Namespace) -> RouterConfig:
             problems.append(f"{flag} must be >= 0, got {v}")
     if args.queue_timeout_s < 0:
         problems.append(f"--queue-timeout-s must be >= 0, got {args.queue_timeout_s}")
+    if args.drain_grace_s < 0:
+        problems.append(f"--drain-grace-s must be >= 0, got {args.drain_grace_s}")
     if args.refresh_interval_s <= 0:
         problems.append(f"--refresh-interval-s must be > 0, got {args.refresh_interval_s}")
     keys: dict[str, KeySet | None] = {}
@@ -397,6 +409,7 @@ def build_config(args: argparse.Namespace) -> RouterConfig:
         admission=adm,
         first_token_timeout_s=args.first_token_timeout_s,
         http=http,
+        drain_grace_s=args.drain_grace_s,
     )
 
 
@@ -416,9 +429,12 @@ async def serve(discovery: DiscoverySource, config: RouterConfig) -> int:
     """Runs the router until SIGTERM/SIGINT; returns the exit status."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    now = asyncio.Event()  # a second signal: no more draining
 
     def on_signal(signum: int) -> None:
         log.info("signal_received", extra=fields(signal=signal.Signals(signum).name))
+        if stop.is_set():
+            now.set()
         stop.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -438,6 +454,14 @@ async def serve(discovery: DiscoverySource, config: RouterConfig) -> int:
             err = server.store_task.exception()
             log.error("discovery_failed", extra=fields(error=str(err)))
             status = 2
+        else:
+            drain = asyncio.ensure_future(server.drain(config.drain_grace_s))
+            hurry = asyncio.ensure_future(now.wait())
+            try:
+                await asyncio.wait({drain, hurry}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                drain.cancel()
+                hurry.cancel()
     finally:
         await server.stop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -72,6 +72,8 @@ RETRYABLE = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.RESOURCE_EXHAUSTED})
 """Worker errors before the first token that send the request to the next-best endpoint."""
 
 UPSTREAM_INTERNAL = "internal error in the worker (the router's log has its detail)"
+DRAIN_RETRY_AFTER_S = 1.0  # what a request refused by a draining router is told
+
 UNLIMITED_MODEL_LEN = 1 << 30
 DEFAULT_BLOCK_SIZE = 16
 COMPLETION_WINDOW_S = 10.0  # the completion rate (retry-after's drain time) is over this
@@ -181,12 +183,31 @@ class Dispatcher:
         self._limit: LimitState = admission.initial_state(config.admission)
         self._completions: collections.deque[float] = collections.deque()
         self._executor: ThreadPoolExecutor | None = None
+        self._draining = asyncio.Event()
         uc = config.upstream_coalesce
         self._upstream_coalesce = uc.to_pb() if uc is not None and uc.enabled else None
 
     @property
     def pool(self) -> str:
         return self.store.pool
+
+    @property
+    def draining(self) -> bool:
+        return self._draining.is_set()
+
+    def begin_drain(self) -> None:
+        """The router is stopping: every request not yet routed (new ones, and those waiting
+        in the queue) is refused at once with UNAVAILABLE and a retry-after; requests
+        already on a worker go on."""
+        self._draining.set()
+
+    def _refuse_if_draining(self) -> None:
+        if self._draining.is_set():
+            raise PreheatError(
+                ErrorCode.UNAVAILABLE,
+                "the router is shutting down (draining); retry shortly or on another router",
+                retry_after_s=DRAIN_RETRY_AFTER_S,
+            )
 
     # --- prepare -------------------------------------------------------------------------
     def pool_limits(self, model: str) -> ModelLimits:
@@ -352,6 +373,7 @@ class Dispatcher:
     ) -> tuple[Endpoint, ...]:
         """The snapshot (less ``exclude``) once it has an endpoint: waits in the bounded
         queue if needed, e.g. for a standby being promoted after the only endpoint failed."""
+        self._refuse_if_draining()
         endpoints = self._routable(exclude)
         if endpoints:
             return endpoints
@@ -378,12 +400,22 @@ class Dispatcher:
                         self._none_routable(waited, exclude),
                         retry_after_s=1.0,
                     )
-                await self.store.wait_changed(remaining)
+                await self._wait_changed_or_drain(remaining)
+                self._refuse_if_draining()  # a drain wakes the queue: refused, not held
                 endpoints = self._routable(exclude)
             return endpoints
         finally:
             self._waiting -= 1
             self.metrics.queue_depth.set(self._waiting)
+
+    async def _wait_changed_or_drain(self, timeout_s: float) -> None:
+        changed = asyncio.ensure_future(self.store.wait_changed(timeout_s))
+        drain = asyncio.ensure_future(self._draining.wait())
+        try:
+            await asyncio.wait({changed, drain}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+            drain.cancel()
 
     def _routable(self, exclude: frozenset[str]) -> tuple[Endpoint, ...]:
         endpoints = self._snapshot()
