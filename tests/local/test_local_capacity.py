@@ -131,7 +131,8 @@ def test_vllm_estimate_counts_the_weights_on_disk(tmp_path):
         engine="vllm",
     )
     weights, why = capacity.model_bytes(config)
-    assert weights == 4096 and str(tmp_path) in why
+    assert weights == 4096
+    assert str(tmp_path) in why
     needs = capacity.pool_needs(config, weights_bytes=weights, weights_why=why, kv_gib=1.0)
     assert needs.worker_bytes == capacity.VLLM_BASE_BYTES + 4096 + GiB
 
@@ -140,7 +141,8 @@ def test_read_machine_reads_meminfo(tmp_path):
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal: 100 kB\nMemFree: 5 kB\nMemAvailable:   2048 kB\n")
     m = capacity.read_machine(meminfo)
-    assert m.mem_available_bytes == 2048 * 1024 and m.cpus >= 1
+    assert m.mem_available_bytes == 2048 * 1024
+    assert m.cpus >= 1
     assert capacity.read_machine(tmp_path / "missing").mem_available_bytes is None
 
 
@@ -159,8 +161,18 @@ def _up(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     pool = tmp_path / "big.yaml"
     pool.write_text(BIG)
     return subprocess.run(
-        [sys.executable, "-m", "preheat.cli", "up", "-f", str(pool), "--no-ui"]
-        + ["--out", str(tmp_path / "run"), *extra],
+        [
+            sys.executable,
+            "-m",
+            "preheat.cli",
+            "up",
+            "-f",
+            str(pool),
+            "--no-ui",
+            "--out",
+            str(tmp_path / "run"),
+            *extra,
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -171,7 +183,8 @@ def test_cli_refuses_a_pool_that_does_not_fit_and_starts_nothing(tmp_path):
     r = _up(tmp_path)
     assert r.returncode == 2, r.stderr
     assert "does not fit this machine" in r.stderr
-    assert "up to 1000 workers" in r.stderr and "--allow-oversubscribe" in r.stderr
+    assert "up to 1000 workers" in r.stderr
+    assert "--allow-oversubscribe" in r.stderr
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "run").exists()  # nothing started, no run folder
 

@@ -1,0 +1,116 @@
+"""The runtime's reconcile with fake processes and a recorded role RPC (issue 12, E): the
+demote order (out of the router's set before the Demote RPC) and a bounded start burst."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from preheat.api.poolfile import parse_pool
+from preheat.local import plan
+from preheat.local.procs import Child
+from preheat.local.runtime import LocalPool, LocalWorker, UpOptions
+
+POOL = """\
+apiVersion: preheat.dev/v1alpha1
+kind: InferencePool
+metadata: {name: unit}
+spec:
+  model: {name: sim-8b}
+  engine: {kind: sim}
+  replicas: {min: 1, max: 3, warmStandby: 1}
+"""
+
+
+@dataclass
+class FakeProc:
+    pid: int
+    returncode: int | None = None
+    signals: list[int] = field(default_factory=list)
+
+    def send_signal(self, sig: int) -> None:
+        self.signals.append(sig)
+
+    async def wait(self) -> int:
+        self.returncode = 0 if self.returncode is None else self.returncode
+        return self.returncode
+
+
+class NullView:
+    def update(self, snapshot: Any) -> None:
+        pass
+
+    def event(self, line: Any) -> None:
+        pass
+
+
+def _pool(tmp_path: Path, text: str = POOL, **options: Any) -> LocalPool:
+    pool = parse_pool(yaml.safe_load(text), "unit.yaml")
+    return LocalPool(pool, UpOptions(out=tmp_path / "run", **options), NullView())
+
+
+def _worker(name: str, state: str, pid: int, port: int) -> LocalWorker:
+    proc: Any = FakeProc(pid)
+    child = Child(name=name, argv=[], proc=proc, log_path=Path("/dev/null"), started_at=0.0)
+    w = LocalWorker(name, port, port + 1, child, state=state, answered=True, ready_seen=True)
+    return w
+
+
+def _discovered(run: Path) -> dict[str, dict[str, Any]]:
+    return {e["id"]: e for e in json.loads((run / "endpoints.yaml").read_text())}
+
+
+async def test_demote_leaves_the_routers_set_before_its_rpc(tmp_path, monkeypatch):
+    """A worker being demoted is not routable in the discovery file when its Demote RPC
+    goes out (issue 12, E: a just-demoted worker was sent a request and returned 503)."""
+    lp = _pool(tmp_path)
+    for i, name in enumerate(("w-1", "w-2", "w-3")):
+        lp.workers[name] = _worker(name, plan.ACTIVE, 1000 + i, 40000 + 2 * i)
+    lp.desired = 1  # scaled down: 1 active + 1 standby of 3 actives: one drains, one demotes
+    lp._write_discovery(force=True)
+    seen: list[tuple[str, str, dict[str, Any]]] = []
+
+    async def set_role(address: str, role: str, *, timeout_s: float = 0) -> None:
+        name = next(w.name for w in lp.workers.values() if w.address == address)
+        seen.append((name, role, _discovered(lp.out).get(name, {})))
+
+    monkeypatch.setattr("preheat.local.runtime.workerctl.set_role", set_role)
+    await lp._reconcile(100.0)
+    await lp._reconcile(100.5)
+    await lp._reconcile(102.0)  # the hand-off time (1.5 s) has passed
+    demotes = [(n, entry) for n, role, entry in seen if role == "standby"]
+    assert len(demotes) == 1, seen
+    name, entry = demotes[0]
+    assert entry["role"] != plan.ACTIVE, entry  # not routable when the RPC went out
+    after = _discovered(lp.out)[name]
+    assert after["role"] == plan.STANDBY
+    assert lp.workers[name].view().state == plan.STANDBY
+
+
+async def test_a_start_burst_is_bounded(tmp_path, monkeypatch):
+    """`replicas: {min: 1000}` started hundreds of processes in one go: at most
+    --max-starting start at once, the rest wait for those to be warm."""
+    big = POOL.replace("{min: 1, max: 3, warmStandby: 1}", "{min: 50, max: 50}")
+    lp = _pool(tmp_path, big)  # the default --max-starting: 2
+    started: list[str] = []
+
+    async def fake_start(name: str, *, restarts: int = 0) -> LocalWorker:
+        w = _worker(name, plan.STARTING, 2000 + len(started), 41000 + 2 * len(started))
+        w.ready_seen = w.answered = False
+        lp.workers[name] = w
+        started.append(name)
+        return w
+
+    monkeypatch.setattr(lp, "_start_worker", fake_start)
+    await lp._reconcile(0.0)
+    assert len(started) == 2
+    await lp._reconcile(0.5)
+    assert len(started) == 2  # both still starting
+    for w in lp.workers.values():
+        w.state, w.ready_seen = plan.STANDBY, True
+    await lp._reconcile(1.0)
+    assert len(started) == 4
