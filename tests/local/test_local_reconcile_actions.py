@@ -57,6 +57,7 @@ def _worker(name: str, state: str, pid: int, port: int) -> LocalWorker:
     proc: Any = FakeProc(pid)
     child = Child(name=name, argv=[], proc=proc, log_path=Path("/dev/null"), started_at=0.0)
     w = LocalWorker(name, port, port + 1, child, state=state, answered=True, ready_seen=True)
+    w.control_port = port + 2
     return w
 
 
@@ -69,13 +70,17 @@ async def test_demote_leaves_the_routers_set_before_its_rpc(tmp_path, monkeypatc
     goes out (issue 12, E: a just-demoted worker was sent a request and returned 503)."""
     lp = _pool(tmp_path)
     for i, name in enumerate(("w-1", "w-2", "w-3")):
-        lp.workers[name] = _worker(name, plan.ACTIVE, 1000 + i, 40000 + 2 * i)
+        lp.workers[name] = _worker(name, plan.ACTIVE, 1000 + i, 40000 + 3 * i)
     lp.desired = 1  # scaled down: 1 active + 1 standby of 3 actives: one drains, one demotes
     lp._write_discovery(force=True)
     seen: list[tuple[str, str, dict[str, Any]]] = []
 
-    async def set_role(address: str, role: str, *, timeout_s: float = 0) -> None:
-        name = next(w.name for w in lp.workers.values() if w.address == address)
+    async def set_role(address: str, role: str, **_: Any) -> None:
+        name = next(
+            w.name
+            for w in lp.workers.values()
+            if address in (w.address, getattr(w, "control_address", ""))
+        )
         seen.append((name, role, _discovered(lp.out).get(name, {})))
 
     monkeypatch.setattr("preheat.local.runtime.workerctl.set_role", set_role)
@@ -99,7 +104,7 @@ async def test_a_start_burst_is_bounded(tmp_path, monkeypatch):
     started: list[str] = []
 
     async def fake_start(name: str, *, restarts: int = 0) -> LocalWorker:
-        w = _worker(name, plan.STARTING, 2000 + len(started), 41000 + 2 * len(started))
+        w = _worker(name, plan.STARTING, 2000 + len(started), 41000 + 3 * len(started))
         w.ready_seen = w.answered = False
         lp.workers[name] = w
         started.append(name)
