@@ -4,6 +4,7 @@ demote order (out of the router's set before the Demote RPC) and a bounded start
 from __future__ import annotations
 
 import json
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,3 +120,14 @@ async def test_a_start_burst_is_bounded(tmp_path, monkeypatch):
         w.state, w.ready_seen = plan.STANDBY, True
     await lp._reconcile(1.0)
     assert len(started) == 4
+
+
+def test_a_second_stop_kills_every_child_at_once(tmp_path):
+    """A second Ctrl-C while draining: SIGKILL to every worker (and the router), no wait."""
+    lp = _pool(tmp_path)
+    for i, name in enumerate(("w-1", "w-2")):
+        lp.workers[name] = _worker(name, plan.ACTIVE, 3000 + i, 42000 + 3 * i)
+    lp.stop()
+    assert all(w.child.proc.signals == [] for w in lp.workers.values())
+    lp.stop()
+    assert all(w.child.proc.signals == [signal.SIGKILL] for w in lp.workers.values())
