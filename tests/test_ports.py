@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
+import os
+import shutil
 import socket
+import subprocess
 import sys
 
 import grpc
@@ -97,3 +101,55 @@ async def test_a_child_process_binds_a_held_port() -> None:
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+
+# In a network namespace of its own whose ephemeral range is two ports, one held: binds of
+# port 0 (with and without SO_REUSEADDR) and outgoing connections exhaust the range and
+# never get the held port.
+_EXHAUST = """
+import errno, json, socket, subprocess
+from preheat.ports import ReservedPort
+
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+with open("/proc/sys/net/ipv4/ip_local_port_range", "w") as f:
+    f.write("40000 40001")
+held = ReservedPort()
+listener = socket.create_server(("127.0.0.1", 39999))
+got, keep = [], []
+for how in ("bind", "bind-reuseaddr", "bind", "bind-reuseaddr", "connect", "connect"):
+    s = socket.socket()
+    keep.append(s)
+    try:
+        if how == "connect":
+            s.connect(("127.0.0.1", 39999))
+        else:
+            if how == "bind-reuseaddr":
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", 0))
+        got.append(s.getsockname()[1])
+    except OSError as e:
+        got.append(errno.errorcode[e.errno])
+print(json.dumps({"held": held.port, "got": got}))
+"""
+
+
+def test_port_zero_binds_and_connections_never_get_a_held_port() -> None:
+    unshare, ip = shutil.which("unshare"), shutil.which("ip")
+    why = "no unshare or ip command"
+    if unshare is not None and ip is not None:
+        argv = [unshare, "--net", "--fork", sys.executable, "-c", _EXHAUST]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        why = "" if proc.returncode == 0 else f"unshare --net failed: {proc.stderr[-300:]}"
+    if why:
+        why = f"no network namespace of its own here ({why.strip()})"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{why}; CI=true, so this fails instead of skipping")
+        pytest.skip(why)
+    out = json.loads(proc.stdout)
+    held, got = out["held"], out["got"]
+    assert held in (40000, 40001)
+    assert held not in got
+    other = 40001 if held == 40000 else 40000
+    # the one other port goes to the first bind; every later one finds the range exhausted
+    assert got[0] == other
+    assert got[1:] == ["EADDRINUSE"] * 3 + ["EADDRNOTAVAIL"] * 2
