@@ -105,7 +105,9 @@ def test_every_inline_command_and_flag_exists() -> None:
         text = _help_text([words[0]])
         if len(words) > 1 and not words[1].startswith("-") and "|" in words[1]:
             for alt in words[1].split("|"):  # `preheat bench worker|router|sim`
-                assert f"    {alt} " in text, f"{span}: no `preheat {words[0]} {alt}`"
+                assert re.search(rf"^    {re.escape(alt)}\s", text, re.M), (
+                    f"{span}: no `preheat {words[0]} {alt}`"
+                )
             continue
         for flag in (w.split("=")[0] for w in words if w.startswith("--")):
             assert flag in text, f"{span}: `preheat {words[0]} --help` lists no {flag}"

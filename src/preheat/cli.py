@@ -33,8 +33,9 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "preheat.local.main",
     ),
     "bench": (
-        "benchmarks (not tests): `preheat bench worker|router|sim` (the worker's and the "
-        "router's overhead, routing policies, simulated routing/autoscaling/geography)",
+        "benchmarks (not tests): `preheat bench worker|router|sim|vllm-serve` (the worker's "
+        "and the router's overhead, routing policies, simulated routing/autoscaling/geography, "
+        "vLLM's serving benchmark through the router)",
         "preheat.bench.main",
     ),
     "demo": (
