@@ -54,7 +54,8 @@ def test_pool_limit(
 def test_admits_below_the_limit_and_refuses_at_it_with_the_drain_time() -> None:
     state = LimitState(8.0)
     ok = admit(AdmissionInput(NOW, 15, TWO, completions_per_s=4.0), state, CFG)
-    assert ok.admitted and ok.limit == 16
+    assert ok.admitted
+    assert ok.limit == 16
     # 16 in flight, 16 allowed: one must finish; 4 finish per second -> 0.25 s -> floor 1 s
     full = admit(AdmissionInput(NOW, 16, TWO, completions_per_s=4.0, pool="p"), state, CFG)
     assert not full.admitted
@@ -121,5 +122,5 @@ def test_sustained_overload_drives_the_limit_to_its_floor_and_recovery_raises_it
     ],
 )
 def test_bad_config_is_refused(kwargs: dict) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):  # the message names the field
         AdmissionConfig(**kwargs)

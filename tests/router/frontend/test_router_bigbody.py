@@ -54,10 +54,12 @@ async def test_chunked_body_over_the_limit_is_413() -> None:
         for _ in range(10):
             yield b"x" * 1000
 
-    async with router([], http=HttpLimits(max_body_bytes=5000), min_ready=0) as r:
-        async with r.http.post(r.url + "/v1/completions", data=body()) as resp:
-            assert resp.status == 413
-            assert (await resp.json())["error"]["code"] == "request_too_large"
+    async with (
+        router([], http=HttpLimits(max_body_bytes=5000), min_ready=0) as r,
+        r.http.post(r.url + "/v1/completions", data=body()) as resp,
+    ):
+        assert resp.status == 413
+        assert (await resp.json())["error"]["code"] == "request_too_large"
 
 
 def test_encode_within_stops_soon_after_the_limit() -> None:
@@ -102,7 +104,8 @@ async def test_large_prompt_is_tokenized_off_the_event_loop() -> None:
             r.url + "/v1/completions", json={"prompt": words(3000), "max_tokens": 2}
         ) as resp:  # ~17k characters: over offload_chars
             assert resp.status == 200, await resp.text()
-        assert tok.threads and all(t != loop_thread for t in tok.threads)
+        assert tok.threads
+        assert all(t != loop_thread for t in tok.threads)
         tok.threads.clear()
         async with r.http.post(
             r.url + "/v1/completions", json={"prompt": "a short one", "max_tokens": 2}

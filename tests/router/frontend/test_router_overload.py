@@ -104,26 +104,30 @@ async def test_frozen_worker_request_is_rerouted_after_the_first_token_timeout()
 async def test_frozen_only_worker_fails_with_a_clear_error() -> None:
     async with workers([STUCK]) as ws:
         freeze(ws[0])
-        async with router([ws[0].endpoint], first_token_timeout_s=0.3, queue_timeout_s=0.3) as r:
-            async with r.http.post(
+        async with (
+            router([ws[0].endpoint], first_token_timeout_s=0.3, queue_timeout_s=0.3) as r,
+            r.http.post(
                 r.url + "/v1/completions", json={"prompt": "hello", "max_tokens": 2}, timeout=15
-            ) as resp:
-                assert resp.status in (503, 504)
-                msg = (await resp.json())["error"]["message"]
-                assert "stuck" in msg
-                assert "first-token timeout" in msg or "failed before anything was sent" in msg
+            ) as resp,
+        ):
+            assert resp.status in (503, 504)
+            msg = (await resp.json())["error"]["message"]
+            assert "stuck" in msg
+            assert "first-token timeout" in msg or "failed before anything was sent" in msg
 
 
 async def test_http_request_timeout_ends_a_request_the_worker_never_answers() -> None:
     limits = HttpLimits(request_timeout_s=0.5)
     async with workers([STUCK]) as ws:
         freeze(ws[0])
-        async with router([ws[0].endpoint], first_token_timeout_s=0, http=limits) as r:
-            async with r.http.post(
+        async with (
+            router([ws[0].endpoint], first_token_timeout_s=0, http=limits) as r,
+            r.http.post(
                 r.url + "/v1/completions", json={"prompt": "hello", "max_tokens": 2}, timeout=15
-            ) as resp:
-                assert resp.status == 504
-                assert (await resp.json())["error"]["type"] == "timeout"
+            ) as resp,
+        ):
+            assert resp.status == 504
+            assert (await resp.json())["error"]["type"] == "timeout"
 
 
 async def test_non_streaming_request_is_retried_when_its_worker_fails_mid_stream() -> None:
