@@ -54,7 +54,7 @@ from preheat.core.autoscaling import (
     ReplicaCounts,
     Signals,
 )
-from preheat.core.pool import EngineConfig, PoolConfig
+from preheat.core.pool import EngineConfig, PoolConfig, Signal
 from preheat.core.reconcile import BuildOptions, startup_failure_threshold, worker_args
 from preheat.local import plan
 from preheat.local.procs import Child, preheat_argv, spawn
@@ -705,6 +705,10 @@ class LocalPool:
 
     def _write_routing(self) -> None:
         text = f"hotspotMarginMs: {self.config.routing.hotspot_margin_ms:g}\n"
+        # the router admits requests that name no deadline against the pool's TTFT objective
+        ttft = [o.target for o in self.config.autoscaling.objectives if o.signal is Signal.TTFT]
+        if ttft:
+            text += f"defaultTtftTargetMs: {min(ttft):g}\n"
         _atomic_write(self.out / ROUTING_FILE, text)
 
     def _write_discovery(self, *, force: bool = False) -> None:
