@@ -245,7 +245,9 @@ def test_killed_worker_is_restarted(scenario: Scenario) -> None:
 
 def test_router_routes_around_the_killed_worker(scenario: Scenario) -> None:
     outcomes = read_run(scenario.load_dir).requests
-    errors = [o for o in outcomes if o.outcome != "ok"]
+    # the router's admission may turn requests away while the pool is overloaded (429 with
+    # Retry-After: router/README.md, Overload); those are refusals, not failures
+    errors = [o for o in outcomes if o.outcome not in ("ok", "rejected")]
     # only streams the killed worker was serving when it died may fail (mid-stream: the
     # router does not retry after the first token), each recorded with its reason
     assert all(f"worker {scenario.killed} failed" in o.error for o in errors), errors
@@ -255,7 +257,8 @@ def test_router_routes_around_the_killed_worker(scenario: Scenario) -> None:
     # requests sent once the router has seen it gone all succeed, on the other workers
     later = [o for o in outcomes if o.t_s > scenario.kill_t_s + 3.0]
     assert later, "the load ended too soon after the kill"
-    assert [o.error for o in later if o.outcome != "ok"] == []
+    assert [o.error for o in later if o.outcome not in ("ok", "rejected")] == []
+    assert any(o.outcome == "ok" for o in later)
     assert scenario.killed not in {o.endpoint for o in later if o.t_s < scenario.kill_t_s + 4.0}
 
 
