@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from localkit import autoscaled_pool
 
 from preheat.bench.traces import TraceRequest
@@ -277,6 +278,13 @@ def test_roles_come_over_the_control_port_and_the_router_holds_the_cache_token(
     events = [(e.get("event"), e.get("rpc")) for e in map(json.loads, lines)]
     assert ("control_call", "Promote") in events
     assert not [e for e in events if e[0] in ("control_unauthenticated", "control_on_data_port")]
+
+
+def test_router_admits_against_the_pools_ttft_objective(scenario: Scenario) -> None:
+    """The router's default TTFT target (requests that name no deadline) is the pool's TTFT
+    objective (1500 ms in localkit's pool), not the router's built-in 2000 ms."""
+    routing = yaml.safe_load((scenario.run / "routing.yaml").read_text())
+    assert routing["defaultTtftTargetMs"] == 1500
 
 
 def test_sigint_drains_and_leaves_no_process(scenario: Scenario) -> None:
