@@ -1,18 +1,10 @@
 """`preheat bench router` runs every part end to end at tiny sizes (behaviour, not speed)."""
 
-import importlib.util
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
-
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("preheat.router.main") is None,
-    reason="the router process (preheat.router.main) is not there yet",
-)
 
 
 def _tiny_mooncake(path: Path) -> None:

@@ -164,7 +164,7 @@ def test_derive_root_sessions_without_shared_root():
     assert derive_root_sessions([[5, 6], [5, 7], [8]]) == ["c5", "c5", "c8"]
 
 
-@pytest.mark.skipif(not (DATA / "mooncake_conversation_trace.jsonl").exists(), reason="no data")
+@pytest.mark.needs_shared(DATA / "mooncake_conversation_trace.jsonl")
 def test_real_traces_load():
     reqs = load_trace(
         DATA / "mooncake_conversation_trace.jsonl",

@@ -20,7 +20,7 @@ from preheat.simulate.fidelity import (
 )
 
 
-@pytest.mark.skipif(not DEFAULT_TRACE.exists(), reason="shared Mooncake trace not present")
+@pytest.mark.needs_shared(DEFAULT_TRACE)
 async def test_live_and_simulated_agree_within_ten_percent(tmp_path: Path) -> None:
     sc = Scenario()
     live = await run_live(sc, tmp_path)

@@ -187,7 +187,7 @@ def test_set_and_sweep_errors_name_the_bad_key() -> None:
     assert parse_sweep("replicas.max=2, 4") == ("replicas.max", ("2", "4"))
 
 
-@pytest.mark.skipif(not MOONCAKE.exists(), reason="shared Mooncake trace not present")
+@pytest.mark.needs_shared(MOONCAKE)
 def test_mooncake_slice_runs_with_its_real_lengths() -> None:
     trace = load_trace(MOONCAKE, TraceOptions(max_requests=150, max_input_tokens=30_000))
     run, stats = simulate(_pool(min=4, max=4), trace, SimOptions())
