@@ -45,7 +45,7 @@ class WatchCacheRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("worker_id", "model", "engine", "state", "num_running", "num_waiting", "kv_cache_usage", "block_size", "num_gpu_blocks", "max_num_seqs", "max_model_len", "in_flight", "zone", "region", "tokenizer")
+    __slots__ = ("worker_id", "model", "engine", "state", "num_running", "num_waiting", "kv_cache_usage", "block_size", "num_gpu_blocks", "max_num_seqs", "max_model_len", "in_flight", "zone", "region", "tokenizer", "openai_port")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
@@ -61,6 +61,7 @@ class WorkerStatus(_message.Message):
     ZONE_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    OPENAI_PORT_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     model: str
     engine: str
@@ -76,7 +77,8 @@ class WorkerStatus(_message.Message):
     zone: str
     region: str
     tokenizer: str
-    def __init__(self, worker_id: _Optional[str] = ..., model: _Optional[str] = ..., engine: _Optional[str] = ..., state: _Optional[_Union[LifecycleState, str]] = ..., num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., block_size: _Optional[int] = ..., num_gpu_blocks: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., max_model_len: _Optional[int] = ..., in_flight: _Optional[int] = ..., zone: _Optional[str] = ..., region: _Optional[str] = ..., tokenizer: _Optional[str] = ...) -> None: ...
+    openai_port: int
+    def __init__(self, worker_id: _Optional[str] = ..., model: _Optional[str] = ..., engine: _Optional[str] = ..., state: _Optional[_Union[LifecycleState, str]] = ..., num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., block_size: _Optional[int] = ..., num_gpu_blocks: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., max_model_len: _Optional[int] = ..., in_flight: _Optional[int] = ..., zone: _Optional[str] = ..., region: _Optional[str] = ..., tokenizer: _Optional[str] = ..., openai_port: _Optional[int] = ...) -> None: ...
 
 class CacheEvent(_message.Message):
     __slots__ = ("seq", "stored", "removed", "cleared", "snapshot")
