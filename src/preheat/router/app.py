@@ -206,6 +206,7 @@ class RouterServer:
             api_keys=self.config.api_keys,
             tenant_header=self.config.tenant_header,
             limits=self.config.http,
+            passthrough_coalesce=self.config.coalesce,
         )
         self._http, http_port = await start_http(frontend, self.config.host, self.config.http_port)
         self.ports = RouterPorts(grpc=grpc_port, http=http_port)

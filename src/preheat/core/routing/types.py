@@ -50,6 +50,9 @@ class Endpoint:
     # observed mean prefill+queue per request on this endpoint (EWMA), ms; None: unknown
     observed_ttft_ms: float | None = None
     tokenizer: str = ""  # the engine's tokenizer name (WorkerStatus.tokenizer); "" = unknown
+    # the port of its OpenAI HTTP API on the host of ``address`` (WorkerStatus.openai_port);
+    # 0: none (the router then speaks gRPC Generate to it)
+    openai_port: int = 0
 
 
 @dataclass(frozen=True)

@@ -340,6 +340,16 @@ class EndpointStore:
         return None if e is None else e.endpoint(self.pool)
 
     # --- accounting from the data path ----------------------------------------------------
+    def serves_openai(self) -> bool:
+        """Whether the pool's workers serve OpenAI HTTP (``WorkerStatus.openai_port``): the
+        routable ones' word, else (none routable yet) that of any that answered Status."""
+        snap = self.snapshot()
+        if snap:
+            return any(e.openai_port for e in snap)
+        return any(
+            e.status is not None and e.status.openai_port > 0 for e in self._entries.values()
+        )
+
     def request_started(self, endpoint_id: str) -> None:
         e = self._entries.get(endpoint_id)
         if e is not None:

@@ -131,6 +131,7 @@ class EndpointEntry:
             cached_blocks=self.cached,  # the live set, read-only to the scheduler
             observed_ttft_ms=self.observed_ttft.value,
             tokenizer=st.tokenizer if st is not None else "",
+            openai_port=st.openai_port if st is not None else 0,
         )
         self._endpoint, self._endpoint_pool = ep, pool
         return ep

@@ -51,6 +51,7 @@ from preheat.core.errors import ErrorCode, PreheatError
 from preheat.httpserve import serve
 from preheat.logs import fields, request_context
 from preheat.proto.preheat.v1 import inference_pb2
+from preheat.router.endpoints.datastore import UNKNOWN_MODEL_LEN
 from preheat.router.frontend.auth import KeySet, api_key_middleware, http_tenant
 from preheat.router.frontend.dispatch import Dispatcher, StreamStats
 from preheat.router.frontend.errors import JsonErrorAppRunner, json_errors, openai_error
@@ -65,6 +66,7 @@ from preheat.router.frontend.openai_schema import (
     parse_body,
     to_generate_request,
 )
+from preheat.router.frontend.passthrough import Passthrough
 from preheat.router.frontend.vllm_routes import VllmRoutes, add_vllm_routes, model_object
 
 log = logging.getLogger("preheat.router")
@@ -118,6 +120,7 @@ class HttpFrontend:
         api_keys: KeySet | None = None,
         tenant_header: str = "",
         limits: HttpLimits | None = None,
+        passthrough_coalesce: CoalesceConfig | None = None,
     ) -> None:
         self.d = dispatcher
         self.coalesce = coalesce_config
@@ -127,6 +130,21 @@ class HttpFrontend:
         self.api_keys = api_keys  # None: the API is open (see router/frontend/auth.py)
         self.tenant_header = tenant_header
         self.limits = limits if limits is not None else HttpLimits()
+        # OpenAI requests to workers that serve OpenAI HTTP (router/frontend/passthrough.py);
+        # the workers cannot be asked to coalesce there, so the router does
+        self.passthrough = Passthrough(
+            dispatcher,
+            passthrough_coalesce if passthrough_coalesce is not None else coalesce_config,
+            self.limits.request_timeout_s or None,
+        )
+
+    def model_len(self, model: str) -> int | None:
+        """The context window of ``model`` as the pool's workers report it (None: unknown).
+        One pool per router today; with several, this is the serving pool's."""
+        limits = self.d.store.model_limits()
+        if limits is None or limits.model != model or limits.max_model_len >= UNKNOWN_MODEL_LEN:
+            return None
+        return limits.max_model_len
 
 
 FRONTEND_KEY: web.AppKey[HttpFrontend] = web.AppKey("frontend", HttpFrontend)
@@ -239,6 +257,8 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
         if isinstance(raw, web.Response):
             fe.d.metrics.observe_outcome(api, Outcome.INVALID)
             return raw
+        if fe.passthrough.active():
+            return await _passthrough(request, fe, raw, chat, received)
         if chat:
             cbody, prompt = await fe.d.offload(len(raw), functools.partial(_parse_chat, raw))
             body: Any = cbody
@@ -296,6 +316,27 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
             if body.stream:
                 return await _sse(request, chat, body, obj_id, model, created, first, chunks)
             return await _whole(chat, obj_id, model, created, first, chunks)
+
+
+async def _passthrough(
+    request: web.Request, fe: HttpFrontend, raw: bytes, chat: bool, received: float
+) -> web.StreamResponse:
+    """The request, passed through to a worker's OpenAI API (router/frontend/passthrough.py)."""
+    pt = fe.passthrough
+    try:
+        prep, body, stream = await pt.prepare(
+            request, raw, chat, received, http_tenant(request, fe.tenant_header)
+        )
+    except PreheatError as e:
+        fe.d.metrics.observe_outcome("openai", Outcome.of_error(e.code))
+        log.info("request_refused", extra=fields(code=e.code.value, reason=e.message))
+        return error_response(e)
+    with request_context(prep.info.request_id):
+        try:
+            return await pt.proxy(request, prep, body, stream, request.path)
+        except PreheatError as e:
+            log.info("request_failed", extra=fields(code=e.code.value, reason=e.message))
+            return error_response(e)
 
 
 def _choice(chat: bool, text: str, finish: str | None, first: bool) -> dict[str, Any]:
@@ -429,7 +470,7 @@ async def _chat(request: web.Request) -> web.StreamResponse:
 
 async def _models(request: web.Request) -> web.Response:
     fe = request.app[FRONTEND_KEY]
-    data = [model_object(m) for m in fe.models()]
+    data = [model_object(m, fe.model_len(m)) for m in fe.models()]
     return web.json_response({"object": "list", "data": data})
 
 
@@ -455,6 +496,11 @@ def build_app(frontend: HttpFrontend) -> web.Application:
         middlewares=[json_errors, *auth], client_max_size=frontend.limits.max_body_bytes
     )
     app[FRONTEND_KEY] = frontend
+
+    async def _close_upstream(_app: web.Application) -> None:
+        await frontend.passthrough.close()
+
+    app.on_cleanup.append(_close_upstream)
     app.router.add_post("/v1/completions", _completions)
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_get("/v1/models", _models)
@@ -468,6 +514,10 @@ def build_app(frontend: HttpFrontend) -> web.Application:
             ready=frontend.ready,
             tokenizer=lambda: frontend.d.tokenizer,
             max_model_len=lambda: frontend.d.pool_limits("").max_model_len,
+            chat_text=lambda data, agp, cfm: frontend.passthrough.ids.chat_text(
+                data, add_generation_prompt=agp, continue_final_message=cfm
+            ),
+            model_len=frontend.model_len,
         ),
     )
     return app

@@ -16,9 +16,10 @@ A body field that is neither an OpenAI parameter of that endpoint nor a Preheat 
 (``session_id``, ``ttft_deadline_ms``, ``slo_class``) is refused too (vLLM's extensions
 such as ``top_k`` included), as OpenAI's own API refuses an unrecognized argument.
 
-The same set is refused whatever the engine (sim or vLLM): the router builds the engine's
-request itself, so what it does not carry cannot reach the engine. Issue 13's passthrough
-of OpenAI JSON to vLLM's own serving layer will lift this for the vLLM engine.
+This table is the gRPC path's (sim workers): the router builds the engine's request itself,
+so what it does not carry cannot reach the engine. To workers that serve OpenAI HTTP (vLLM)
+the router passes the JSON through and none of this applies: every parameter is vLLM's to
+apply or refuse (:mod:`.passthrough`).
 """
 
 from __future__ import annotations

@@ -1,15 +1,18 @@
 """The paths ``vllm serve`` has besides completions, answered by the router as vLLM does:
 
-- ``GET /v1/models/{id}``: OpenAI's model object (as in ``GET /v1/models``); a model the
-  pools do not serve is 404 ``model_not_found``.
+- ``GET /v1/models/{id}``: OpenAI's model object (as in ``GET /v1/models``: ``id``,
+  ``object``, ``created``, ``owned_by``, and vLLM's ``root`` and ``max_model_len`` once the
+  pool's workers reported it); a model the pools do not serve is 404 ``model_not_found``.
 - ``GET /health``: vLLM's probe path, 200 with an empty body while the router can serve (it
   has a routable endpoint), else 503 with an empty body.
 - ``POST /tokenize``: ``{"prompt", "add_special_tokens": true}`` or ``{"messages",
-  "add_generation_prompt": true, "add_special_tokens": false}``, both with
-  ``"return_token_strs": false`` and an optional ``"model"``, answers ``{"count",
-  "max_model_len", "tokens", "token_strs"}`` (vLLM's ``TokenizeResponse``). The ids are the
-  router's tokenizer's (``--tokenizer``), the ones it routes on; chat messages are the
-  role-tagged lines the router sends the engine (no chat template yet: issue 13).
+  "add_generation_prompt": true, "continue_final_message": false, "add_special_tokens":
+  false, "tools", "chat_template_kwargs"}``, both with ``"return_token_strs": false`` and an
+  optional ``"model"``, answers ``{"count", "max_model_len", "tokens", "token_strs"}``
+  (vLLM's ``TokenizeResponse``). The ids are the router's tokenizer's (``--tokenizer``), the
+  ones it routes on; chat messages are rendered with the model's chat template as vLLM's
+  ``/tokenize`` renders them (router/frontend/chat_template.py; without a template, i.e. the
+  sim tokenizer, the role-tagged lines the gRPC path sends the engine).
 - ``POST /detokenize``: ``{"tokens": [...]}`` answers ``{"prompt": text}``.
 
 Errors are OpenAI-shaped through :func:`preheat.router.frontend.errors.openai_error`.
@@ -28,7 +31,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from preheat.core.errors import ErrorCode, PreheatError, Reason
 from preheat.core.validation import unknown_model_message
 from preheat.router.frontend.errors import openai_error
-from preheat.router.frontend.openai_schema import ChatMessage, flatten_chat
 from preheat.router.frontend.tokenizer import PromptTokenizer
 
 MAX_DETOKENIZE_IDS = 1 << 20
@@ -42,6 +44,11 @@ class VllmRoutes:
     ready: Callable[[], bool]
     tokenizer: Callable[[], PromptTokenizer]
     max_model_len: Callable[[], int]
+    # a chat body's templated prompt (add_generation_prompt, continue_final_message given);
+    # raises PreheatError for messages the template refuses
+    chat_text: Callable[[dict[str, Any], bool, bool], str]
+    # the context window /v1/models reports for a model; None: not known yet
+    model_len: Callable[[str], int | None] = lambda _model: None
 
 
 ROUTES_KEY: web.AppKey[VllmRoutes] = web.AppKey("vllm_routes", VllmRoutes)
@@ -60,11 +67,13 @@ class TokenizeCompletion(_Strict):
 
 class TokenizeChat(_Strict):
     model: str | None = None
-    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    messages: Annotated[list[dict[str, Any]], Field(min_length=1)]
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     add_special_tokens: bool = False
     return_token_strs: bool | None = False
+    tools: list[dict[str, Any]] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 class Detokenize(_Strict):
@@ -121,9 +130,20 @@ def _text_tokenizer(routes: VllmRoutes, path: str) -> Any:
     return tok
 
 
-def model_object(model: str) -> dict[str, Any]:
-    """OpenAI's model object (``/v1/models`` lists these)."""
-    return {"id": model, "object": "model", "created": 0, "owned_by": "preheat"}
+def model_object(model: str, max_model_len: int | None = None) -> dict[str, Any]:
+    """OpenAI's model object (``/v1/models`` lists these), with vLLM's ``root`` and
+    ``max_model_len`` (when known)."""
+    obj: dict[str, Any] = {
+        "id": model,
+        "object": "model",
+        "created": 0,
+        "owned_by": "preheat",
+        "root": model,
+        "parent": None,
+    }
+    if max_model_len is not None:
+        obj["max_model_len"] = max_model_len
+    return obj
 
 
 async def _model(request: web.Request) -> web.Response:
@@ -138,7 +158,7 @@ async def _model(request: web.Request) -> web.Response:
                 param="model",
             )
         )
-    return web.json_response(model_object(model))
+    return web.json_response(model_object(model, routes.model_len(model)))
 
 
 async def _health(request: web.Request) -> web.Response:
@@ -152,14 +172,16 @@ async def _tokenize(request: web.Request) -> web.Response:
         body: TokenizeCompletion | TokenizeChat
         if isinstance(data, dict) and "messages" in data:
             chat: TokenizeChat = _validate(TokenizeChat, data)
-            if chat.continue_final_message:
-                raise PreheatError(
-                    ErrorCode.INVALID_ARGUMENT,
-                    "Unsupported parameter(s): 'continue_final_message' (no chat template yet)",
-                    reason=Reason.UNSUPPORTED_PARAMETER,
-                    param="continue_final_message",
+            if chat.continue_final_message and chat.add_generation_prompt:
+                raise _invalid(
+                    "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+                    "continue_final_message",
                 )
-            text = flatten_chat(chat.messages, generation_prompt=chat.add_generation_prompt)
+            text = routes.chat_text(
+                chat.model_dump(exclude_none=True),
+                chat.add_generation_prompt,
+                chat.continue_final_message,
+            )
             body = chat
         else:
             comp: TokenizeCompletion = _validate(TokenizeCompletion, data)

@@ -1,0 +1,727 @@
+"""OpenAI passthrough: the router forwards a client's OpenAI request to the chosen worker's
+own OpenAI HTTP API (``WorkerStatus.openai_port``, vLLM's serving layer) and its answer back.
+
+Pools are homogeneous: when the pool's workers serve OpenAI HTTP, ``/v1/chat/completions``
+and ``/v1/completions`` take this path, every parameter is the engine's to validate (tools,
+``response_format``, logprobs, ...) and the worker's status code and body, error or not, go
+back unchanged. When they do not (sim workers), the gRPC path with its own schema applies.
+
+The router reads of the body only what routing needs (:func:`routing_fields`): the model,
+the session (header ``x-session-id``, else ``session_id``, ``prompt_cache_key`` or ``user``),
+``slo_class``/``ttft_deadline_ms`` (or their headers), the output limit, ``stream``, and the
+prompt's token ids: for chat, the messages rendered with the model's chat template
+(:mod:`.chat_template`) and tokenized without added special tokens, as vLLM does; for
+completions, the (first) prompt with the tokenizer's special tokens unless the body says
+``add_special_tokens: false``. The prefix block hashes it routes on are those of the ids the
+engine caches. A request it can judge alone is answered by the router in OpenAI's shape: an
+unknown model (404 ``model_not_found``), a prompt over the context window (400
+``context_length_exceeded``), admission (429 ``rate_limit_exceeded``), no endpoint (503 with
+``Retry-After``), a body that is not a JSON object or a template that refuses the messages
+(400).
+
+The body goes upstream as it came (re-encoded only to set ``cache_salt`` to the tenant's:
+the router's word on the tenant, never the client's). Bookkeeping is the gRPC path's
+(in flight, first token for the observed TTFT and admission, decoding counts, histograms,
+``request_done`` log); the stream is parsed only as far as that needs: where events end,
+the first one (the first token), and the one that carries ``usage`` (cached tokens).
+
+Failures: before anything reached the client (connect refused, a 503 from a draining or
+standby worker, a 5xx, no first event within ``first_token_timeout_s``, a broken
+non-streaming answer) the request goes to the next-best endpoint, as on the gRPC path. Once
+events flowed, a broken upstream ends the client's stream with an error event and
+``data: [DONE]`` (as vLLM ends a failed stream), never a silent truncation; events are
+forwarded whole, so the error event never lands inside a half-written one. A client that
+disconnects cancels its handler, which closes the upstream connection: vLLM aborts the
+request. Streaming is back-pressured (the next upstream read waits for the client's
+write); with ``--coalesce-tokens N`` above 1, events after the first are merged into one
+write of up to N events or ``--coalesce-ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from preheat.coalesce import CoalesceConfig
+from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.routing.types import Decision, Endpoint
+from preheat.core.validation import GenerateSpec, check_generate
+from preheat.logs import fields
+from preheat.proto.preheat.v1 import inference_pb2
+from preheat.router.frontend.chat_template import ChatTemplate, TemplateError
+from preheat.router.frontend.dispatch import Dispatcher, Prepared, StreamStats
+from preheat.router.frontend.errors import openai_error
+from preheat.router.frontend.metrics import Outcome
+from preheat.router.frontend.openai_schema import (
+    DEFAULT_CHAT_MAX_TOKENS,
+    DEFAULT_MAX_TOKENS,
+    BodyError,
+    ChatMessage,
+    flatten_chat,
+    header_deadline_ms,
+)
+from preheat.router.frontend.tokenizer import (
+    PIECE_CHARS,
+    HFPromptTokenizer,
+    PromptTokenizer,
+    TooManyTokens,
+    encode_within,
+)
+
+log = logging.getLogger("preheat.router")
+perf_counter = time.perf_counter
+
+RETRY_STATUSES = frozenset({500, 502, 503, 504})  # the worker could not take it: next one
+MAX_ERROR_BODY = 1 << 20  # a worker's error body is passed on up to this
+MAX_WHOLE_BODY = 256 << 20  # a non-streaming answer (logprobs can be large)
+DONE = b"data: [DONE]\n\n"
+_ERROR_EVENT = b'data: {"error"'
+_USAGE = b'"usage":{'
+WORKER_HEADER = "X-Preheat-Worker"
+
+
+def openai_base(ep: Endpoint) -> str:
+    """``http://HOST:PORT`` of the endpoint's OpenAI API (the host of its gRPC address)."""
+    host = ep.address.rsplit(":", 1)[0] if ":" in ep.address else ep.address
+    return f"http://{host}:{ep.openai_port}"
+
+
+def serves_openai(endpoints: tuple[Endpoint, ...]) -> bool:
+    return any(e.openai_port for e in endpoints)
+
+
+# --- what routing reads of the body ---------------------------------------------------------
+@dataclass(frozen=True)
+class RoutingFields:
+    """What the router reads of an OpenAI body (the rest is the engine's)."""
+
+    model: str
+    session_id: str
+    slo_class: str
+    ttft_deadline_ms: int
+    max_tokens: int | None  # the client's output limit; None: unset
+    stream: bool
+    tenant_salt_differs: bool  # the body's cache_salt is not the tenant's: re-encode
+
+
+def _opt_str(data: Mapping[str, Any], key: str) -> str:
+    v = data.get(key)
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise BodyError(f"invalid request: {key}: must be a string", key)
+    return v
+
+
+def _opt_int(data: Mapping[str, Any], key: str) -> int | None:
+    v = data.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def routing_fields(
+    data: Mapping[str, Any], headers: Mapping[str, str], tenant: str
+) -> RoutingFields:
+    """Reads the routing fields of a parsed body; raises ``BodyError`` for those it cannot
+    read (the rest is left to the engine)."""
+    model = _opt_str(data, "model")
+    session = (
+        headers.get("x-session-id")
+        or _opt_str(data, "session_id")
+        or _opt_str(data, "prompt_cache_key")
+        or _opt_str(data, "user")
+    )
+    slo = _opt_str(data, "slo_class") or headers.get("x-slo-class", "")
+    deadline = data.get("ttft_deadline_ms")
+    if deadline is None and headers.get("x-ttft-deadline-ms") is not None:
+        deadline = header_deadline_ms(headers["x-ttft-deadline-ms"])
+    if deadline is not None and not (
+        isinstance(deadline, int) and not isinstance(deadline, bool) and 0 <= deadline < 2**32
+    ):
+        raise BodyError(
+            "invalid request: ttft_deadline_ms: must be an integer in [0, 4294967295]",
+            "ttft_deadline_ms",
+        )
+    salt = data.get("cache_salt")
+    return RoutingFields(
+        model=model,
+        session_id=str(session),
+        slo_class=slo,
+        ttft_deadline_ms=int(deadline or 0),
+        max_tokens=_opt_int(data, "max_completion_tokens") or _opt_int(data, "max_tokens"),
+        stream=data.get("stream") is True,
+        tenant_salt_differs=(salt or "") != tenant or ("cache_salt" in data and not tenant),
+    )
+
+
+# --- the templated prompt's token ids ---------------------------------------------------------
+class PromptIds:
+    """Token ids of a request's prompt as the engine will see them (see the module
+    docstring); the chat template is loaded from the tokenizer's folder on first use."""
+
+    def __init__(self, tokenizer: PromptTokenizer) -> None:
+        self.tokenizer = tokenizer
+        self._template: tuple[ChatTemplate | None] | None = None
+
+    @property
+    def template(self) -> ChatTemplate | None:
+        if self._template is None:
+            self._template = (_load_template(self.tokenizer),)
+        return self._template[0]
+
+    def chat_text(
+        self,
+        data: Mapping[str, Any],
+        *,
+        add_generation_prompt: bool | None = None,
+        continue_final_message: bool | None = None,
+    ) -> str:
+        """The templated prompt of a chat body; raises ``BodyError``."""
+        messages = data.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BodyError("invalid request: messages: must be a non-empty list", "messages")
+        tools = data.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            raise BodyError("invalid request: tools: must be a list", "tools")
+        agp = data.get("add_generation_prompt", True)
+        cfm = data.get("continue_final_message", False)
+        agp = agp if add_generation_prompt is None else add_generation_prompt
+        cfm = cfm if continue_final_message is None else continue_final_message
+        kwargs = data.get("chat_template_kwargs")
+        template = self.template
+        if template is None:
+            try:
+                parsed = [ChatMessage.model_validate(m) for m in messages]
+            except ValueError as e:
+                raise BodyError(f"invalid request: messages: {e}", "messages") from None
+            return flatten_chat(parsed, generation_prompt=bool(agp))
+        try:
+            return template.render(
+                messages,
+                tools=None if tools is None or data.get("tool_choice") == "none" else tools,
+                add_generation_prompt=bool(agp),
+                continue_final_message=bool(cfm),
+                documents=data.get("documents"),
+                extra=kwargs if isinstance(kwargs, dict) else None,
+            )
+        except TemplateError as e:
+            raise BodyError(str(e), "messages") from None
+
+    def completion_prompt(self, data: Mapping[str, Any]) -> str | list[int]:
+        """The (first) prompt of a completions body: text or token ids."""
+        p = data.get("prompt")
+        if isinstance(p, list) and p and not isinstance(p[0], int):
+            p = p[0]
+        if isinstance(p, str) and p:
+            return p
+        if isinstance(p, list) and p and all(isinstance(t, int) for t in p):
+            return list(p)
+        raise BodyError(
+            "invalid request: prompt: must be a non-empty string, list of strings or of token ids",
+            "prompt",
+        )
+
+    def encode(self, text: str, add_special_tokens: bool, limit: int) -> list[int]:
+        """The ids of ``text``; ``TooManyTokens`` past ``limit`` (bounded work)."""
+        tok = self.tokenizer
+        tokenize = getattr(tok, "tokenize", None)
+        if not add_special_tokens or tokenize is None:
+            return encode_within(tok, text, limit)
+        if len(text) > PIECE_CHARS:
+            encode_within(tok, text, limit)  # stops early on a prompt far over the window
+        ids: list[int] = tokenize(text, True)[0]
+        if len(ids) > limit:
+            raise TooManyTokens(len(ids), limit)
+        return ids
+
+
+def _load_template(tokenizer: PromptTokenizer) -> ChatTemplate | None:
+    from pathlib import Path
+
+    if not isinstance(tokenizer, HFPromptTokenizer):
+        return None
+    p = Path(tokenizer.path)
+    return ChatTemplate.from_dir(p.parent if p.is_file() else p)
+
+
+# --- the proxy ------------------------------------------------------------------------------
+class _Retry(Exception):
+    """The worker could not take the request and nothing was sent: try the next one."""
+
+    def __init__(self, detail: str, *, failed: bool = True) -> None:
+        super().__init__(detail)
+        self.failed = failed
+
+
+@dataclass
+class _Attempt:
+    """One attempt's state, shared by the proxy loop and the stream it reads."""
+
+    first: bool = False  # its first token event was passed on (store.first_token called)
+    broken: bool = False  # its stream ended with the router's error event
+
+
+class Passthrough:
+    """One per router: the HTTP client to the workers' OpenAI APIs and the request path."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        coalesce: CoalesceConfig,
+        request_timeout_s: float | None = None,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.coalesce = coalesce
+        self.request_timeout_s = request_timeout_s
+        self._session: aiohttp.ClientSession | None = None
+        self._ids: PromptIds | None = None
+
+    def active(self) -> bool:
+        """Whether the pool's workers serve OpenAI HTTP (the routable ones' word, else any
+        that answered Status)."""
+        return self.dispatcher.store.serves_openai()
+
+    @property
+    def ids(self) -> PromptIds:
+        if self._ids is None or self._ids.tokenizer is not self.dispatcher.tokenizer:
+            self._ids = PromptIds(self.dispatcher.tokenizer)
+        return self._ids
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
+                auto_decompress=False,
+                skip_auto_headers=("User-Agent", "Accept-Encoding"),  # bytes pass as they are
+            )
+        return self._session
+
+    async def close(self) -> None:
+        s, self._session = self._session, None
+        if s is not None:
+            await s.close()
+
+    # -- prepare --
+    def _prepare_sync(
+        self, raw: bytes, chat: bool, headers: Mapping[str, str], tenant: str
+    ) -> tuple[dict[str, Any], RoutingFields, list[int] | TooManyTokens]:
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError) as e:
+            raise BodyError(f"the request body is not valid JSON: {str(e)[:200]}", None) from None
+        if not isinstance(data, dict):
+            raise BodyError("the request body must be a JSON object", None)
+        rf = routing_fields(data, headers, tenant)
+        limit = self.dispatcher.pool_limits(rf.model).max_model_len
+        try:
+            if chat:
+                ids = self.ids.encode(self.ids.chat_text(data), False, limit)
+            else:
+                prompt = self.ids.completion_prompt(data)
+                if isinstance(prompt, list):
+                    ids = prompt
+                else:
+                    add = data.get("add_special_tokens", True) is not False
+                    ids = self.ids.encode(prompt, add, limit)
+        except TooManyTokens as e:
+            return data, rf, e
+        except BodyError:
+            raise
+        except Exception as e:
+            log.warning("tokenize_failed", exc_info=True)
+            raise BodyError("the prompt could not be tokenized", None) from e
+        return data, rf, ids
+
+    async def prepare(
+        self, request: web.Request, raw: bytes, chat: bool, received: float, tenant: str
+    ) -> tuple[Prepared, bytes, bool]:
+        """The request ready to route, the body to send upstream, and whether it streams."""
+        d = self.dispatcher
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        data, rf, ids = await d.offload(
+            len(raw), functools.partial(self._prepare_sync, raw, chat, headers, tenant)
+        )
+        limits = d.pool_limits(rf.model)
+        if isinstance(ids, TooManyTokens):
+            check_generate(  # the model's error first, else the context window's
+                GenerateSpec(
+                    model=rf.model,
+                    prompt="(counted: over the window)",
+                    prompt_token_ids=None,
+                    num_prompt_tokens=ids.counted,
+                    max_tokens=rf.max_tokens or 1,
+                    prompt_tokens_at_least=True,
+                ),
+                limits,
+            )
+            raise PreheatError(ErrorCode.INVALID_ARGUMENT, "the prompt is too long")
+        default = DEFAULT_CHAT_MAX_TOKENS if chat else DEFAULT_MAX_TOKENS
+        max_tokens = rf.max_tokens or max(1, min(default, limits.max_model_len - len(ids)))
+        greq = inference_pb2.GenerateRequest(
+            model=rf.model,
+            sampling=inference_pb2.SamplingParams(max_tokens=max_tokens),
+            session_id=rf.session_id,
+            ttft_deadline_ms=rf.ttft_deadline_ms,
+            slo_class=rf.slo_class,
+        )
+        greq.prompt_token_ids.ids.extend(ids)
+        prep = await d.prepare_async(
+            greq,
+            client_region=request.headers.get("x-client-region", ""),
+            client_zone=request.headers.get("x-client-zone", ""),
+            received=received,
+            tenant=tenant,
+        )
+        if rf.tenant_salt_differs:
+            if tenant:
+                data["cache_salt"] = tenant
+            else:
+                data.pop("cache_salt", None)
+            raw = json.dumps(data, ensure_ascii=False).encode()
+        return prep, raw, rf.stream
+
+    # -- proxy --
+    async def proxy(
+        self, request: web.Request, prep: Prepared, body: bytes, stream: bool, path: str
+    ) -> web.StreamResponse:
+        """Admits, routes and forwards one prepared request (see the module docstring)."""
+        d = self.dispatcher
+        api = "openai"
+        loop = asyncio.get_running_loop()
+        deadline = prep.received + self.request_timeout_s if self.request_timeout_s else None
+        st = StreamStats()
+        tried: set[str] = set()
+        outcome = Outcome.ERROR
+        try:
+            d._admit()
+        except PreheatError as e:
+            d.metrics.observe_outcome(api, Outcome.of_error(e.code))
+            raise
+        d._in_flight += 1
+        d.metrics.in_flight.inc()
+        ep: Endpoint | None = None
+        att = _Attempt()
+        try:
+            while True:
+                snap = d.store.snapshot()
+                plain = frozenset(e.id for e in snap if not e.openai_port)
+                decision = await d.decide(prep, exclude=frozenset(tried) | plain, deadline=deadline)
+                ep = decision.endpoint
+                assert ep is not None
+                st.endpoint, st.decision = ep, decision
+                st.attempts += 1
+                st.routed_at = perf_counter()
+                att = _Attempt()
+                d.metrics.overhead.observe(st.routed_at - prep.received_pc)
+                d._log_routed(prep, decision, st.attempts)
+                d.store.request_started(ep.id)
+                try:
+                    if stream:
+                        resp = await self._stream(request, prep, body, path, ep, st, att)
+                    else:
+                        resp = await self._whole(prep, body, path, ep, st, deadline)
+                    if att.broken:
+                        outcome = Outcome.FAILED
+                    elif resp.status < 400:
+                        outcome = Outcome.OK
+                        d._on_done(prep, st, ep, decision)
+                    else:
+                        outcome = Outcome.INVALID if resp.status < 500 else Outcome.ERROR
+                    if not att.first:
+                        d.store.request_finished(ep.id)
+                    return resp
+                except _Retry as e:
+                    if e.failed:
+                        d.store.request_failed(ep.id)
+                    else:
+                        d.store.request_finished(ep.id)
+                    retry = st.attempts <= d.config.max_retries and (
+                        deadline is None or loop.time() < deadline
+                    )
+                    log.info(
+                        "upstream_failed",
+                        extra=fields(worker=ep.id, detail=str(e), retrying=retry),
+                    )
+                    if not retry:
+                        raise PreheatError(
+                            ErrorCode.UNAVAILABLE,
+                            f"worker {ep.id} could not take the request ({e}); "
+                            "no other endpoint to try",
+                            retry_after_s=1.0,
+                        ) from None
+                    tried.add(ep.id)
+                    st.tokens, st.usage = 0, None
+                    st.first_token_at = st.last_token_at = None
+                    d.metrics.retries.labels(ep.pool).inc()
+                finally:
+                    if att.first:
+                        d.store.request_done(ep.id)
+        except PreheatError as e:
+            outcome = Outcome.of_error(e.code)
+            raise
+        except (asyncio.CancelledError, ConnectionError):
+            outcome = Outcome.CANCELLED
+            if ep is not None and not att.first:
+                d.store.request_finished(ep.id)
+            raise
+        finally:
+            d._in_flight -= 1
+            d._completions.append(d._now())
+            d.metrics.in_flight.dec()
+            d.metrics.observe_outcome(api, outcome)
+
+    def _headers(self, prep: Prepared) -> dict[str, str]:
+        return {"Content-Type": "application/json", "X-Request-Id": prep.info.request_id}
+
+    async def _post(
+        self, prep: Prepared, body: bytes, path: str, ep: Endpoint, within: float | None
+    ) -> aiohttp.ClientResponse:
+        """Sends the request; the response once its headers came (``_Retry`` when the worker
+        cannot be reached or answers that it cannot take it)."""
+        url = openai_base(ep) + path
+        try:
+            async with asyncio.timeout(within):
+                resp = await self.session().post(url, data=body, headers=self._headers(prep))
+        except TimeoutError:
+            raise _Retry(f"no answer within {within or 0:g}s") from None
+        except aiohttp.ClientError as e:
+            raise _Retry(f"{type(e).__name__}: {e}") from None
+        if resp.status in RETRY_STATUSES:
+            detail = await _read_some(resp)
+            resp.close()
+            text = detail[:200].decode("utf-8", "replace")
+            raise _Retry(f"HTTP {resp.status}: {text}")
+        return resp
+
+    async def _whole(
+        self,
+        prep: Prepared,
+        body: bytes,
+        path: str,
+        ep: Endpoint,
+        st: StreamStats,
+        deadline: float | None,
+    ) -> web.Response:
+        loop = asyncio.get_running_loop()
+        within = None if deadline is None else max(0.001, deadline - loop.time())
+        resp = await self._post(prep, body, path, ep, within)
+        try:
+            try:
+                async with asyncio.timeout(
+                    None if deadline is None else max(0.001, deadline - loop.time())
+                ):
+                    data = await resp.content.read(MAX_WHOLE_BODY + 1)
+                    if len(data) > MAX_WHOLE_BODY:
+                        raise _Retry("answer over the router's limit", failed=False)
+            except TimeoutError:
+                raise PreheatError(
+                    ErrorCode.DEADLINE_EXCEEDED, "the request timed out in the router"
+                ) from None
+            except aiohttp.ClientError as e:
+                raise _Retry(f"the answer broke off ({type(e).__name__})") from None
+        finally:
+            resp.close()
+        if resp.status == 200:
+            _read_usage(data, st)
+        return web.Response(
+            status=resp.status,
+            body=data,
+            headers=_pass_headers(resp, prep, ep),
+        )
+
+    async def _stream(
+        self,
+        request: web.Request,
+        prep: Prepared,
+        body: bytes,
+        path: str,
+        ep: Endpoint,
+        st: StreamStats,
+        att: _Attempt,
+    ) -> web.StreamResponse:
+        d = self.dispatcher
+        routed = st.routed_at if st.routed_at is not None else perf_counter()
+        ft = d.config.first_token_timeout_s or None
+        resp = await self._post(prep, body, path, ep, ft)
+        try:
+            if resp.status != 200 or not resp.content_type.startswith("text/event-stream"):
+                data = await _read_some(resp)
+                return web.Response(
+                    status=resp.status, body=data, headers=_pass_headers(resp, prep, ep)
+                )
+            content = resp.content
+            buf = b""
+            # the first whole event, within the first-token timeout: else the next endpoint
+            try:
+                left = None if ft is None else max(0.0, ft - (perf_counter() - routed))
+                async with asyncio.timeout(left):
+                    while (end := buf.rfind(b"\n\n")) < 0:
+                        chunk = await content.readany()
+                        if not chunk:
+                            raise _Retry("the stream ended before its first event")
+                        buf += chunk
+            except TimeoutError:
+                raise _Retry(f"no first event within {ft:g}s (first-token timeout)") from None
+            except aiohttp.ClientError as e:
+                raise _Retry(f"the stream broke before its first event ({e})") from None
+            out = web.StreamResponse(
+                status=200,
+                headers={
+                    **_pass_headers(resp, prep, ep),
+                    "Content-Type": "text/event-stream",
+                    "Cache-Control": "no-cache",
+                },
+            )
+            await out.prepare(request)
+            ready, buf = buf[: end + 2], buf[end + 2 :]
+            now = perf_counter()
+            st.first_token_at = st.last_token_at = now
+            is_token = not ready.startswith(_ERROR_EVENT)
+            decision = st.decision
+            assert decision is not None
+            try:
+                await out.write(ready)
+            finally:
+                if is_token:
+                    att.first = True
+                    d._on_first_token(prep, st, ep, decision, now)
+            att.broken = await self._pump(out, content, buf, ready, st, ep, decision)
+            return out
+        finally:
+            resp.close()
+
+    async def _pump(
+        self,
+        out: web.StreamResponse,
+        content: aiohttp.StreamReader,
+        buf: bytes,
+        sent: bytes,
+        st: StreamStats,
+        ep: Endpoint,
+        decision: Decision,
+    ) -> bool:
+        """Forwards whole events until the upstream's ``[DONE]``; a broken upstream ends the
+        client's stream with an error event (and returns True)."""
+        itl = self.dispatcher.metrics.itl.labels(ep.pool, decision.reason)
+        events = sent.count(b"\n\n")
+        if _USAGE in sent:
+            _read_usage_events(sent, st)
+        tail = sent[-len(DONE) :]
+        n_max = self.coalesce.max_tokens
+        delay = self.coalesce.max_delay_s
+        pending = b""
+        pending_n = 0
+        pending_at = 0.0
+        error: str | None = None
+        while True:
+            try:
+                if pending and n_max > 1:
+                    left = max(0.0, pending_at + delay - perf_counter())
+                    try:
+                        async with asyncio.timeout(left):
+                            chunk = await content.readany()
+                    except TimeoutError:
+                        chunk = None  # flush what is pending
+                else:
+                    chunk = await content.readany()
+            except aiohttp.ClientError as e:
+                error = f"the worker's stream broke ({type(e).__name__})"
+                chunk = b""
+            if chunk:
+                buf += chunk
+                end = buf.rfind(b"\n\n")
+                if end >= 0:
+                    ready, buf = buf[: end + 2], buf[end + 2 :]
+                    n = ready.count(b"\n\n")
+                    now = perf_counter()
+                    if st.last_token_at is not None:
+                        gap = (now - st.last_token_at) / n
+                        for _ in range(n):
+                            itl.observe(gap)
+                    st.last_token_at = now
+                    events += n
+                    if _USAGE in ready:
+                        _read_usage_events(ready, st)
+                    if not pending:
+                        pending_at = now
+                    pending += ready
+                    pending_n += n
+            if pending and (chunk == b"" or chunk is None or pending_n >= n_max or n_max <= 1):
+                await out.write(pending)
+                tail = (tail + pending)[-len(DONE) :]
+                pending, pending_n = b"", 0
+            if chunk == b"":
+                break
+        if st.usage is None:
+            st.tokens = events - 1
+        if error is None and tail != DONE:
+            error = "the worker's stream ended before [DONE]"
+        if error is not None:
+            log.info("request_failed", extra=fields(worker=ep.id, reason=error))
+            err = PreheatError(
+                ErrorCode.UNAVAILABLE,
+                f"worker {ep.id} failed after {events} events: {error}; not retried to avoid "
+                "duplicate text",
+            )
+            payload = json.dumps(openai_error(err)[1], separators=(",", ":")).encode()
+            await out.write(b"data: " + payload + b"\n\n" + DONE)
+        await out.write_eof()
+        return error is not None
+
+
+async def _read_some(resp: aiohttp.ClientResponse) -> bytes:
+    with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+        async with asyncio.timeout(5):
+            return await resp.content.read(MAX_ERROR_BODY)
+    return b""
+
+
+_PASS = ("Content-Type",)
+
+
+def _pass_headers(resp: aiohttp.ClientResponse, prep: Prepared, ep: Endpoint) -> dict[str, str]:
+    h = {k: resp.headers[k] for k in _PASS if k in resp.headers}
+    h["X-Request-Id"] = prep.info.request_id
+    h[WORKER_HEADER] = ep.id
+    return h
+
+
+def _usage_pb(u: Any) -> inference_pb2.Usage | None:
+    if not isinstance(u, dict):
+        return None
+    details = u.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    try:
+        return inference_pb2.Usage(
+            prompt_tokens=int(u.get("prompt_tokens") or 0),
+            completion_tokens=int(u.get("completion_tokens") or 0),
+            cached_tokens=int(cached or 0),
+        )
+    except (TypeError, ValueError):
+        return None
+
+
+def _read_usage(data: bytes, st: StreamStats) -> None:
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return
+    if isinstance(obj, dict) and (u := _usage_pb(obj.get("usage"))) is not None:
+        st.usage = u
+        st.tokens = u.completion_tokens
+
+
+def _read_usage_events(ready: bytes, st: StreamStats) -> None:
+    for event in ready.split(b"\n\n"):
+        if _USAGE in event and event.startswith(b"data: "):
+            _read_usage(event[6:], st)
