@@ -17,10 +17,10 @@ import statistics
 from dataclasses import replace
 from typing import Any
 
-from preheat.bench.traces import TraceRequest
 from preheat.core.autoscaling import Context, Decision, PolicyState, decide
 from preheat.report.record import count_outcomes
 from preheat.simulate import SimOptions, Startup, pool_config, simulate, spec_document
+from preheat.workload.traces import TraceRequest
 
 SPEC: dict[str, Any] = {
     "model": {"name": "m"},

@@ -49,7 +49,7 @@ from preheat.core.pool import (
     Signal,
 )
 from preheat.engine.simmetrics import TIME_TO_FIRST_TOKEN_BUCKETS
-from preheat.ports import ReservedPort
+from preheat.process.ports import ReservedPort
 
 JOB = "preheat-sim"
 SELECTOR = f'job="{JOB}"'

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from preheat.bench.oracle import oracle_hit_rate
-from preheat.bench.traces import TraceRequest
+from preheat.workload.traces import TraceRequest
 
 
 def req(i: int, blocks: tuple[int, ...], tokens: int, block_tokens: int = 32) -> TraceRequest:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import aiohttp
 
-from preheat.bench.traces import TraceOptions, load_trace
 from preheat.bench.workerproc import ServiceProcess, spawn_router, spawn_worker
 from preheat.load.replay import Api, LoadOptions, replay
 from preheat.report.record import RunMeta, RunWriter, read_run
 from preheat.report.summary import summarize
+from preheat.workload.traces import TraceOptions, load_trace
 
 FAST_WORKER = ["--engine", "sim", "--sim-load-s", "0", "--sim-warmup-s", "0"]
 FAST_WORKER += ["--log-level", "WARNING"]

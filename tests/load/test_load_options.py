@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from preheat.bench.traces import load_trace
 from preheat.load.main import add_arguments, read_requests, trace_options
+from preheat.workload.traces import load_trace
 
 
 def _args(*argv: str) -> argparse.Namespace:

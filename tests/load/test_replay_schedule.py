@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from preheat.bench.traces import TraceRequest
 from preheat.load.main import LOAD_KEY, open_writer
 from preheat.load.replay import LoadOptions, LoadSummary, replay
 from preheat.report.record import (
@@ -27,6 +26,7 @@ from preheat.report.record import (
     read_meta,
     read_run,
 )
+from preheat.workload.traces import TraceRequest
 
 HANG_S = 60.0  # only catches a replay that would not end; every test here ends in ~1 s
 

@@ -1,4 +1,4 @@
-"""`preheat up` reserves the ports it hands its children (``preheat.ports``): from before a
+"""`preheat up` reserves the ports it hands its children (``preheat.process.ports``): from before a
 child starts, nothing else on the machine can take them; a worker's go back once it exited."""
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ import pytest
 import yaml
 from localkit import autoscaled_pool
 
-from preheat.bench.traces import TraceRequest
 from preheat.load.replay import LoadOptions, LoadSummary, replay
 from preheat.report.record import REQUESTS_FILE, RunMeta, RunWriter, ScaleEvent, read_run
+from preheat.workload.traces import TraceRequest
 
 POOL = autoscaled_pool("itest")
 

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from preheat.bench.traces import TraceRequest
 from preheat.load.replay import LoadOptions, replay
 from preheat.report.record import REQUESTS_FILE, RunMeta, RunWriter, count_outcomes, read_run
+from preheat.workload.traces import TraceRequest
 
 POOL = """\
 apiVersion: preheat.dev/v1alpha1

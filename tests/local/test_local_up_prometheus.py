@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from localkit import autoscaled_pool
 
-from preheat.ports import ReservedPort
+from preheat.process.ports import ReservedPort
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -317,7 +317,7 @@ async def test_200_pools_reconcile_with_bounded_api_calls(
 async def test_health_and_metrics_endpoints(kube: PreheatKube, no_leaked_tasks: None) -> None:
     import aiohttp
 
-    from preheat.ports import ReservedPort
+    from preheat.process.ports import ReservedPort
 
     reserved = ReservedPort()  # held while the operator binds and serves it
     port = reserved.port

@@ -53,7 +53,7 @@ from preheat.core.reconcile import (
 )
 from preheat.engine.sim import SimConfig, SimEngine
 from preheat.operator.handlers import ANNOTATION_CONTROL_PORT
-from preheat.ports import ReservedPort
+from preheat.process.ports import ReservedPort
 from preheat.worker.server import WorkerConfig, WorkerServer
 
 

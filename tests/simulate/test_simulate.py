@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from preheat.api.poolfile import PoolFileError
-from preheat.bench.traces import TraceOptions, TraceRequest, load_trace
 from preheat.core import autoscaling as core_autoscaling
 from preheat.core.autoscaling import Context, Decision, PolicyState
 from preheat.core.pool import PoolConfig
@@ -27,6 +26,7 @@ from preheat.simulate import (
     simulate,
     spec_document,
 )
+from preheat.workload.traces import TraceOptions, TraceRequest, load_trace
 
 MOONCAKE = (
     Path(__file__).resolve().parents[3] / "shared" / "data" / "mooncake_conversation_trace.jsonl"

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from preheat.bench.traces import TraceRequest
 from preheat.report.record import count_outcomes
 from preheat.simulate import SimOptions, Startup, pool_config, simulate, spec_document
+from preheat.workload.traces import TraceRequest
 
 
 def _steady(rate: float, seconds: float) -> list[TraceRequest]:

@@ -20,7 +20,7 @@ from workerkit import CONTROL_TOKEN, Authed, Client, gen_request, make_sim_engin
 
 from preheat.core.lifecycle import LifecycleState
 from preheat.proto.preheat.v1 import worker_pb2, worker_pb2_grpc
-from preheat.tokens import TokenError, read_token
+from preheat.wire.tokens import TokenError, read_token
 
 REQUESTS = {
     "Promote": worker_pb2.PromoteRequest,

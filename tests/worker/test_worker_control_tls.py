@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from workerkit import CONTROL_TOKEN, make_sim_engine, running_worker
 
-from preheat import workerctl
-from preheat.controltls import TLSFileError, TLSFiles, tls_files
 from preheat.core.lifecycle import LifecycleState
+from preheat.wire import workerctl
+from preheat.wire.controltls import TLSFileError, TLSFiles, tls_files
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 SERVER_NAME = "preheat-worker"

@@ -11,8 +11,8 @@ import grpc
 import pytest
 
 from preheat.core.errors import ErrorCode
-from preheat.grpc_errors import error_code, grpc_status
-from preheat.logs import current_request_id, fields, request_context, setup_logging
+from preheat.process.logs import current_request_id, fields, request_context, setup_logging
+from preheat.wire.errors import error_code, grpc_status
 
 
 @pytest.fixture

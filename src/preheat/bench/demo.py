@@ -13,12 +13,12 @@ import time
 
 import grpc
 
-from preheat.bench.client import StreamRecord, stream_generate
-from preheat.bench.prompts import words
 from preheat.bench.workerproc import spawn_worker
 from preheat.core.percentiles import sample_quantile
+from preheat.load.stream import StreamRecord, stream_generate
 from preheat.proto.preheat.v1 import inference_pb2 as pb
 from preheat.proto.preheat.v1 import inference_pb2_grpc as pb_grpc
+from preheat.workload.prompts import words
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

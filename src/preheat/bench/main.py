@@ -14,14 +14,14 @@ from pathlib import Path
 import grpc
 
 from preheat.bench import router_bench, sim_bench, vllm_serve
-from preheat.bench.client import StreamRecord, stream_generate
-from preheat.bench.prompts import words
-from preheat.bench.report_md import write_section
 from preheat.bench.workerproc import spawn_worker
 from preheat.core.percentiles import sample_quantile
 from preheat.engine.base import Engine, EngineRequest, Sampling
+from preheat.load.stream import StreamRecord, stream_generate
 from preheat.proto.preheat.v1 import inference_pb2 as pb
 from preheat.proto.preheat.v1 import inference_pb2_grpc as pb_grpc
+from preheat.report.markdown import write_section
+from preheat.workload.prompts import words
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

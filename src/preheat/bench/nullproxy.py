@@ -9,7 +9,7 @@ ready line, like a worker::
     {"event": "nullproxy_ready", "grpc_port": 41234, "http_port": 0}
 
 and stops on SIGTERM. It runs on the same event loop as the router (uvloop when installed,
-see ``preheat.aio``). Used by ``preheat bench router`` only; it is not part of the product.
+see ``preheat.process.aio``). Used by ``preheat bench router`` only; it is not part of the product.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import grpc
 
-from preheat import aio
+from preheat.process import aio
 from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc, router_pb2, router_pb2_grpc
 
 

@@ -39,7 +39,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from preheat.bench.traces import TraceRequest
+from preheat.workload.traces import TraceRequest
 
 
 @dataclass(frozen=True)

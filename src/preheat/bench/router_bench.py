@@ -43,23 +43,23 @@ from pathlib import Path
 import aiohttp
 import grpc
 
-from preheat.bench.client import StreamRecord, stream_generate
-from preheat.bench.prompts import words
-from preheat.bench.report_md import write_section
-from preheat.bench.traces import TraceOptions, TraceRequest, load_trace, prompt_text
 from preheat.bench.workerproc import ServiceProcess, spawn_nullproxy, spawn_router, spawn_worker
 from preheat.core.errors import PreheatError
 from preheat.core.percentiles import sample_quantile
 from preheat.engine.simtokenizer import SimTokenizer
-from preheat.pickclient import PickFailed, PickStream
+from preheat.load.stream import StreamRecord, stream_generate
 from preheat.proto.preheat.v1 import inference_pb2 as pb
 from preheat.proto.preheat.v1 import inference_pb2_grpc as pb_grpc
 from preheat.proto.preheat.v1 import router_pb2, router_pb2_grpc
+from preheat.report.markdown import write_section
 from preheat.router.app import RouterConfig
 from preheat.router.embedded import EmbeddedRouter
 from preheat.router.endpoints.discovery import DiscoveredEndpoint
 from preheat.router.endpoints.static import StaticDiscovery
 from preheat.router.frontend.grpc_service import MAX_PICK_BATCH
+from preheat.wire.pickclient import PickFailed, PickStream
+from preheat.workload.prompts import words
+from preheat.workload.traces import TraceOptions, TraceRequest, load_trace, prompt_text
 
 PARTS: tuple[str, ...] = ("overhead", "throughput", "pick", "policies")
 DEFAULT_POLICIES: tuple[str, ...] = (
@@ -649,7 +649,7 @@ async def part_overhead(args: argparse.Namespace) -> PartResult:
             "`Pick` is a unary call",
             "per request; `PickStream` is one stream the client keeps open and shares between "
             "its concurrent",
-            "requests (`preheat.pickclient.PickStream`); embedded is the router's view and "
+            "requests (`preheat.wire.pickclient.PickStream`); embedded is the router's view and "
             "scheduler in the client's",
             "own process (`preheat.router.embedded.EmbeddedRouter`, the router's defaults, the "
             "same static discovery),",
@@ -999,7 +999,7 @@ async def part_pick(args: argparse.Namespace) -> PartResult:
             "one call (each decided exactly as `Pick` would, in order): a gateway that batches "
             "pays the RPC once. `PickStream`: the callers share one stream the client keeps "
             "open, one message",
-            "each way per decision (`preheat.pickclient.PickStream`).",
+            "each way per decision (`preheat.wire.pickclient.PickStream`).",
             "",
             "Prompts come as text (the router tokenizes them) or as `prompt_token_ids` (a "
             "gateway that",

@@ -16,7 +16,7 @@ its own section of docs/benchmarks.md with PNG plots under docs/img/bench/:
     search on the smallest pool (bracket by factors of 1.5 from the main scale, then one
     bisection step; at most ``--search-runs`` runs per policy).
 ``autoscaling`` (section ``sim-autoscaling``)
-    The bursty trace of :mod:`preheat.bench.bursts` against a pool that starts with
+    The bursty trace of :mod:`preheat.workload.bursts` against a pool that starts with
     ``--initial-replicas`` warm GPUs and scales between 1 and 32, with our ``decide`` and the HPA,
     KEDA and KPA baselines (:mod:`preheat.core.autoscaling.baselines`, plugged into the
     simulator as ``SimOptions.autoscale``), each without and with one warm standby: SLO
@@ -46,19 +46,19 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from preheat.api.pool import to_config
-from preheat.bench import bursts
 from preheat.bench.oracle import OracleResult, oracle_hit_rate
-from preheat.bench.report_md import write_section
-from preheat.bench.traces import TraceOptions, TraceRequest, load_trace
 from preheat.core.autoscaling import Context, Decision, PolicyState
 from preheat.core.autoscaling.baselines import Hpa, Keda, Kpa
 from preheat.core.percentiles import sample_quantile
 from preheat.core.pool import PoolConfig
 from preheat.core.routing.config import DEFAULT_FILTERS, DEFAULT_SCORERS, SchedulerConfig
+from preheat.report.markdown import write_section
 from preheat.report.record import Run
 from preheat.report.summary import RunSummary, summarize
 from preheat.simulate.options import Network, SimOptions
 from preheat.simulate.world import SimStats, engine_config, simulate
+from preheat.workload import bursts
+from preheat.workload.traces import TraceOptions, TraceRequest, load_trace
 
 PARTS: tuple[str, ...] = ("routing", "autoscaling", "geography", "decode")
 ROUTING_POLICIES: tuple[str, ...] = (
@@ -661,7 +661,7 @@ def autoscaling_part(args: argparse.Namespace, img_dir: Path | None) -> Autoscal
         "",
         f"Command: `{_command(args, 'autoscaling')}` (`make bench`). Simulated, virtual time.",
         "",
-        "Bursty traffic (`src/preheat/bench/bursts.py`, seed "
+        "Bursty traffic (`src/preheat/workload/bursts.py`, seed "
         f"{args.seed}): {bursts.describe(curve, len(trace))}. The span is the one of "
         f"{args.burst_windows} ten-minute windows without data gaps whose peak lies in its "
         "middle half with the largest peak/mean ratio; arrivals are a non-homogeneous "

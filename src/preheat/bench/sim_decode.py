@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from preheat.bench import sim_bench as sb
-from preheat.bench.traces import TraceOptions, TraceRequest, load_trace
 from preheat.core.percentiles import sample_quantile
 from preheat.core.routing.config import DEFAULT_SCORERS, SchedulerConfig
 from preheat.simulate.options import SimOptions
 from preheat.simulate.world import simulate
+from preheat.workload.traces import TraceOptions, TraceRequest, load_trace
 
 SCORER = "decode-interference"
 WEIGHTS: tuple[float, ...] = (0.0, 0.02, 0.05, 0.1, 0.2)

@@ -38,9 +38,9 @@ from typing import Any
 
 import aiohttp
 
-from preheat.bench.report_md import write_section
 from preheat.bench.router_bench import cluster
 from preheat.core.routing.config import DEFAULT_SCORERS
+from preheat.report.markdown import write_section
 
 DECODE = "decode-interference"
 

@@ -1,6 +1,6 @@
 """One error family for the whole system, with canonical codes.
 
-Adapters map a code to a gRPC status (``preheat.grpc_errors``) and to an HTTP status
+Adapters map a code to a gRPC status (``preheat.wire.errors``) and to an HTTP status
 (:func:`http_status`) in one place each; a client never sees a traceback.
 """
 

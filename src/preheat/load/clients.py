@@ -2,7 +2,7 @@
 :class:`~preheat.report.record.RequestOutcome`:
 
 - gRPC ``preheat.v1.Inference/Generate`` (a router or a worker: they serve the same
-  service), through :func:`preheat.bench.client.stream_generate`. The last chunk's
+  service), through :func:`preheat.load.stream.stream_generate`. The last chunk's
   ``timing`` gives the stage breakdown and ``worker_id`` the endpoint.
 - The OpenAI HTTP API of ``preheat router``: ``POST /v1/completions`` with ``stream: true``
   and ``stream_options.include_usage`` (server-sent events), the session id in header
@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import aiohttp
 import grpc
 
-from preheat.bench.client import StreamRecord, stream_generate
-from preheat.bench.traces import TraceRequest, prompt_text
+from preheat.load.stream import StreamRecord, stream_generate
 from preheat.proto.preheat.v1 import inference_pb2 as pb
 from preheat.proto.preheat.v1 import inference_pb2_grpc as pb_grpc
 from preheat.report.record import RequestOutcome
+from preheat.workload.traces import TraceRequest, prompt_text
 
 if TYPE_CHECKING:
     from preheat.load.replay import LoadOptions

@@ -22,11 +22,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from preheat.bench.traceargs import add_trace_arguments, read_requests, trace_options
-from preheat.bench.traces import TraceError, TraceRequest
 from preheat.load.clients import ConnectError
 from preheat.load.replay import APIS, LoadOptions, LoadSummary, replay
 from preheat.report.record import REQUESTS_FILE, RequestOutcome, RunMeta, RunWriter, read_meta
+from preheat.workload.traceargs import add_trace_arguments, read_requests, trace_options
+from preheat.workload.traces import TraceError, TraceRequest
 
 LOAD_KEY = "load"  # meta.extra[LOAD_KEY]: what this replay did
 

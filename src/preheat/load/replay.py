@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from preheat.bench.traces import TraceRequest
 from preheat.load.clients import Client, make_client
 from preheat.report.record import RequestOutcome, RunWriter
+from preheat.workload.traces import TraceRequest
 
 Api = Literal["grpc", "openai"]
 APIS: tuple[str, ...] = ("grpc", "openai")

@@ -23,7 +23,7 @@ from preheat.local import capacity
 from preheat.local.runtime import LocalPool, UpOptions, local_config
 from preheat.local.settings import up_settings
 from preheat.local.view import LiveView, LogView
-from preheat.logs import LOG_FORMATS, fields, setup_logging
+from preheat.process.logs import LOG_FORMATS, fields, setup_logging
 from preheat.report.record import write_settings
 
 log = logging.getLogger("preheat.local")

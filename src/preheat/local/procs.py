@@ -10,7 +10,7 @@ Every child (worker or router) is started
   once (it checks its parent id right after).
 
 Output goes to one log file per child. Ports are reserved by the runtime
-(:class:`preheat.ports.ReservedPort`, held while the child may bind them) and passed on the
+(:class:`preheat.process.ports.ReservedPort`, held while the child may bind them) and passed on the
 command line, so a child's address is known before it is ready.
 """
 

@@ -12,7 +12,7 @@ One loop, every ``tick_s``:
    or :class:`~preheat.autoscaler.prometheus.PrometheusSource`) into
    :func:`preheat.local.plan.autoscale` (``core.autoscaling.decide``);
 4. **reconcile**: :func:`preheat.local.plan.reconcile` (``core.reconcile.assign_roles``)
-   into actions: Promote/Demote over gRPC (:func:`preheat.workerctl.set_role`), drain
+   into actions: Promote/Demote over gRPC (:func:`preheat.wire.workerctl.set_role`), drain
    (out of the router's set, then SIGTERM: the worker finishes its streams and exits),
    start new workers (they come up as standby);
 5. **publish**: the router's static discovery file (rewritten atomically when it
@@ -40,7 +40,6 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from preheat import workerctl
 from preheat.api.poolfile import PoolFile
 from preheat.autoscaler.describe import describe_signals
 from preheat.autoscaler.prometheus import PrometheusSource
@@ -59,9 +58,10 @@ from preheat.core.reconcile import BuildOptions, startup_failure_threshold, work
 from preheat.local import plan
 from preheat.local.procs import Child, preheat_argv, spawn
 from preheat.local.stats import LiveStats, TrafficView, scrape_into
-from preheat.logs import fields
-from preheat.ports import ReservedPort
+from preheat.process.logs import fields
+from preheat.process.ports import ReservedPort
 from preheat.report.record import ReplicaSample, RunMeta, RunWriter, ScaleEvent, read_meta
+from preheat.wire import workerctl
 
 log = logging.getLogger("preheat.local")
 
@@ -203,7 +203,7 @@ class LocalPool:
         self.out = options.out
         self.workers: dict[str, LocalWorker] = {}
         self.router: Child | None = None
-        # Ports are reserved, not picked and let go: each stays held (see preheat.ports)
+        # Ports are reserved, not picked and let go: each stays held (see preheat.process.ports)
         # while its child may bind it, so nothing else on the machine can take it first.
         self._ports: dict[str, list[ReservedPort]] = {}
         self.router_grpc = options.router_grpc_port or self._reserve_port(_ROUTER_PORTS)

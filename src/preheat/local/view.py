@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from preheat.local.runtime import EventLine, PoolSnapshot, describe_counts
-from preheat.logs import fields
+from preheat.process.logs import fields
 
 log = logging.getLogger("preheat.local")
 

@@ -69,7 +69,7 @@ from preheat.operator.status import (
     status_changed,
 )
 from preheat.operator.workers import WorkerRefused, WorkerUnavailable, set_role
-from preheat.tokens import read_token
+from preheat.wire.tokens import read_token
 
 log = logging.getLogger(__name__)
 

@@ -29,10 +29,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.reconcile import DEFAULT_GPU_TYPES, BuildOptions
-from preheat.logs import LOG_FORMATS, fields, setup_logging
 from preheat.operator.kube import Kube
 from preheat.operator.metrics import Metrics
-from preheat.tokens import TokenError, read_token
+from preheat.process.logs import LOG_FORMATS, fields, setup_logging
+from preheat.wire.tokens import TokenError, read_token
 
 log = logging.getLogger("preheat.operator")
 

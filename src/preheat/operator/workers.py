@@ -11,7 +11,7 @@ for active, ``Demote`` for standby, ``Drain`` for draining) and converts its err
   refusals a retry cannot fix -> :class:`WorkerRefused` (the caller logs it and posts an
   Event; the operator does not crash).
 
-The gRPC client itself is :mod:`preheat.workerctl` (shared with ``preheat up``); this module
+The gRPC client itself is :mod:`preheat.wire.workerctl` (shared with ``preheat up``); this module
 only turns its retryable errors into kopf's. The operator never imports the worker.
 """
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import kopf
 
-from preheat import workerctl
-from preheat.workerctl import ROLE_RPC, WorkerRefused, state_name
+from preheat.wire import workerctl
+from preheat.wire.workerctl import ROLE_RPC, WorkerRefused, state_name
 
 RETRY_DELAY_S = 2.0
 """How long kopf waits before a reconcile that found a worker unavailable is retried."""
@@ -34,7 +34,7 @@ async def set_role(address: str, role: str, *, timeout_s: float, token: str) -> 
     """Make the worker whose control port is ``address`` (``host:port``) take ``role``:
     active | standby | draining, with the pool's control ``token``.
 
-    :func:`preheat.workerctl.set_role`, with its retryable errors as kopf temporary errors.
+    :func:`preheat.wire.workerctl.set_role`, with its retryable errors as kopf temporary errors.
     """
     try:
         await workerctl.set_role(address, role, timeout_s=timeout_s, token=token)

@@ -29,12 +29,11 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from preheat.coalesce import CoalesceConfig
 from preheat.core.metric_names import ROUTER_IN_FLIGHT
 from preheat.core.routing.admission import AdmissionConfig
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.types import PrefillCost
-from preheat.logs import fields
+from preheat.process.logs import fields
 from preheat.proto.preheat.v1 import inference_pb2_grpc, router_pb2_grpc
 from preheat.router.embedded import EmbeddedRouter
 from preheat.router.endpoints import DiscoverySource, EndpointStore
@@ -44,6 +43,7 @@ from preheat.router.frontend.grpc_guard import InternalErrorGuard
 from preheat.router.frontend.grpc_service import InferenceProxy, RouterService
 from preheat.router.frontend.http import HttpFrontend, HttpLimits, start_http
 from preheat.router.frontend.metrics import RouterMetrics
+from preheat.wire.coalesce import CoalesceConfig
 
 log = logging.getLogger("preheat.router")
 

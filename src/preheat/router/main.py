@@ -40,20 +40,20 @@ from typing import Any
 
 import yaml
 
-from preheat import aio
 from preheat.api.routing import load_routing_config
-from preheat.coalesce import CoalesceConfig
 from preheat.core.errors import PreheatError
 from preheat.core.routing.admission import AdmissionConfig
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.scheduler import POLICIES
-from preheat.logs import LOG_FORMATS, fields, setup_logging
+from preheat.process import aio
+from preheat.process.logs import LOG_FORMATS, fields, setup_logging
 from preheat.router.app import RouterConfig, RouterServer, describe
 from preheat.router.endpoints import DiscoverySource, StaticDiscovery
 from preheat.router.frontend.auth import CredentialFileError, KeySet
 from preheat.router.frontend.http import HttpLimits
 from preheat.router.frontend.tokenizer import build_tokenizer
-from preheat.tokens import TokenError, read_token
+from preheat.wire.coalesce import CoalesceConfig
+from preheat.wire.tokens import TokenError, read_token
 
 log = logging.getLogger("preheat.router")
 

@@ -24,8 +24,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from preheat.api.routing import load_routing_config
-from preheat.bench.traceargs import add_trace_arguments, read_requests, trace_options
-from preheat.bench.traces import TraceError, TraceRequest
 from preheat.core.errors import PreheatError
 from preheat.core.routing.config import SchedulerConfig
 from preheat.report.record import Run, write_run
@@ -41,8 +39,10 @@ from preheat.simulate.options import (
     pool_config,
     read_pool,
 )
-from preheat.simulate.workload import superpose
 from preheat.simulate.world import SimStats, simulate
+from preheat.workload.superpose import superpose
+from preheat.workload.traceargs import add_trace_arguments, read_requests, trace_options
+from preheat.workload.traces import TraceError, TraceRequest
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -3,7 +3,7 @@
 A live worker names block ``i`` of a prompt by a chained hash of its tokens
 (``preheat.core.blocks``); two prompts share a block exactly when every token up to its end
 is the same. A trace prompt's text is fixed by its trace block ids
-(``bench.traces.prompt_text``: block id ``b`` always becomes the same words; the last
+(``workload.traces.prompt_text``: block id ``b`` always becomes the same words; the last
 block is a prefix of its text), so the same equality holds for a cheaper name:
 ``hash((chain of trace ids up to the trace block, position in it))``. Prefix-cache hits,
 the router's cached-block counts and evictions are the same as live; only the numbers that
@@ -14,7 +14,7 @@ Integer tuple hashes do not depend on ``PYTHONHASHSEED``: runs are reproducible.
 
 from __future__ import annotations
 
-from preheat.bench.traces import TraceRequest
+from preheat.workload.traces import TraceRequest
 
 _MASK = (1 << 63) - 1
 _SUB_BITS = 6  # sub-blocks of one trace block get consecutive names: chain << 6 | k

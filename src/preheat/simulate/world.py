@@ -44,7 +44,6 @@ from typing import cast
 
 from preheat.autoscaler.scrape import RouterScrape, Scrape, compute, router_demand
 from preheat.autoscaler.source import SignalQuery, wake_signals, wakes
-from preheat.bench.traces import TraceRequest
 from preheat.core import autoscaling as core_autoscaling
 from preheat.core import reconcile
 from preheat.core.autoscaling import Context, ReplicaCounts, Signals
@@ -66,6 +65,7 @@ from preheat.engine.simmetrics import (
 from preheat.report.record import ReplicaSample, RequestOutcome, Run, RunMeta, ScaleEvent
 from preheat.simulate.options import SimInputError, SimOptions, client_region_of
 from preheat.simulate.prompts import BlockNamer
+from preheat.workload.traces import TraceRequest
 
 __all__ = ["SimStats", "engine_config", "simulate"]
 

@@ -16,7 +16,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from preheat.core.lifecycle import WARM_STATES
-from preheat.httpserve import serve
+from preheat.process.httpserve import serve
 
 if TYPE_CHECKING:
     from preheat.worker.server import WorkerServer

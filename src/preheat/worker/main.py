@@ -29,12 +29,12 @@ import sys
 from collections.abc import Coroutine
 from typing import Any
 
-from preheat import aio
-from preheat.controltls import TLSFileError, tls_files
 from preheat.core.lifecycle import WARM_STATES, LifecycleState
 from preheat.engine.base import Engine
-from preheat.logs import LOG_FORMATS, fields, setup_logging
-from preheat.tokens import TokenError, read_token
+from preheat.process import aio
+from preheat.process.logs import LOG_FORMATS, fields, setup_logging
+from preheat.wire.controltls import TLSFileError, tls_files
+from preheat.wire.tokens import TokenError, read_token
 from preheat.worker.engines import ENGINES, EngineUnavailable, build_engine
 from preheat.worker.server import WorkerConfig, WorkerServer, describe
 

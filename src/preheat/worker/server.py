@@ -36,8 +36,6 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from preheat.coalesce import CoalesceConfig, coalesce
-from preheat.controltls import TLSFiles, server_credentials
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.lifecycle import WARM_STATES, LifecycleState, transition_error
 from preheat.core.validation import GenerateSpec, ModelLimits, check_generate
@@ -50,14 +48,16 @@ from preheat.engine.base import (
     StageTiming,
     Usage,
 )
-from preheat.grpc_errors import abort
-from preheat.logs import fields, request_context
+from preheat.process.logs import fields, request_context
 from preheat.proto.preheat.v1 import (
     inference_pb2,
     inference_pb2_grpc,
     worker_pb2,
     worker_pb2_grpc,
 )
+from preheat.wire.coalesce import CoalesceConfig, coalesce
+from preheat.wire.controltls import TLSFiles, server_credentials
+from preheat.wire.errors import abort
 from preheat.worker.cache_hub import CacheHub
 from preheat.worker.metrics import Outcome, WorkerMetrics
 from preheat.worker.stops import StopMatcher

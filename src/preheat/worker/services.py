@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from preheat.core.errors import ErrorCode, PreheatError
-from preheat.grpc_errors import abort
-from preheat.logs import fields
+from preheat.process.logs import fields
 from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc, worker_pb2, worker_pb2_grpc
+from preheat.wire.errors import abort
 from preheat.worker.cache_hub import SubscriberOverflow
 
 if TYPE_CHECKING:

@@ -11,10 +11,10 @@ import grpc
 import pytest
 from frontendkit import gen, router, words, workers
 
-from preheat.pickclient import PickFailed, PickStream
 from preheat.proto.preheat.v1 import inference_pb2, router_pb2
 from preheat.router.app import RouterConfig, RouterServer
 from preheat.router.endpoints.static import StaticDiscovery
+from preheat.wire.pickclient import PickFailed, PickStream
 
 
 def _pick(prompt: str, session: str = "") -> router_pb2.PickRequest:

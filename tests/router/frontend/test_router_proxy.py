@@ -6,8 +6,8 @@ import grpc
 import pytest
 from frontendkit import BLOCK, MODEL, gen, router, words, workers
 
-from preheat.coalesce import CoalesceConfig
 from preheat.proto.preheat.v1 import inference_pb2, router_pb2
+from preheat.wire.coalesce import CoalesceConfig
 
 
 async def test_generate_streams_like_a_worker() -> None:

@@ -40,7 +40,7 @@ from preheat.router.endpoints.discovery import DiscoveredEndpoint, DiscoverySour
 from preheat.router.endpoints.entry import EndpointEntry
 from preheat.router.endpoints.scraper import scrape_loop
 from preheat.router.endpoints.statuspoll import status_loop
-from preheat.tokens import auth_metadata
+from preheat.wire.tokens import auth_metadata
 
 UNKNOWN_MODEL_LEN = 1 << 30  # a worker that reports no context window: the worker checks
 

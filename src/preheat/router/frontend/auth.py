@@ -35,7 +35,7 @@ from typing import Any
 import grpc
 from aiohttp import web
 
-from preheat.logs import fields
+from preheat.process.logs import fields
 from preheat.router.frontend.errors import status_error_response
 
 log = logging.getLogger("preheat.router")

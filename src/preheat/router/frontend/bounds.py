@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 
-from preheat.coalesce import MAX_COALESCE_DELAY_S, MAX_COALESCE_TOKENS
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.proto.preheat.v1 import inference_pb2
+from preheat.wire.coalesce import MAX_COALESCE_DELAY_S, MAX_COALESCE_TOKENS
 
 MAX_ID_CHARS = 1024  # request_id, session_id (an OpenAI body's user), slo_class, model
 

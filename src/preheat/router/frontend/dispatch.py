@@ -43,7 +43,6 @@ from typing import Any, TypeVar
 
 import grpc
 
-from preheat.coalesce import CoalesceConfig
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.routing import admission
 from preheat.core.routing.admission import AdmissionConfig, AdmissionInput, LimitState
@@ -51,8 +50,7 @@ from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.scheduler import SchedulerState, schedule
 from preheat.core.routing.types import Decision, Endpoint, PrefillCost, RequestInfo, RoutingContext
 from preheat.core.validation import GenerateSpec, ModelLimits, check_generate, reason_of
-from preheat.grpc_errors import error_code
-from preheat.logs import fields, pseudonym
+from preheat.process.logs import fields, pseudonym
 from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc
 from preheat.router.endpoints import EndpointStore
 from preheat.router.frontend.bounds import check_request
@@ -63,6 +61,8 @@ from preheat.router.frontend.tokenizer import (
     encode_within,
     prompt_block_hashes,
 )
+from preheat.wire.coalesce import CoalesceConfig
+from preheat.wire.errors import error_code
 
 log = logging.getLogger("preheat.router")
 perf_counter = time.perf_counter

@@ -33,7 +33,7 @@ from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 
 from preheat.core.errors import ErrorCode, PreheatError, http_status
-from preheat.logs import fields
+from preheat.process.logs import fields
 
 log = logging.getLogger("preheat.router")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from preheat.logs import fields
+from preheat.process.logs import fields
 
 log = logging.getLogger("preheat.router")
 

@@ -1,6 +1,6 @@
 """The router's gRPC services: ``preheat.v1.Inference`` (proxy) and ``preheat.v1.Router``
 (lookaside ``Pick``). Thin adapters over :class:`Dispatcher`; errors go through
-``preheat.grpc_errors.abort``, the one PreheatError -> status mapping.
+``preheat.wire.errors.abort``, the one PreheatError -> status mapping.
 
 Client region/zone come from metadata ``x-client-region`` / ``x-client-zone`` (Inference) or
 the request fields (Pick), else the router's own. A session id in metadata ``x-session-id``
@@ -17,11 +17,9 @@ from typing import Any
 
 import grpc
 
-from preheat.coalesce import CoalesceConfig, coalesce
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.routing.types import Candidate, Endpoint
-from preheat.grpc_errors import abort, grpc_status
-from preheat.logs import fields, request_context
+from preheat.process.logs import fields, request_context
 from preheat.proto.preheat.v1 import (
     inference_pb2,
     inference_pb2_grpc,
@@ -30,6 +28,8 @@ from preheat.proto.preheat.v1 import (
 )
 from preheat.router.frontend.dispatch import Dispatcher
 from preheat.router.frontend.metrics import Outcome
+from preheat.wire.coalesce import CoalesceConfig, coalesce
+from preheat.wire.errors import abort, grpc_status
 
 log = logging.getLogger("preheat.router")
 

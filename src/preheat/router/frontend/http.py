@@ -46,10 +46,9 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from preheat import __version__
-from preheat.coalesce import CoalesceConfig, coalesce
 from preheat.core.errors import ErrorCode, PreheatError
-from preheat.httpserve import serve
-from preheat.logs import fields, request_context
+from preheat.process.httpserve import serve
+from preheat.process.logs import fields, request_context
 from preheat.proto.preheat.v1 import inference_pb2
 from preheat.router.endpoints.datastore import UNKNOWN_MODEL_LEN
 from preheat.router.frontend.auth import KeySet, api_key_middleware, http_tenant
@@ -68,6 +67,7 @@ from preheat.router.frontend.openai_schema import (
 )
 from preheat.router.frontend.passthrough import Passthrough
 from preheat.router.frontend.vllm_routes import VllmRoutes, add_vllm_routes, model_object
+from preheat.wire.coalesce import CoalesceConfig, coalesce
 
 log = logging.getLogger("preheat.router")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from preheat.simulate.fidelity import (
+from preheat.bench.fidelity import (
     BOUND,
     DEFAULT_TRACE,
     Scenario,

@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from preheat import aio
+from preheat.process import aio
 
 
 async def _loop_type() -> str:

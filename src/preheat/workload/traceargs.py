@@ -1,5 +1,5 @@
 """The trace flags that ``preheat load`` and ``preheat simulate`` share, and how they turn
-into :class:`~preheat.bench.traces.TraceOptions` and requests: one definition, so a trace
+into :class:`~preheat.workload.traces.TraceOptions` and requests: one definition, so a trace
 replays the same way live and simulated."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from preheat.bench.traces import FORMATS, TraceOptions, TraceRequest, load_trace
+from preheat.workload.traces import FORMATS, TraceOptions, TraceRequest, load_trace
 
 
 def add_trace_arguments(group: Any) -> None:

@@ -2,7 +2,7 @@
 
 A worker given ``--control-tls-cert``, ``--control-tls-key`` and ``--control-tls-ca``
 serves its control port over TLS and accepts only clients whose certificate the CA
-signed; a caller (:func:`preheat.workerctl.set_role` with ``tls=``) presents its own
+signed; a caller (:func:`preheat.wire.workerctl.set_role` with ``tls=``) presents its own
 certificate and checks the worker's against the same CA, under ``server_name`` (the name
 in the worker's certificate: callers dial pod IPs, not names). The control token is still
 required. Neither the operator nor ``preheat up`` sets this up yet (worker/README.md).

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from preheat.bench.traces import TraceError, TraceOptions, TraceRequest, load_trace
+from preheat.workload.traces import TraceError, TraceOptions, TraceRequest, load_trace
 
 SERVEGEN_WINDOW_S = 600.0
 DEFAULT_WORKLOAD = "language/m-small"
@@ -191,7 +191,7 @@ def bursty_trace(
 
 
 def write_preheat_jsonl(requests: Sequence[TraceRequest], path: Path | str) -> None:
-    """Writes ``requests`` in the ``preheat`` trace format (see ``bench/traces.py``)."""
+    """Writes ``requests`` in the ``preheat`` trace format (see ``workload/traces.py``)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     with p.open("w", encoding="utf-8") as f:

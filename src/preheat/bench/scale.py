@@ -6,7 +6,7 @@ Each row is one ``preheat simulate`` run of the Mooncake conversation trace (all
 prompts allowed by ``engine.args.maxModelLen=131072``). Wall time is what this machine
 (2 cores, shared) took; CPU time is the process's, the steadier figure on a shared box.
 
-    python -m preheat.simulate.scale [--write docs/benchmarks.md] [--rows 1x16,1x64,...]
+    python -m preheat.bench.scale [--write docs/benchmarks.md] [--rows 1x16,1x64,...]
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from preheat.bench.traces import TraceOptions, load_trace
 from preheat.report.summary import summarize
 from preheat.simulate.options import SimOptions, pool_config, read_pool
-from preheat.simulate.workload import superpose
 from preheat.simulate.world import simulate
+from preheat.workload.superpose import superpose
+from preheat.workload.traces import TraceOptions, load_trace
 
 ROOT = Path(__file__).resolve().parents[3]
 TRACE = ROOT.parent / "shared/data/mooncake_conversation_trace.jsonl"
@@ -127,7 +127,7 @@ def render(rows: list[Row]) -> str:
         f"Measured {time.strftime('%Y-%m-%d %H:%M')} UTC on the shared 2-core machine (1-min "
         f"load average {load:.1f} at the end: wall time includes waiting for the CPU).",
         "",
-        "Reproduce: `.venv/bin/python -m preheat.simulate.scale --write docs/benchmarks.md`;",
+        "Reproduce: `.venv/bin/python -m preheat.bench.scale --write docs/benchmarks.md`;",
     ]
     if rows:
         lines.append("one row by hand, e.g. `" + rows[-1].command() + "`.")
@@ -143,7 +143,7 @@ def _rows(text: str) -> list[tuple[int, int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m preheat.simulate.scale")
+    parser = argparse.ArgumentParser(prog="python -m preheat.bench.scale")
     parser.add_argument("--write", type=Path, default=None, help="docs/benchmarks.md to update")
     parser.add_argument(
         "--rows",
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     text = render(rows)
     print(text)
     if args.write is not None:
-        from preheat.bench.report_md import write_section
+        from preheat.report.markdown import write_section
 
         write_section(args.write, SECTION, text)
     return 0

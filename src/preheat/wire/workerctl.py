@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import grpc
 
-from preheat.controltls import TLSFiles, channel_credentials
 from preheat.proto.preheat.v1 import worker_pb2, worker_pb2_grpc
-from preheat.tokens import auth_metadata
+from preheat.wire.controltls import TLSFiles, channel_credentials
+from preheat.wire.tokens import auth_metadata
 
 _STATES = worker_pb2.LifecycleState
 _LOADING = frozenset({_STATES.LIFECYCLE_STATE_LOADING, _STATES.LIFECYCLE_STATE_WARMING})

@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from preheat.bench.report_md import write_section
+from preheat.report.markdown import write_section
 
 
 def test_sections_are_replaced_in_place_and_others_kept(tmp_path: Path):

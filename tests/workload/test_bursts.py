@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from preheat.bench.bursts import (
+from preheat.workload.bursts import (
     BurstSpec,
     arrivals,
     bursty_trace,
@@ -18,7 +18,7 @@ from preheat.bench.bursts import (
     select_span,
     write_preheat_jsonl,
 )
-from preheat.bench.traces import TraceError, TraceOptions, load_trace
+from preheat.workload.traces import TraceError, TraceOptions, load_trace
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 SERVEGEN = DATA / "servegen_aggregate_rate_10min.csv"

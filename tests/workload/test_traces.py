@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from preheat.bench.traces import (
+from preheat.engine.simtokenizer import SimTokenizer
+from preheat.workload.traces import (
     TraceError,
     TraceOptions,
     TraceRequest,
@@ -14,7 +15,6 @@ from preheat.bench.traces import (
     load_trace,
     prompt_text,
 )
-from preheat.engine.simtokenizer import SimTokenizer
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 

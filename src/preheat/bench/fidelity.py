@@ -12,7 +12,7 @@ few hundred tokens takes ~80-130 ms, so the few milliseconds of Python overhead 
 processes on a loaded 2-core machine stay a small part of each TTFT. Compared: client TTFT
 p50 and p95, and the prefix-cache hit rate (cached / prompt tokens).
 
-    python -m preheat.simulate.fidelity [--trace FILE] [--write docs/benchmarks.md]
+    python -m preheat.bench.fidelity [--trace FILE] [--write docs/benchmarks.md]
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from pathlib import Path
 
 import yaml
 
-from preheat.bench.traces import TraceOptions, TraceRequest, load_trace
 from preheat.bench.workerproc import ServiceProcess, spawn_router, spawn_worker
 from preheat.core.percentiles import sample_quantile
 from preheat.report.record import Run, RunMeta, RunWriter, read_run
 from preheat.simulate.options import Network, SimOptions, pool_config, spec_document
 from preheat.simulate.world import simulate
+from preheat.workload.traces import TraceOptions, TraceRequest, load_trace
 
 DEFAULT_TRACE = (
     Path(__file__).resolve().parents[4] / "shared/data/mooncake_conversation_trace.jsonl"
@@ -308,14 +308,14 @@ def render(rows: list[Row], sc: Scenario, live: Run, sim: Run, wall_s: float) ->
         f"{sim_ok}/{len(sim.requests)}; measured {time.strftime('%Y-%m-%d %H:%M')} UTC in "
         f"{wall_s:.0f} s wall, 1-min load average {os.getloadavg()[0]:.1f} on 2 cores.",
         "",
-        "Reproduce: `.venv/bin/python -m preheat.simulate.fidelity --write docs/benchmarks.md`",
-        "(the test `tests/simulate/test_fidelity.py` holds the same bound).",
+        "Reproduce: `.venv/bin/python -m preheat.bench.fidelity --write docs/benchmarks.md`",
+        "(the test `tests/bench/test_fidelity.py` holds the same bound).",
     ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m preheat.simulate.fidelity")
+    parser = argparse.ArgumentParser(prog="python -m preheat.bench.fidelity")
     parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     parser.add_argument("--requests", type=int, default=Scenario.requests)
     parser.add_argument("--write", type=Path, default=None, help="docs/benchmarks.md to update")
@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     text = render(rows, sc, live, sim, time.perf_counter() - t0)
     print(text)
     if args.write is not None:
-        from preheat.bench.report_md import write_section
+        from preheat.report.markdown import write_section
 
         write_section(args.write, SECTION, text)
     return 0 if all(r.error <= BOUND for r in rows) else 1

@@ -1,4 +1,4 @@
-"""Token coalescing (``preheat.coalesce``): what goes out when, and that nothing is lost."""
+"""Token coalescing (``preheat.wire.coalesce``): what goes out when, and that nothing is lost."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from preheat.coalesce import CoalesceConfig, coalesce
 from preheat.proto.preheat.v1 import inference_pb2 as pb
+from preheat.wire.coalesce import CoalesceConfig, coalesce
 
 
 def chunk(i: int, final: bool = False) -> pb.GenerateResponse:

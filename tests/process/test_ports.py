@@ -1,4 +1,4 @@
-"""ReservedPort (``preheat.ports``): a free port that nobody else can take until released,
+"""ReservedPort (``preheat.process.ports``): a free port that nobody else can take until released,
 and that the server it is for binds, in this process or in a child."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import grpc
 import pytest
 from aiohttp import ClientSession, web
 
-from preheat.ports import ReservedPort
+from preheat.process.ports import ReservedPort
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="ports are held on Linux only"
@@ -108,7 +108,7 @@ async def test_a_child_process_binds_a_held_port() -> None:
 # never get the held port.
 _EXHAUST = """
 import errno, json, socket, subprocess
-from preheat.ports import ReservedPort
+from preheat.process.ports import ReservedPort
 
 subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
 with open("/proc/sys/net/ipv4/ip_local_port_range", "w") as f:

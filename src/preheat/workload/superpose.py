@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from preheat.bench.traces import TraceRequest
+from preheat.workload.traces import TraceRequest
 
 
 def superpose(trace: Sequence[TraceRequest], copies: int) -> list[TraceRequest]:
