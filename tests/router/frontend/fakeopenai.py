@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 from frontendkit import Worker
 
-from preheat.httpserve import serve
+from preheat.process.httpserve import serve
 
 
 def event(obj: Any) -> bytes:

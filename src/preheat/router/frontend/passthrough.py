@@ -52,11 +52,10 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from preheat.coalesce import CoalesceConfig
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.routing.types import Decision, Endpoint
 from preheat.core.validation import GenerateSpec, check_generate
-from preheat.logs import fields
+from preheat.process.logs import fields
 from preheat.proto.preheat.v1 import inference_pb2
 from preheat.router.frontend.chat_template import ChatTemplate, TemplateError
 from preheat.router.frontend.dispatch import Dispatcher, Prepared, StreamStats
@@ -77,6 +76,7 @@ from preheat.router.frontend.tokenizer import (
     TooManyTokens,
     encode_within,
 )
+from preheat.wire.coalesce import CoalesceConfig
 
 log = logging.getLogger("preheat.router")
 perf_counter = time.perf_counter
