@@ -15,7 +15,9 @@ import pytest
 from fakeopenai import USAGE, WHOLE, fake_openai, serve_openai, stream_events
 from frontendkit import MODEL, eventually, router, words, workers
 
+from preheat.coalesce import CoalesceConfig
 from preheat.core.routing.admission import AdmissionConfig
+from preheat.router.frontend.http import HttpLimits
 
 CHAT = "/v1/chat/completions"
 
@@ -263,3 +265,35 @@ async def test_sim_pool_keeps_the_grpc_path_and_its_refusals() -> None:
         async with r.http.post(r.url + CHAT, json=body) as resp:
             assert resp.status == 400
             assert (await resp.json())["error"]["code"] == "unsupported_parameter"
+
+
+async def test_request_timeout_ends_the_stream_with_an_error_event() -> None:
+    async with fake_openai(["hang"]) as fake, workers([{"id": "w-1"}]) as ws:
+        serve_openai(ws[0], fake.port)
+        limits = HttpLimits(request_timeout_s=0.5)
+        async with router([w.endpoint for w in ws], http=limits) as r:
+            body = {"messages": [{"role": "user", "content": "x"}], "stream": True}
+            async with asyncio.timeout(10), r.http.post(r.url + CHAT, json=body) as resp:
+                assert resp.status == 200
+                got = (await resp.read()).split(b"\n\n")
+            assert got[0] == stream_events(False)[0].rstrip(b"\n")
+            assert b"timed out" in got[1]
+            assert got[2:] == [b"data: [DONE]", b""]
+            async with asyncio.timeout(5):
+                await fake.cancelled.wait()
+
+
+async def test_coalesced_stream_keeps_every_byte() -> None:
+    async with fake_openai() as fake, workers([{"id": "w-1"}]) as ws:
+        serve_openai(ws[0], fake.port)
+        coalesce = CoalesceConfig(max_tokens=8, max_delay_s=0.05)
+        async with router([w.endpoint for w in ws], coalesce=coalesce) as r:
+            body = {
+                "messages": [{"role": "user", "content": "x"}],
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+            async with r.http.post(r.url + CHAT, json=body) as resp:
+                assert resp.status == 200
+                got = await resp.read()
+            assert got == b"".join(stream_events(True))

@@ -96,10 +96,6 @@ def openai_base(ep: Endpoint) -> str:
     return f"http://{host}:{ep.openai_port}"
 
 
-def serves_openai(endpoints: tuple[Endpoint, ...]) -> bool:
-    return any(e.openai_port for e in endpoints)
-
-
 # --- what routing reads of the body ---------------------------------------------------------
 @dataclass(frozen=True)
 class RoutingFields:
@@ -207,7 +203,7 @@ class PromptIds:
         try:
             return template.render(
                 messages,
-                tools=None if tools is None or data.get("tool_choice") == "none" else tools,
+                tools=tools,  # vLLM passes them with tool_choice "none" too (its default)
                 add_generation_prompt=bool(agp),
                 continue_final_message=bool(cfm),
                 documents=data.get("documents"),
@@ -260,6 +256,10 @@ class _Retry(Exception):
     def __init__(self, detail: str, *, failed: bool = True) -> None:
         super().__init__(detail)
         self.failed = failed
+
+
+class _Broken(Exception):
+    """The worker's stream broke after events were passed on."""
 
 
 @dataclass
@@ -427,7 +427,7 @@ class Passthrough:
                 d.store.request_started(ep.id)
                 try:
                     if stream:
-                        resp = await self._stream(request, prep, body, path, ep, st, att)
+                        resp = await self._stream(request, prep, body, path, ep, st, att, deadline)
                     else:
                         resp = await self._whole(prep, body, path, ep, st, deadline)
                     if att.broken:
@@ -548,6 +548,7 @@ class Passthrough:
         ep: Endpoint,
         st: StreamStats,
         att: _Attempt,
+        deadline: float | None,
     ) -> web.StreamResponse:
         d = self.dispatcher
         routed = st.routed_at if st.routed_at is not None else perf_counter()
@@ -595,7 +596,7 @@ class Passthrough:
                 if is_token:
                     att.first = True
                     d._on_first_token(prep, st, ep, decision, now)
-            att.broken = await self._pump(out, content, buf, ready, st, ep, decision)
+            att.broken = await self._pump(out, content, buf, ready, st, ep, decision, deadline)
             return out
         finally:
             resp.close()
@@ -609,20 +610,58 @@ class Passthrough:
         st: StreamStats,
         ep: Endpoint,
         decision: Decision,
+        deadline: float | None,
     ) -> bool:
-        """Forwards whole events until the upstream's ``[DONE]``; a broken upstream ends the
-        client's stream with an error event (and returns True)."""
+        """Forwards whole events until the upstream's ``[DONE]``; a broken upstream, or the
+        request's deadline (``--request-timeout-s``), ends the client's stream with an error
+        event (and returns True)."""
         itl = self.dispatcher.metrics.itl.labels(ep.pool, decision.reason)
         events = sent.count(b"\n\n")
         if _USAGE in sent:
             _read_usage_events(sent, st)
         tail = sent[-len(DONE) :]
+        error: str | None = None
+        try:
+            async with asyncio.timeout_at(deadline):
+                tail, events = await self._forward(out, content, buf, tail, events, st, itl)
+        except _Broken as e:
+            error = str(e)
+        except TimeoutError:
+            error = "the request timed out in the router (--request-timeout-s)"
+        if st.usage is None:
+            st.tokens = events - 1
+        if error is None and tail != DONE:
+            error = "the worker's stream ended before [DONE]"
+        if error is not None:
+            log.info("request_failed", extra=fields(worker=ep.id, reason=error))
+            err = PreheatError(
+                ErrorCode.UNAVAILABLE,
+                f"worker {ep.id} failed after {events} events: {error}; not retried to avoid "
+                "duplicate text",
+            )
+            payload = json.dumps(openai_error(err)[1], separators=(",", ":")).encode()
+            await out.write(b"data: " + payload + b"\n\n" + DONE)
+        await out.write_eof()
+        return error is not None
+
+    async def _forward(
+        self,
+        out: web.StreamResponse,
+        content: aiohttp.StreamReader,
+        buf: bytes,
+        tail: bytes,
+        events: int,
+        st: StreamStats,
+        itl: Any,
+    ) -> tuple[bytes, int]:
+        """The forwarding loop of :meth:`_pump`; returns the last bytes written and the
+        events counted; ``_Broken`` when the upstream broke."""
         n_max = self.coalesce.max_tokens
         delay = self.coalesce.max_delay_s
         pending = b""
         pending_n = 0
         pending_at = 0.0
-        error: str | None = None
+        broken: str | None = None
         while True:
             try:
                 if pending and n_max > 1:
@@ -635,7 +674,7 @@ class Passthrough:
                 else:
                     chunk = await content.readany()
             except aiohttp.ClientError as e:
-                error = f"the worker's stream broke ({type(e).__name__})"
+                broken = f"the worker's stream broke ({type(e).__name__})"
                 chunk = b""
             if chunk:
                 buf += chunk
@@ -661,22 +700,9 @@ class Passthrough:
                 tail = (tail + pending)[-len(DONE) :]
                 pending, pending_n = b"", 0
             if chunk == b"":
-                break
-        if st.usage is None:
-            st.tokens = events - 1
-        if error is None and tail != DONE:
-            error = "the worker's stream ended before [DONE]"
-        if error is not None:
-            log.info("request_failed", extra=fields(worker=ep.id, reason=error))
-            err = PreheatError(
-                ErrorCode.UNAVAILABLE,
-                f"worker {ep.id} failed after {events} events: {error}; not retried to avoid "
-                "duplicate text",
-            )
-            payload = json.dumps(openai_error(err)[1], separators=(",", ":")).encode()
-            await out.write(b"data: " + payload + b"\n\n" + DONE)
-        await out.write_eof()
-        return error is not None
+                if broken is not None:
+                    raise _Broken(broken)
+                return tail, events
 
 
 async def _read_some(resp: aiohttp.ClientResponse) -> bytes:
