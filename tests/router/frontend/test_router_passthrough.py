@@ -15,9 +15,9 @@ import pytest
 from fakeopenai import USAGE, WHOLE, fake_openai, serve_openai, stream_events
 from frontendkit import MODEL, eventually, router, words, workers
 
-from preheat.coalesce import CoalesceConfig
 from preheat.core.routing.admission import AdmissionConfig
 from preheat.router.frontend.http import HttpLimits
+from preheat.wire.coalesce import CoalesceConfig
 
 CHAT = "/v1/chat/completions"
 
