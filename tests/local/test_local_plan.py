@@ -1,4 +1,4 @@
-"""The local pool's decisions: core reconcile and autoscaling on local workers (pure)."""
+"""The local pool's adapter to the control loop: ``core.control.step`` on local workers (pure)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from preheat.api.poolfile import parse_pool
 from preheat.core.autoscaling import (
     Cause,
     Direction,
-    PolicyState,
     PolicyTuning,
     Signals,
     SignalValue,
 )
+from preheat.core.control import ControlState, assign_roles, step
 from preheat.core.pool import Signal
 from preheat.local import plan
 from preheat.local.plan import WorkerView
@@ -78,8 +78,8 @@ CASES = [
 
 
 @pytest.mark.parametrize(("workers", "active", "standby", "want"), CASES)
-def test_reconcile(workers, active, standby, want):
-    got = plan.reconcile(workers, active, standby)
+def test_actions(workers, active, standby, want):
+    got = plan.actions(workers, assign_roles([x.pod() for x in workers], active, standby))
     assert (got.promote, got.demote, got.drain, got.start) == want
 
 
@@ -122,15 +122,11 @@ def _signals(value: float | None, now: float, *, stale: bool = False) -> Signals
 def _decide(value: float | None, desired: int, *, stale: bool = False):
     config = parse_pool(POOL, "t.yaml").config
     now = 100.0
-    return plan.autoscale(
-        now=now,
-        config=config,
-        desired=desired,
-        workers=[w("w-1", "active"), w("w-2", "standby")][: desired + 1],
-        signals=_signals(value, now, stale=stale),
-        state=PolicyState(),
-        tuning=PolicyTuning(),
-    )
+    workers = [w("w-1", "active"), w("w-2", "standby")][: desired + 1]
+    obs = plan.observe(now, config, desired, workers, _signals(value, now, stale=stale))
+    decision, _, state = step(obs, ControlState(), tuning=PolicyTuning())
+    assert decision is not None
+    return decision, state.policy
 
 
 def test_autoscale_over_target_scales_up_with_a_reason():

@@ -34,7 +34,7 @@ import pytest
 import yaml
 from kmock._internal import enums, rendering
 
-from preheat.core.reconcile import LABEL_NAME, LABEL_POOL, LABEL_ROLE, WORKER_NAME
+from preheat.core.manifests import LABEL_NAME, LABEL_POOL, LABEL_ROLE, WORKER_NAME
 
 POOLS = "preheat.dev/v1alpha1/inferencepools"
 DEPLOYMENTS = "apps/v1/deployments"
@@ -452,7 +452,7 @@ class OperatorProcess:
     """
 
     def __init__(self, namespace: str = NAMESPACE, build: Any = None):
-        from preheat.core.reconcile import BuildOptions
+        from preheat.core.manifests import BuildOptions
         from preheat.operator.main import OperatorOptions
 
         self.options = OperatorOptions(

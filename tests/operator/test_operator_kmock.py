@@ -43,7 +43,7 @@ from kmockkit import (
 from poolkit import ROOT, load_example
 
 from preheat.api.pool import to_config
-from preheat.core.reconcile import (
+from preheat.core.manifests import (
     ANNOTATION_DELETION_COST,
     LABEL_ROLE,
     BuildOptions,

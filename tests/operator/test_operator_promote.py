@@ -3,7 +3,7 @@ fake pods (kmock), the real operator.
 
 Each fake pod has ``status.podIP: 127.0.0.1`` and a ``preheat.dev/control-port``
 annotation naming the control port of a real ``WorkerServer`` (a SimEngine that loads at
-once) started as ``standby``, as ``core.reconcile.worker_args`` starts them. A label is not
+once) started as ``standby``, as ``core.manifests.worker_args`` starts them. A label is not
 enough: only a worker whose Status says ACTIVE gets traffic, so these tests read the
 workers' own state. The workers hold the token of their pool's control Secret, which a test
 writes before the pool exists (the operator then uses it rather than making one).
@@ -40,7 +40,7 @@ from kmockkit import (
 from poolkit import ROOT, load_example
 
 from preheat.core.lifecycle import LifecycleState
-from preheat.core.reconcile import (
+from preheat.core.manifests import (
     ANNOTATION_CONTROL_TOKEN_DIGEST,
     LABEL_NAME,
     LABEL_POOL,
@@ -72,7 +72,7 @@ async def create_pool_with_token(
 ) -> None:
     """The pool's control Secret (holding ``token``), then the pool."""
     from preheat.api.pool import to_config
-    from preheat.core.reconcile import Owner
+    from preheat.core.manifests import Owner
 
     name = doc["metadata"]["name"]
     config = to_config(doc["spec"], name=name, namespace=NAMESPACE)

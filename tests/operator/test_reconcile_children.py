@@ -17,8 +17,7 @@ from poolkit import EXAMPLES, ROOT, load_example
 
 from preheat.api.pool import to_config
 from preheat.core.errors import ErrorCode, PreheatError
-from preheat.core.pool import PoolConfig
-from preheat.core.reconcile import (
+from preheat.core.manifests import (
     ANNOTATION_CONTROL_TOKEN_DIGEST,
     ANNOTATION_DELETION_COST,
     CONTROL_PORT,
@@ -42,6 +41,7 @@ from preheat.core.reconcile import (
     termination_grace_s,
     worker_args,
 )
+from preheat.core.pool import PoolConfig
 
 GOLDEN = Path(__file__).parent / "golden"
 KUBERNETES_VERSION = "1.33.0"  # oldest version the chart supports (preStop sleep: 1.30+)
@@ -143,7 +143,7 @@ def test_worker_flags_exist_in_the_worker() -> None:
     """Every flag the builder emits is one `preheat worker` accepts."""
     import argparse
 
-    from preheat.core.reconcile import WORKER_FLAGS
+    from preheat.core.manifests import WORKER_FLAGS
     from preheat.worker.main import add_arguments
 
     parser = argparse.ArgumentParser()

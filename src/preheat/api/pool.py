@@ -11,7 +11,7 @@ Three stages, as for every external schema in Preheat:
    replicas.max (3)"); the cross-field checks are the same rules the CEL expressions state,
    with the same messages, so a pool the API server accepted passes here too.
 3. **Internal config**: :func:`to_config` makes a frozen
-   :class:`preheat.core.reconcile.PoolConfig` (durations in seconds, no ``Optional``) or
+   :class:`preheat.core.manifests.PoolConfig` (durations in seconds, no ``Optional``) or
    raises :class:`PoolSpecError` listing every problem.
 
 Durations are strings like ``"500ms"``, ``"60s"``, ``"10m"`` or ``"1h30m"``.
@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from pydantic.alias_generators import to_camel
 
 from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.manifests import GROUP, KIND, PLURAL, VERSION
 from preheat.core.pool import (
     AutoscalingConfig,
     EngineConfig,
@@ -43,7 +44,6 @@ from preheat.core.pool import (
     Signal,
     TopologyConfig,
 )
-from preheat.core.reconcile import GROUP, KIND, PLURAL, VERSION
 
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")

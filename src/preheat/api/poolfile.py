@@ -28,8 +28,8 @@ import yaml
 
 from preheat.api.pool import InferencePoolSpec, config_from_spec, validate_spec
 from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.manifests import API_VERSION, KIND
 from preheat.core.pool import PoolConfig
-from preheat.core.reconcile import API_VERSION, KIND
 
 TOP_LEVEL_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
 _SPEC_KEYS = frozenset(

@@ -11,11 +11,10 @@ A source never raises for a failed read: it answers stale, with the error.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
-from preheat.core.autoscaling import Demand, Signals, SignalValue
-from preheat.core.pool import Objective, Signal
+from preheat.core.autoscaling import Demand, SignalQuery, Signals, SignalValue
+from preheat.core.pool import Signal
 
 __all__ = [
     "Demand",
@@ -26,13 +25,6 @@ __all__ = [
     "wake_signals",
     "wakes",
 ]
-
-
-@dataclass(frozen=True)
-class SignalQuery:
-    objectives: tuple[Objective, ...]
-    window_s: float  # autoscaling.window_s
-    short_window_s: float = 0.0  # panic.window_s; 0: no short-window values
 
 
 class MetricSource(Protocol):

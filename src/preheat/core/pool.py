@@ -1,7 +1,7 @@
 """An ``InferencePool``'s internal configuration: frozen, complete, no Optionals.
 
 ``preheat.api.pool.to_config`` makes one from a validated spec (external schema, defaults,
-every error reported at once); the reconciler (:mod:`preheat.core.reconcile`) and the
+every error reported at once); the reconciler (:mod:`preheat.core.manifests`) and the
 autoscaling policy read it.
 """
 

@@ -1,37 +1,24 @@
-"""The local pool's decisions: pure functions of a snapshot, ``now`` injected.
+"""The local pool's adapter to the control loop: pure functions of a snapshot.
 
-The operator's policy code, unchanged: :func:`autoscale` is
-:func:`preheat.core.autoscaling.decide` on the local workers' counts, and :func:`reconcile`
-is :func:`preheat.core.reconcile.assign_roles` on the local workers seen as pods. What a
-pod's role label and readiness say in a cluster, a local worker's own ``Status`` says here
-(its lifecycle state). The runtime (:mod:`preheat.local.runtime`) only observes the
-processes and carries the plans out.
+``preheat up`` is one of the three drivers of :func:`preheat.core.control.step`:
+:func:`observe` turns the local workers (seen as pods) into the loop's
+:class:`~preheat.core.control.Observation`, and :func:`actions` turns the
+:class:`~preheat.core.control.RolePlan` that comes back into what the runtime does to its
+processes. What a pod's role label and readiness say in a cluster, a local worker's own
+``Status`` says here (its lifecycle state). The runtime (:mod:`preheat.local.runtime`) only
+observes the processes and carries the actions out.
 """
 
 from __future__ import annotations
 
 import signal
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from preheat.core.autoscaling import (
-    Context,
-    Decision,
-    PolicyState,
-    PolicyTuning,
-    ReplicaCounts,
-    Signals,
-    decide,
-)
+from preheat.core.autoscaling import ReplicaCounts, Signals
+from preheat.core.control import Observation, tally
+from preheat.core.control.roles import ROLE_ACTIVE, ROLE_DRAINING, ROLE_STANDBY, PodView, RolePlan
 from preheat.core.pool import PoolConfig
-from preheat.core.reconcile import (
-    ROLE_ACTIVE,
-    ROLE_DRAINING,
-    ROLE_STANDBY,
-    PodView,
-    RolePlan,
-    assign_roles,
-)
 
 # A local worker's state: its lifecycle state from Status, or what the runtime knows of
 # the process before it answers ("starting") or after it stopped answering.
@@ -71,14 +58,14 @@ class WorkerView:
         return "warming"
 
     def pod(self) -> PodView:
+        """As a pod: a worker not warm yet is a standby (``--start-as standby``), as a new
+        pod's template label says."""
         if self.leaving or self.state in (DRAINING, STOPPED):
             role = ROLE_DRAINING
         elif self.state == ACTIVE:
             role = ROLE_ACTIVE
-        elif self.state == STANDBY:
-            role = ROLE_STANDBY
         else:
-            role = ""
+            role = ROLE_STANDBY
         return PodView(
             name=self.name,
             role=role,
@@ -90,34 +77,18 @@ class WorkerView:
 
 def counts(workers: Sequence[WorkerView]) -> ReplicaCounts:
     """Workers by state, as the operator's status counts pods."""
-    by = {"active": 0, "standby": 0, "warming": 0, "draining": 0}
-    for w in workers:
-        by[w.bucket] += 1
-    return ReplicaCounts(**by)
+    return tally([w.pod() for w in workers])
 
 
-def autoscale(
-    *,
+def observe(
     now: float,
     config: PoolConfig,
     desired: int,
     workers: Sequence[WorkerView],
-    signals: Signals,
-    state: PolicyState,
-    tuning: PolicyTuning,
-) -> tuple[Decision, PolicyState]:
-    """One autoscaler evaluation: :func:`preheat.core.autoscaling.decide`, as the operator
-    calls it (``desired`` is the active count the pool converges to now)."""
-    ctx = Context(
-        now=now,
-        autoscaling=config.autoscaling,
-        replicas=replace(config.replicas, desired=desired),
-        counts=counts(workers),
-        signals=signals,
-        state=state,
-        tuning=tuning,
-    )
-    return decide(ctx)
+    signals: Signals | None = None,
+) -> Observation:
+    """The control loop's view of the local pool (``signals``: on an evaluation tick)."""
+    return Observation(now, config, desired, tuple(w.pod() for w in workers), signals)
 
 
 @dataclass(frozen=True)
@@ -135,15 +106,13 @@ class Actions:
         return not (self.promote or self.demote or self.drain or self.start)
 
 
-def reconcile(workers: Sequence[WorkerView], active: int, standby: int) -> Actions:
-    """:func:`preheat.core.reconcile.assign_roles` on the live workers, as actions.
+def actions(workers: Sequence[WorkerView], plan: RolePlan) -> Actions:
+    """The role plan of :func:`preheat.core.control.step` as actions on the live workers.
 
-    Workers already leaving are not counted. Only warm workers are promoted or demoted (a
-    worker comes up as standby and gets its role once warm, as a pod does).
+    Only warm workers are promoted or demoted (a worker comes up as standby and gets its
+    role once warm, as a pod does).
     """
-    live = [w for w in workers if w.bucket != "draining"]
-    plan = assign_roles([w.pod() for w in live], active, standby)
-    warm = {w.name for w in live if w.warm}
+    warm = {w.name for w in workers if w.warm}
     promote = tuple(n for n, r in plan.changes if r == ROLE_ACTIVE and n in warm)
     demote = tuple(n for n, r in plan.changes if r == ROLE_STANDBY and n in warm)
     return Actions(
@@ -203,9 +172,9 @@ __all__ = [
     "WARMING",
     "Actions",
     "WorkerView",
-    "autoscale",
+    "actions",
     "counts",
     "exit_kind",
-    "reconcile",
+    "observe",
     "starts_allowed",
 ]

@@ -10,9 +10,10 @@ One loop, every ``tick_s``:
 3. **autoscale** (every ``interval_s``): the pool's signals from the metric source
    (:class:`~preheat.autoscaler.scrape.DirectScrapeSource` on the warm workers' /metrics,
    or :class:`~preheat.autoscaler.prometheus.PrometheusSource`) into
-   :func:`preheat.local.plan.autoscale` (``core.autoscaling.decide``);
-4. **reconcile**: :func:`preheat.local.plan.reconcile` (``core.reconcile.assign_roles``)
-   into actions: Promote/Demote over gRPC (:func:`preheat.wire.workerctl.set_role`), drain
+   :func:`preheat.core.control.step` (``core.autoscaling.decide``) for the active target;
+4. **reconcile**: :func:`preheat.core.control.step` again, without signals
+   (``core.control.roles.assign_roles``), and :func:`preheat.local.plan.actions` into
+   actions: Promote/Demote over gRPC (:func:`preheat.wire.workerctl.set_role`), drain
    (out of the router's set, then SIGTERM: the worker finishes its streams and exits),
    start new workers (they come up as standby);
 5. **publish**: the router's static discovery file (rewritten atomically when it
@@ -44,17 +45,12 @@ from preheat.api.poolfile import PoolFile
 from preheat.autoscaler.describe import describe_signals
 from preheat.autoscaler.prometheus import PrometheusSource
 from preheat.autoscaler.scrape import DirectScrapeSource
-from preheat.autoscaler.source import MetricSource, SignalQuery
-from preheat.core.autoscaling import (
-    Decision,
-    Direction,
-    PolicyState,
-    PolicyTuning,
-    ReplicaCounts,
-    Signals,
-)
+from preheat.autoscaler.source import MetricSource
+from preheat.core.autoscaling import Decision, Direction, PolicyTuning, ReplicaCounts, Signals
+from preheat.core.autoscaling.standby import wanted
+from preheat.core.control import ControlState, signal_query, step
+from preheat.core.manifests import BuildOptions, startup_failure_threshold, worker_args
 from preheat.core.pool import EngineConfig, PoolConfig, Signal
-from preheat.core.reconcile import BuildOptions, startup_failure_threshold, worker_args
 from preheat.local import plan
 from preheat.local.procs import Child, preheat_argv, spawn
 from preheat.local.stats import LiveStats, TrafficView, scrape_into
@@ -218,7 +214,7 @@ class LocalPool:
         self.startup_budget_s = float(
             options.startup_budget_s or startup_failure_threshold(self.config, BuildOptions(), 1)
         )
-        self.policy = PolicyState()
+        self.control = ControlState()
         self.tuning = PolicyTuning(stale_after_s=options.stale_after_s)
         self.decision: Decision | None = None
         self.signals = Signals()
@@ -424,24 +420,14 @@ class LocalPool:
             self._event("restart", "router", f"restart #{self._router_restarts}")
 
     async def _autoscale(self, now: float) -> None:
+        """An evaluation: signals -> :func:`preheat.core.control.step` -> the new target
+        (the roles follow in :meth:`_reconcile`, the same tick)."""
         assert self.source is not None
-        cfg = self.config.autoscaling
-        if cfg.objectives:
-            query = SignalQuery(
-                objectives=cfg.objectives,
-                window_s=cfg.window_s,
-                short_window_s=cfg.panic.window_s if cfg.panic.enabled else 0.0,
-            )
-            self.signals = await self.source.read(query)
-        decision, self.policy = plan.autoscale(
-            now=now,
-            config=self.config,
-            desired=self.desired,
-            workers=self._views(),
-            signals=self.signals,
-            state=self.policy,
-            tuning=self.tuning,
-        )
+        if self.config.autoscaling.objectives:
+            self.signals = await self.source.read(signal_query(self.config.autoscaling))
+        obs = plan.observe(now, self.config, self.desired, self._views(), self.signals)
+        decision, _, self.control = step(obs, self.control, tuning=self.tuning)
+        assert decision is not None
         self.decision = decision
         if decision.active != self.desired:
             up = decision.direction is Direction.UP or decision.active > self.desired
@@ -464,14 +450,15 @@ class LocalPool:
         return views
 
     def _standby_wanted(self) -> int:
-        if self.decision is not None:
-            return self.decision.standby
-        return self.config.replicas.warm_standby if self.desired > 0 else 0
+        return wanted(self.config.replicas, self.desired)
 
     async def _reconcile(self, now: float) -> None:
+        """Roles: :func:`preheat.core.control.step` (no signals) -> actions on the workers."""
         if self._stop.is_set():
             return
-        actions = plan.reconcile(self._views(), self.desired, self._standby_wanted())
+        views = self._views()
+        _, role_plan, _ = step(plan.observe(now, self.config, self.desired, views), self.control)
+        actions = plan.actions(views, role_plan)
         for name in actions.drain:
             await self._drain(name, actions.plan.reason)
         for name in actions.demote:
@@ -915,7 +902,7 @@ def worker_argv(
     extra: tuple[str, ...] = (),
 ) -> list[str]:
     """``preheat worker`` for one local replica: the operator's flags for the pool
-    (:func:`preheat.core.reconcile.worker_args`: engine, model, ``--start-as standby``, the
+    (:func:`preheat.core.manifests.worker_args`: engine, model, ``--start-as standby``, the
     engine args), every port on loopback, a hostPath model read in place. The control
     token comes in the environment (``PREHEAT_CONTROL_TOKEN``), never on the command line."""
     build = BuildOptions(drain_grace_s=max(0, round(drain_grace_s)), log_format="json")
@@ -961,7 +948,7 @@ def local_config(config: PoolConfig, engine: str) -> PoolConfig:
     args that apply to it (a cluster pool's vLLM args mean nothing to the sim)."""
     if engine == config.engine.kind:
         return config
-    from preheat.core.reconcile import WORKER_FLAGS
+    from preheat.core.manifests import WORKER_FLAGS
 
     keep = tuple((k, v) for k, v in config.engine.args if k in WORKER_FLAGS[engine])
     dropped = sorted(k for k, _ in config.engine.args if k not in WORKER_FLAGS[engine])

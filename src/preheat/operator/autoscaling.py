@@ -36,7 +36,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -45,21 +45,14 @@ from preheat.api.pool import PoolSpecError, to_config
 from preheat.autoscaler.describe import describe_signals, signal_label, signals_seen
 from preheat.autoscaler.prometheus import PrometheusSource
 from preheat.autoscaler.scrape import DirectScrapeSource
-from preheat.autoscaler.source import MetricSource, SignalQuery
-from preheat.core.autoscaling import (
-    Cause,
-    Context,
-    Decision,
-    Direction,
-    PolicyState,
-    PolicyTuning,
-    ReplicaCounts,
-    decide,
-)
+from preheat.autoscaler.source import MetricSource
+from preheat.core.autoscaling import Cause, Decision, Direction, PolicyTuning
+from preheat.core.control import ControlState, signal_query, step
+from preheat.core.manifests import GROUP, HTTP_PORT, PLURAL, VERSION
 from preheat.core.pool import AutoscalingConfig, PoolConfig
-from preheat.core.reconcile import GROUP, HTTP_PORT, PLURAL, VERSION
 from preheat.operator.kube import POOLS
 from preheat.operator.metrics import AutoscalerMetrics
+from preheat.operator.observe import observation
 from preheat.operator.status import observe_pod, replica_counts
 
 log = logging.getLogger("preheat.operator.autoscaling")
@@ -155,10 +148,9 @@ def configure(options: AutoscalerOptions | None) -> None:
 class PoolLoop:
     """One pool's autoscaler state, in memory."""
 
-    state: PolicyState = field(default_factory=PolicyState)
+    control: ControlState = field(default_factory=ControlState)
     source: MetricSource | None = None
     stale: bool = False
-    decided: int | None = None  # the active count of our last decision
     # our last spec write the pool body may not show yet: (resourceVersion before, desired)
     written: tuple[str, int] | None = None
 
@@ -309,40 +301,29 @@ async def evaluate(
         if loop.source is not None:
             await loop.source.close()
             loop.source = None
-        loop.state, loop.stale, loop.decided = PolicyState(), False, None
+        loop.control, loop.stale = ControlState(), False
         return None
 
     if loop.source is None:
         target = PoolTarget(namespace, name, lambda: ready_targets(pods()))
         loop.source = auto.options.source_for(target)
-    query = SignalQuery(
-        objectives=auto_cfg.objectives,
-        window_s=auto_cfg.window_s,
-        short_window_s=auto_cfg.panic.window_s if auto_cfg.panic.enabled else 0.0,
-    )
-    signals = await loop.source.read(query)
+    signals = await loop.source.read(signal_query(auto_cfg))
 
     current = _desired_now(pool, config, loop)
-    if loop.decided is not None and current != loop.decided:
+    decided = loop.control.decided
+    if decided is not None and current != decided:
         log.info(
             "autoscaler_manual_scale pool=%s/%s desired=%d (ours was %d): honoured",
             namespace,
             name,
             current,
-            loop.decided,
+            decided,
         )
+    now = auto.options.clock()
+    obs = observation(config, pods(), now=now, desired=current, signals=signals)
+    decision, _, loop.control = step(obs, loop.control, tuning=auto.options.tuning)
+    assert decision is not None
     counts = replica_counts([observe_pod(p) for p in pods()])
-    ctx = Context(
-        now=auto.options.clock(),
-        autoscaling=auto_cfg,
-        replicas=replace(config.replicas, desired=current),
-        counts=ReplicaCounts(**counts),
-        signals=signals,
-        state=loop.state,
-        tuning=auto.options.tuning,
-    )
-    decision, loop.state = decide(ctx)
-    loop.decided = decision.active
     stale = decision.cause is Cause.STALE
     auto.metrics(runtime).observe(
         namespace,

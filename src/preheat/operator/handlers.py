@@ -28,9 +28,10 @@ from typing import Any
 import kopf
 
 from preheat.api.pool import PoolSpecError, to_config
+from preheat.core.autoscaling.standby import wanted
+from preheat.core.control.roles import ROLE_ACTIVE, ROLE_DRAINING, deletion_costs
 from preheat.core.errors import PreheatError
-from preheat.core.pool import PoolConfig
-from preheat.core.reconcile import (
+from preheat.core.manifests import (
     ANNOTATION_DELETION_COST,
     CONTROL_PORT,
     GROUP,
@@ -39,19 +40,15 @@ from preheat.core.reconcile import (
     LABEL_POOL,
     LABEL_ROLE,
     PLURAL,
-    ROLE_ACTIVE,
-    ROLE_DRAINING,
     VERSION,
     WORKER_NAME,
     BuildError,
     BuildOptions,
     Owner,
-    assign_roles,
     build_control_secret,
     cache_token_patch,
     control_secret_name,
     control_token_digest,
-    deletion_costs,
     desired_children,
     diff,
     needs_update,
@@ -59,8 +56,10 @@ from preheat.core.reconcile import (
     read_control_secret,
     selector_string,
 )
+from preheat.core.pool import PoolConfig
 from preheat.operator.kube import KINDS, Conflict, Kube, kind_of, merge_patch
 from preheat.operator.metrics import Metrics
+from preheat.operator.observe import role_plan
 from preheat.operator.status import (
     DEGRADED,
     Problem,
@@ -366,7 +365,7 @@ async def _reconcile(
     status = compute_status(
         pods=observed,
         want_active=config.replicas.desired,
-        want_standby=config.replicas.warm_standby,
+        want_standby=wanted(config.replicas, config.replicas.desired),
         selector=selector_string(config),
         generation=generation if children else int(previous.get("observedGeneration") or 0),
         previous=previous,
@@ -460,7 +459,7 @@ async def _assign_roles(
     if not live:
         return None
     views = [p.view() for p in live]
-    plan = assign_roles(views, config.replicas.desired, config.replicas.warm_standby)
+    plan = role_plan(config, [p for p in pods if not observe_pod(p).terminating])
     roles = dict(plan.roles)
     roles.update({v: ROLE_DRAINING for v in plan.victims})
     costs = deletion_costs(views, plan.victims)

@@ -1,6 +1,6 @@
 """The one module that talks to the Kubernetes API, and converts its errors.
 
-Objects are plain dicts (as :mod:`preheat.core.reconcile` builds them). Requests go through
+Objects are plain dicts (as :mod:`preheat.core.manifests` builds them). Requests go through
 ``kubernetes_asyncio``'s ``ApiClient`` (auth, TLS and kubeconfig/in-cluster loading) with raw
 paths, so any group/version works without generated models. Errors come out as kopf's:
 ``TemporaryError`` (retry later: 5xx, 429, 409 conflicts, connection errors) and
@@ -19,7 +19,7 @@ import kopf
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
-from preheat.core.reconcile import API_VERSION, EXACT_MAPS, PLURAL
+from preheat.core.manifests import API_VERSION, EXACT_MAPS, PLURAL
 
 RETRY_DELAY_S = 5.0
 _TEMPORARY_STATUS = frozenset({409, 429, 500, 502, 503, 504})
@@ -84,7 +84,7 @@ def merge_patch(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> dict
     """The merge patch that makes ``observed`` match ``desired`` where we own fields.
 
     A merge patch merges maps, so a key we no longer set inside a map we own entirely
-    (:data:`preheat.core.reconcile.EXACT_MAPS`, e.g. ``nodeSelector``) is sent as ``null``.
+    (:data:`preheat.core.manifests.EXACT_MAPS`, e.g. ``nodeSelector``) is sent as ``null``.
     """
 
     def walk(d: Mapping[str, Any], o: Any, key: str) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from preheat.core.errors import ErrorCode, PreheatError
-from preheat.core.reconcile import DEFAULT_GPU_TYPES, BuildOptions
+from preheat.core.manifests import DEFAULT_GPU_TYPES, BuildOptions
 from preheat.operator.kube import Kube
 from preheat.operator.metrics import Metrics
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging

@@ -7,18 +7,14 @@ their ``lastTransitionTime`` while their status does not change.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from preheat.core.reconcile import (
-    ANNOTATION_DELETION_COST,
-    LABEL_ROLE,
-    ROLE_ACTIVE,
-    ROLE_DRAINING,
-    ROLE_STANDBY,
-    PodView,
-)
+from preheat.core.control import lifecycle_of, tally
+from preheat.core.control.roles import ROLE_DRAINING, PodView
+from preheat.core.manifests import ANNOTATION_DELETION_COST, LABEL_ROLE
 
 READY = "Ready"
 SCALING = "Scaling"
@@ -40,19 +36,26 @@ class ObservedPod:
 
     @property
     def state(self) -> str:
-        """active | standby | warming | draining."""
-        if self.terminating or self.role == ROLE_DRAINING:
-            return "draining"
-        if not self.ready:
-            return "warming"
-        return ROLE_ACTIVE if self.role == ROLE_ACTIVE else ROLE_STANDBY
+        """active | standby | warming | draining (:func:`preheat.core.control.lifecycle_of`)."""
+        return lifecycle_of(self.view()).value
 
     def view(self) -> PodView:
+        """The pod as the control loop sees it (the operator knows no cache or load)."""
         return PodView(
             name=self.name,
             role=ROLE_DRAINING if self.terminating else self.role,
             warm=self.ready,
+            created=_epoch_s(self.created),
         )
+
+
+def _epoch_s(stamp: str) -> float:
+    """An RFC 3339 ``creationTimestamp`` in seconds since the epoch (0.0: none or unreadable),
+    the newer-goes-first tie-break of :func:`preheat.core.control.roles.choose_victims`."""
+    try:
+        return datetime.datetime.fromisoformat(stamp).timestamp() if stamp else 0.0
+    except ValueError:
+        return 0.0
 
 
 def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
@@ -72,10 +75,8 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
 
 
 def replica_counts(pods: Sequence[ObservedPod]) -> dict[str, int]:
-    counts = {"active": 0, "standby": 0, "warming": 0, "draining": 0}
-    for p in pods:
-        counts[p.state] += 1
-    return counts
+    """``status.replicas``: :func:`preheat.core.control.tally` of the pods."""
+    return asdict(tally([p.view() for p in pods]))
 
 
 @dataclass(frozen=True)

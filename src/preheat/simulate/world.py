@@ -21,9 +21,10 @@ per token. What each part sees, and how stale it is, follows the live system:
   counters (valid arrivals at receipt, refusals by reason at the outcome, as the live router
   counts them) are scraped on the same tick and read with the live
   ``autoscaler.scrape.router_demand``: what the routers refuse is demand to the policy.
-- **the operator**: realizes each decision with ``preheat.core.reconcile.assign_roles``
-  (standby promoted first, victims chosen by deletion cost), starting pods that go through
-  image pull, load and warm-up before they are warm standbys.
+- **the operator**: each decision, and each pod that gets warm, is one turn of
+  ``preheat.core.control.step`` (``assign_roles``: standby promoted first, victims chosen
+  by deletion cost), starting pods that go through image pull, load and warm-up before
+  they are warm standbys.
 
 Every request ends as exactly one :class:`~preheat.report.record.RequestOutcome`: ``ok``,
 ``rejected`` (admission, or the engine queue full on every try) or ``error`` (invalid, no
@@ -43,10 +44,12 @@ from datetime import UTC, datetime
 from typing import cast
 
 from preheat.autoscaler.scrape import RouterScrape, Scrape, compute, router_demand
-from preheat.autoscaler.source import SignalQuery, wake_signals, wakes
+from preheat.autoscaler.source import wake_signals, wakes
 from preheat.core import autoscaling as core_autoscaling
-from preheat.core import reconcile
-from preheat.core.autoscaling import Context, ReplicaCounts, Signals
+from preheat.core.autoscaling import ReplicaCounts, Signals
+from preheat.core.autoscaling.standby import wanted
+from preheat.core.control import ControlState, Observation, signal_query, step, tally
+from preheat.core.control.roles import ROLE_ACTIVE, ROLE_DRAINING, ROLE_STANDBY, PodView, RolePlan
 from preheat.core.pool import PoolConfig, Signal
 from preheat.core.routing import scheduler as core_scheduler
 from preheat.core.routing.baselines import SchedulerState
@@ -146,10 +149,10 @@ class _Pod:
     @property
     def role(self) -> str:
         if self.state in ("active", "promoting"):
-            return reconcile.ROLE_ACTIVE
+            return ROLE_ACTIVE
         if self.state == "draining":
-            return reconcile.ROLE_DRAINING
-        return reconcile.ROLE_STANDBY
+            return ROLE_DRAINING
+        return ROLE_STANDBY
 
 
 @dataclass(eq=False)
@@ -225,7 +228,7 @@ class _World:
         self.events: list[ScaleEvent] = []
         self.samples: list[ReplicaSample] = []
         self.desired = pool.replicas.desired
-        self.policy_state = core_autoscaling.PolicyState()
+        self.control = ControlState()
         zones = pool.topology.zones or ("zone-a",)
         self.zones = tuple(zones)
         default_region = options.network.region_of(self.zones[0])
@@ -244,17 +247,12 @@ class _World:
             (o.target for o in pool.autoscaling.objectives if o.signal is Signal.TTFT), 0.0
         )
         auto = pool.autoscaling
-        self.query = SignalQuery(
-            objectives=auto.objectives,
-            window_s=auto.window_s,
-            short_window_s=auto.panic.window_s if auto.panic.enabled else 0.0,
-        )
+        self.query = signal_query(auto)
         self.scrapes_kept = int(auto.window_s / options.autoscale_interval_s) + 3
         # the routers' demand counters (preheat_router_arrivals / _refused), summed
         self.arrivals = 0
         self.refused: dict[str, int] = {}
         self.router_scrapes: deque[RouterScrape] = deque(maxlen=self.scrapes_kept)
-        self.standby_wanted = -1
         # how long unchanged figures may keep their stamp (see _refresh_pod)
         self.fresh_for_s = self.routing.staleness_s - options.refresh_interval_s
 
@@ -720,32 +718,34 @@ class _World:
             sig = replace(sig, in_flight=(sig.in_flight or 0.0) + held)
         return sig
 
+    # --- the loop's glue: observe -> core.control.step -> act ---------------------------
+    def views(self) -> tuple[PodView, ...]:
+        """The pods as the control loop sees them (stopped ones are gone)."""
+        routers = self.routers.values()
+        return tuple(
+            PodView(
+                name=p.name,
+                role=p.role,
+                warm=p.warm,
+                cached_blocks=len(p.cache) if p.cache is not None else 0,
+                in_flight=len(p.reqs) + sum(r.in_flight.get(p.name, 0) for r in routers),
+                created=p.created,
+            )
+            for p in self.pod_order
+            if p.state != "stopped"
+        )
+
     def counts(self) -> ReplicaCounts:
-        c = {"active": 0, "standby": 0, "warming": 0, "draining": 0}
-        for p in self.pod_order:
-            if p.state in ("active", "promoting"):
-                c["active"] += 1
-            elif p.state == "standby":
-                c["standby"] += 1
-            elif p.state == "starting":
-                c["warming"] += 1
-            elif p.state == "draining":
-                c["draining"] += 1
-        return ReplicaCounts(**c)
+        return tally(self.views())
+
+    def observe(self, signals: Signals | None) -> Observation:
+        return Observation(self.now, self.pool, self.desired, self.views(), signals)
 
     def autoscale(self) -> None:
-        auto = self.pool.autoscaling
-        ctx = Context(
-            now=self.now,
-            autoscaling=auto,
-            replicas=replace(self.pool.replicas, desired=self.desired),
-            counts=self.counts(),
-            signals=self._signals(),
-            state=self.policy_state,
-            tuning=self.o.tuning,
-        )
-        fn = self.o.autoscale if self.o.autoscale is not None else core_autoscaling.decide
-        decision, self.policy_state = fn(ctx)
+        policy = self.o.autoscale or core_autoscaling.decide  # looked up now: tests patch it
+        obs = self.observe(self._signals())
+        decision, plan, self.control = step(obs, self.control, tuning=self.o.tuning, policy=policy)
+        assert decision is not None
         self.stats.decide_calls += 1
         if decision.active != self.desired:
             kind = "scale_up" if decision.active > self.desired else "scale_down"
@@ -761,44 +761,25 @@ class _World:
                 )
             )
             self.desired = decision.active
-        self.standby_wanted = decision.standby
-        self.reconcile()
+        self.act(plan)
 
     def reconcile(self) -> None:
-        standby = (
-            self.standby_wanted
-            if self.standby_wanted >= 0
-            else (self.pool.replicas.warm_standby if self.desired > 0 else 0)
-        )
-        views = []
-        for p in self.pod_order:
-            if p.state == "stopped":
-                continue
-            in_flight = len(p.reqs) + sum(r.in_flight.get(p.name, 0) for r in self.routers.values())
-            views.append(
-                reconcile.PodView(
-                    name=p.name,
-                    role=p.role,
-                    warm=p.warm,
-                    cached_blocks=len(p.cache) if p.cache is not None else 0,
-                    in_flight=in_flight,
-                    created=p.created,
-                )
-            )
-        plan = reconcile.assign_roles(views, self.desired, standby)
+        self.act(step(self.observe(None), self.control)[1])
+
+    def act(self, plan: RolePlan) -> None:
         for name in plan.victims:
             pod = self.pods[name]
             self.events.append(ScaleEvent(self.now, "drain", plan.reason, self.pool.name, name))
             self.stop_serving(pod, "draining")
         for name, role in plan.changes:
             pod = self.pods[name]
-            if role == reconcile.ROLE_ACTIVE and pod.state == "standby":
+            if role == ROLE_ACTIVE and pod.state == "standby":
                 pod.state = "promoting"
                 self.events.append(
                     ScaleEvent(self.now, "promote", plan.reason, self.pool.name, name)
                 )
                 self.push(self.now + self.o.startup.promote_s, _PROMOTED, pod)
-            elif role == reconcile.ROLE_STANDBY and pod.state in ("active", "promoting"):
+            elif role == ROLE_STANDBY and pod.state in ("active", "promoting"):
                 self.events.append(
                     ScaleEvent(self.now, "demote", plan.reason, self.pool.name, name)
                 )
@@ -827,7 +808,7 @@ class _World:
         wall0 = time.perf_counter()
         o = self.o
         active = self.desired
-        standby = self.pool.replicas.warm_standby if active > 0 else 0
+        standby = wanted(self.pool.replicas, active)
         for _ in range(active + standby):
             self.start_pod(not o.cold_start, "initial")
         if not o.cold_start:

@@ -12,6 +12,7 @@ from preheat.core.autoscaling.types import (
     PolicyState,
     PolicyTuning,
     ReplicaCounts,
+    SignalQuery,
     Signals,
     SignalValue,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "PolicyState",
     "PolicyTuning",
     "ReplicaCounts",
+    "SignalQuery",
     "SignalValue",
     "Signals",
     "decide",

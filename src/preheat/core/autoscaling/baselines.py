@@ -111,7 +111,7 @@ def _decision(
     panic: bool = False,
 ) -> Decision:
     current = ctx.replicas.desired
-    stand = ctx.replicas.warm_standby if target > 0 else 0
+    stand = standby.wanted(ctx.replicas, target)
     direction = (
         Direction.UP if target > current else Direction.DOWN if target < current else Direction.HOLD
     )

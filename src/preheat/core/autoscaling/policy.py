@@ -82,7 +82,7 @@ def _hold(
     ctx: Context, cause: Cause, reason: str, state: PolicyState, rec: int | None = None
 ) -> tuple[Decision, PolicyState]:
     current = ctx.replicas.desired
-    stand = ctx.replicas.warm_standby if current > 0 else 0
+    stand = standby.wanted(ctx.replicas, current)
     decision = Decision(
         active=current,
         standby=stand,
@@ -271,7 +271,7 @@ def _scale(
     current = ctx.replicas.desired
     if target == current:
         return _hold(ctx, Cause.BOUNDS, f"{head}; holding {current}", base, rec)
-    stand = ctx.replicas.warm_standby if target > 0 else 0
+    stand = standby.wanted(ctx.replicas, target)
     p = standby.plan(ctx.counts, target, stand)
     delta = target - current
     direction = Direction.UP if delta > 0 else Direction.DOWN

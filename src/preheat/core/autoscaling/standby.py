@@ -1,10 +1,18 @@
 """Step 6: warm standby. Growing promotes standby first (instant), then starts pods to
 refill the standby count; shrinking demotes actives to standby while standby is short,
-and removes the rest (``reconcile.choose_victims`` / ``assign_roles`` pick which)."""
+and removes the rest (``core.control.roles.choose_victims`` / ``assign_roles`` pick which)."""
 
 from __future__ import annotations
 
 from preheat.core.autoscaling.types import Plan, ReplicaCounts
+from preheat.core.pool import ReplicasConfig
+
+
+def wanted(replicas: ReplicasConfig, active: int) -> int:
+    """The warm standby a pool keeps behind ``active`` serving replicas: ``warmStandby``,
+    and none at zero (a pool at zero keeps nothing warm: docs/proposals/0010-pool-at-zero.md).
+    Every driver sizes its pool with this, through :func:`preheat.core.control.step`."""
+    return replicas.warm_standby if active > 0 else 0
 
 
 def plan(counts: ReplicaCounts, active: int, standby: int) -> Plan:

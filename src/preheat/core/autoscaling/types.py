@@ -89,6 +89,16 @@ class Demand:
 
 
 @dataclass(frozen=True)
+class SignalQuery:
+    """What a metric source is asked for: the pool's objectives and windows (built from the
+    pool's config by :func:`preheat.core.control.signal_query`)."""
+
+    objectives: tuple[Objective, ...]
+    window_s: float  # autoscaling.window_s
+    short_window_s: float = 0.0  # panic.window_s; 0: no short-window values
+
+
+@dataclass(frozen=True)
 class Signals:
     """A metric source's snapshot for one pool.
 
@@ -162,12 +172,13 @@ class Context:
 
 @dataclass(frozen=True)
 class Plan:
-    """How the pods get from the observed counts to the decision (reconcile picks which)."""
+    """How the pods get from the observed counts to the decision (``core.control.roles``
+    picks which)."""
 
     promote: int = 0  # standby -> active (instant)
     start: int = 0  # new pods (refill standby, or active when standby ran out)
     demote: int = 0  # active -> standby (standby was short)
-    remove: int = 0  # drained and deleted (reconcile.choose_victims picks them)
+    remove: int = 0  # drained and deleted (core.control.roles.choose_victims picks them)
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,9 @@ them with golden YAML files.
 - :func:`needs_update` / :func:`diff`: does an observed object differ from the desired
   one in a field we own? Fields the API server fills in (``status``, ``uid``,
   ``resourceVersion``, defaulted fields we did not set, ...) are ignored.
-- :func:`deletion_cost` and :func:`choose_victims`: which pods scale-down removes (the
-  least cache value and fewest sessions first, never one with work in flight).
-- :func:`assign_roles`: which pods become ``active`` / ``standby`` for a new desired count,
-  promoting warm standbys first, and how many new pods to start behind them.
+
+Which pods get which role, and which go first, is the control loop's
+(:mod:`preheat.core.control`), shared with ``preheat up`` and the simulator.
 
 Worker drain: the worker drains itself on SIGTERM (``/ready`` flips at once, in-flight
 streams get ``--drain-grace-s``). The pod's ``preStop`` hook is only a short sleep, so that
@@ -27,10 +26,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from preheat.core.autoscaling.standby import wanted
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.pool import (
     PoolConfig,
@@ -280,7 +280,7 @@ def worker_args(config: PoolConfig, options: BuildOptions) -> list[str]:
         "--model",
         model,
         "--start-as",
-        "standby",  # the operator promotes: see assign_roles
+        "standby",  # the operator promotes: see preheat.core.control.roles
         "--drain-grace-s",
         str(options.drain_grace_s),
         "--log-format",
@@ -410,11 +410,12 @@ def build_deployment(
     active: int | None = None,
     control_token_digest: str = "",
 ) -> dict[str, Any]:
-    """The worker Deployment: replicas = active + warm standby (warming pods fill either).
+    """The worker Deployment: replicas = active + the warm standby that count keeps
+    (:func:`preheat.core.autoscaling.standby.wanted`: none at zero); warming pods fill either.
 
     ``active`` is the autoscaler's current target (``status.desiredReplicas``); by default
     ``replicas.desired`` from the spec. New pods start as standby and are promoted by the
-    operator (:func:`assign_roles`); rolling updates never take a pod down before its
+    operator (:func:`preheat.core.control.step`); rolling updates never take a pod down before its
     replacement is warm (``maxUnavailable: 0``). The worker reads its control token from
     the pool's Secret (:func:`control_secret_name`); ``control_token_digest`` (when given)
     goes on the pod template, so a new token rolls the workers.
@@ -498,7 +499,7 @@ def build_deployment(
         "kind": "Deployment",
         "metadata": _metadata(config, owner),
         "spec": {
-            "replicas": want_active + config.replicas.warm_standby,
+            "replicas": want_active + wanted(config.replicas, want_active),
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": selector_labels(config)},
             "strategy": {
@@ -630,113 +631,3 @@ def diff(desired: Any, observed: Any, path: str = "") -> list[str]:
 def needs_update(desired: Mapping[str, Any], observed: Mapping[str, Any] | None) -> bool:
     """True when ``observed`` is missing or differs from ``desired`` where we set a field."""
     return observed is None or bool(diff(desired, observed))
-
-
-# --- pods: deletion cost, victims, roles -------------------------------------------------
-
-ROLE_ACTIVE = "active"
-ROLE_STANDBY = "standby"
-ROLE_DRAINING = "draining"
-MAX_DELETION_COST = 2**31 - 1
-MIN_DELETION_COST = -(2**31)
-SESSION_COST = 1000  # one bound session is worth this many cached blocks
-
-
-@dataclass(frozen=True)
-class PodView:
-    """What the operator knows of one worker pod (from the pod and the worker's status)."""
-
-    name: str
-    role: str  # "active" | "standby" | "draining" | "" (not labelled yet)
-    warm: bool  # ready: loaded and warmed (standby or active)
-    cached_blocks: int = 0  # prefix-cache blocks held (the cache's value)
-    sessions: int = 0  # sessions bound to it
-    in_flight: int = 0  # requests being served now
-    created: float = 0.0  # creation time (seconds), the tie-break: newer goes first
-
-
-def deletion_cost(pod: PodView) -> int:
-    """``controller.kubernetes.io/pod-deletion-cost`` for a pod: what losing it would cost.
-
-    Pods not yet warm cost nothing; a standby costs its cache; an active pod costs its cache
-    plus :data:`SESSION_COST` per session; a pod with work in flight costs the most.
-    """
-    if pod.in_flight > 0:
-        return MAX_DELETION_COST
-    if not pod.warm:
-        return 0
-    cost = pod.cached_blocks + (SESSION_COST * pod.sessions if pod.role == ROLE_ACTIVE else 0)
-    return min(cost + 1, MAX_DELETION_COST - 1)
-
-
-def _victim_order(pod: PodView) -> tuple[int, int, int, float, str]:
-    """Cheapest first; at equal cost a standby before an active, fewer sessions, newer."""
-    return (deletion_cost(pod), pod.role == ROLE_ACTIVE, pod.sessions, -pod.created, pod.name)
-
-
-def choose_victims(pods: Sequence[PodView], count: int) -> tuple[str, ...]:
-    """The ``count`` pods scale-down removes, cheapest first; never one with work in flight.
-
-    Draining pods are already leaving and are not counted. Fewer than ``count`` come back
-    when only pods with work in flight remain; the operator retries once they finish.
-    """
-    candidates = [p for p in pods if p.in_flight == 0 and p.role != ROLE_DRAINING]
-    return tuple(p.name for p in sorted(candidates, key=_victim_order)[: max(count, 0)])
-
-
-def deletion_costs(pods: Sequence[PodView], victims: Sequence[str] = ()) -> dict[str, int]:
-    """Annotation values for every pod; victims get the lowest so the ReplicaSet takes them."""
-    chosen = set(victims)
-    return {p.name: MIN_DELETION_COST if p.name in chosen else deletion_cost(p) for p in pods}
-
-
-@dataclass(frozen=True)
-class RolePlan:
-    """What to do with the pods for a new desired active/standby count."""
-
-    roles: tuple[tuple[str, str], ...]  # (pod, role) for every pod that keeps running
-    changes: tuple[tuple[str, str], ...]  # the subset whose role label changes
-    victims: tuple[str, ...]  # pods to remove (mark draining, lowest deletion cost)
-    new_pods: int  # pods to start (they come up as standby)
-    reason: str
-
-
-def assign_roles(pods: Sequence[PodView], active: int, standby: int) -> RolePlan:
-    """Promote warm standbys first when growing, refill standby behind them; shrink by
-    removing the cheapest pods and demoting the least loaded actives.
-
-    Pods not yet warm keep their role (they get one when warm) and count toward the total,
-    so no extra pod is started for a slot a warming pod will fill.
-    """
-    live = [p for p in pods if p.role != ROLE_DRAINING]
-    victims = choose_victims(live, len(live) - (active + standby))
-    keep = [p for p in live if p.name not in victims]
-    warm = [p for p in keep if p.warm]
-    by_value = sorted(warm, key=_victim_order, reverse=True)  # most valuable first
-    actives = [p for p in by_value if p.role == ROLE_ACTIVE][:active]
-    promoted = [p for p in by_value if p not in actives][: active - len(actives)]
-    chosen = {p.name for p in actives + promoted}
-    roles: list[tuple[str, str]] = []
-    for p in keep:
-        if p.name in chosen:
-            roles.append((p.name, ROLE_ACTIVE))
-        elif p.warm:
-            roles.append((p.name, ROLE_STANDBY))
-        else:
-            roles.append((p.name, p.role or ROLE_STANDBY))
-    current = {p.name: p.role for p in keep}
-    changes = tuple((n, r) for n, r in roles if current[n] != r)
-    new_pods = max(0, active + standby - len(keep))
-    n_active = len(chosen)
-    reason = (
-        f"want {active} active + {standby} standby; {len(warm)} warm of {len(keep)} kept: "
-        f"{n_active} active ({len(promoted)} promoted), {len(victims)} removed, "
-        f"{new_pods} to start"
-    )
-    return RolePlan(
-        roles=tuple(roles),
-        changes=changes,
-        victims=victims,
-        new_pods=new_pods,
-        reason=reason,
-    )

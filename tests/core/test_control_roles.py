@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from preheat.core.reconcile import (
+from preheat.core.control.roles import (
     MAX_DELETION_COST,
     MIN_DELETION_COST,
     SESSION_COST,
