@@ -13,8 +13,8 @@ import yaml
 
 from preheat.api.poolfile import parse_pool
 from preheat.local import plan
-from preheat.local.procs import Child
 from preheat.local.runtime import LocalPool, LocalWorker, UpOptions
+from preheat.process.children import Child
 
 POOL = """\
 apiVersion: preheat.dev/v1alpha1

@@ -23,8 +23,8 @@ import aiohttp
 import yaml
 
 from preheat.api.poolfile import parse_pool
-from preheat.local import procs
 from preheat.local.runtime import LocalPool, UpOptions
+from preheat.process import children
 from preheat.report.record import read_run
 
 
@@ -120,13 +120,13 @@ async def test_sigterm_in_a_start_burst_starts_nothing_more_and_leaves_no_child(
     )
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, lp.stop)  # as `preheat up` does (main._serve)
-    real_spawn = procs.spawn
+    real_spawn = children.spawn
     calls: list[str] = []
     signalled = asyncio.Event()
     after_signal: list[str] = []
     pids: list[int] = []
 
-    async def slow_spawn(name: str, *args: Any, **kwargs: Any) -> procs.Child:
+    async def slow_spawn(name: str, *args: Any, **kwargs: Any) -> children.Child:
         calls.append(name)
         if name != "router" and len(calls) == 3:  # the router, w-1, then this one
             os.kill(os.getpid(), signal.SIGTERM)

@@ -1,18 +1,22 @@
 """Start a ``preheat worker`` or ``preheat router`` as a child process and find its ports
-(bench, demo, tests): both print one ready line with ``grpc_port`` and ``http_port``."""
+(bench, demo, tests): both print one ready line with ``grpc_port`` and ``http_port``.
+
+The child is started by the one spawner, :func:`preheat.process.children.spawn` (its own
+process group, dies with this process), with its output on a pipe read here."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
-import os
 import re
-import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
+from preheat.process.children import spawn
+
+_STOP_GRACE_S = 60.0
 _PORT = re.compile(r"\"?(grpc_port|http_port)\"?\s*[=:]\s*(\d+)")
 
 
@@ -108,30 +112,19 @@ async def spawn_service(
     module) until the block ends (ready once it prints a line with ``ready_event`` and both
     ports), then sends SIGTERM and waits for it to exit."""
     head = [command] if module == "preheat.cli" else []
-    cmd = [sys.executable, "-m", module, *head, *args]
-    proc = await asyncio.create_subprocess_exec(
-        *cmd,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert proc.stdout is not None
+    child = await spawn(command, [sys.executable, "-m", module, *head, *args], None, now=0.0)
+    stdout = child.proc.stdout
+    assert stdout is not None
     log: list[str] = []
     pump: asyncio.Task[None] | None = None
     try:
         ports = await asyncio.wait_for(
-            _wait_ready(proc.stdout, log, command, ready_event), ready_timeout_s
+            _wait_ready(stdout, log, command, ready_event), ready_timeout_s
         )
-        pump = asyncio.create_task(_pump(proc.stdout, log, echo))
-        yield ServiceProcess(proc, ports[0], ports[1], log)
+        pump = asyncio.create_task(_pump(stdout, log, echo))
+        yield ServiceProcess(child.proc, ports[0], ports[1], log)
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 60)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await child.stop(_STOP_GRACE_S)  # SIGTERM (the child drains), SIGKILL after the grace
         if pump is not None:
             await pump
 

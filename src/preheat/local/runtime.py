@@ -52,8 +52,8 @@ from preheat.core.control import ControlState, signal_query, step
 from preheat.core.manifests import BuildOptions, startup_failure_threshold, worker_args
 from preheat.core.pool import EngineConfig, PoolConfig, Signal
 from preheat.local import plan
-from preheat.local.procs import Child, preheat_argv, spawn
 from preheat.local.stats import LiveStats, TrafficView, scrape_into
+from preheat.process.children import Child, preheat_argv, spawn
 from preheat.process.logs import fields
 from preheat.process.ports import ReservedPort
 from preheat.report.record import ReplicaSample, RunMeta, RunWriter, ScaleEvent, read_meta
@@ -861,7 +861,9 @@ ROUTER_DRAIN_MARGIN_S = 5.0  # the router's --drain-grace-s: the workers' plus t
 ROUTER_STOP_MARGIN_S = 15.0  # SIGKILL the router this long past the workers' drain grace
 
 
-def _tail(path: Path, lines: int = 3) -> str:
+def _tail(path: Path | None, lines: int = 3) -> str:
+    if path is None:
+        return "(no log)"
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:

@@ -1,17 +1,21 @@
-"""Local child processes that cannot outlive ``preheat up``.
+"""The one process spawner: child processes that cannot outlive their parent.
 
-Every child (worker or router) is started
+``preheat up`` starts its workers and router with it (output to one log file per child), and
+the benchmarks and tests start ``preheat worker``/``preheat router`` with it too
+(:mod:`preheat.bench.workerproc`: output to a pipe they read for the ready line). Every
+child is started
 
-- in its own process group (a Ctrl-C in the terminal reaches only ``preheat up``, which
-  then drains the children in order), and
+- in its own process group (a Ctrl-C in the terminal reaches only the parent, which then
+  drains the children in order), and
 - with ``PR_SET_PDEATHSIG`` = SIGTERM (Linux ``prctl``, set in the child before ``exec``):
-  if ``preheat up`` dies, even by SIGKILL, the kernel sends every child SIGTERM and each
+  if the parent dies, even by SIGKILL, the kernel sends every child SIGTERM and each
   drains and exits. A child whose parent died before the ``prctl`` took effect exits at
   once (it checks its parent id right after).
 
-Output goes to one log file per child. Ports are reserved by the runtime
-(:class:`preheat.process.ports.ReservedPort`, held while the child may bind them) and passed on the
-command line, so a child's address is known before it is ready.
+Output goes to a log file (appended) or, without one, to a pipe the caller reads
+(``child.proc.stdout``). ``preheat up`` reserves its children's ports
+(:class:`preheat.process.ports.ReservedPort`, held while the child may bind them) and passes
+them on the command line, so a child's address is known before it is ready.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
 
@@ -61,7 +66,7 @@ class Child:
     name: str
     argv: list[str]
     proc: asyncio.subprocess.Process
-    log_path: Path
+    log_path: Path | None  # None: output goes to the pipe ``proc.stdout``
     started_at: float
     signalled: list[int] = field(default_factory=list)  # signals we sent it
 
@@ -99,24 +104,33 @@ class Child:
 async def spawn(
     name: str,
     argv: Sequence[str],
-    log_path: Path,
+    log_path: Path | None,
     *,
     now: float,
     env: dict[str, str] | None = None,
 ) -> Child:
-    """Starts ``argv`` in its own process group, dying with this process, output to
-    ``log_path`` (appended: a restarted child keeps its earlier lines)."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as out:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=out,
-            stderr=asyncio.subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-            preexec_fn=die_with_parent(os.getpid()),
-        )
+    """Starts ``argv`` in its own process group, dying with this process, output (stdout and
+    stderr) to ``log_path`` (appended: a restarted child keeps its earlier lines) or, when it
+    is None, to a pipe the caller reads (``child.proc.stdout``)."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    if log_path is None:
+        proc = await _exec(argv, asyncio.subprocess.PIPE, full_env)
+    else:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("ab") as out:
+            proc = await _exec(argv, out, full_env)
     return Child(name=name, argv=list(argv), proc=proc, log_path=log_path, started_at=now)
+
+
+async def _exec(argv: Sequence[str], out: Any, env: dict[str, str]) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=out,
+        stderr=asyncio.subprocess.STDOUT,
+        env=env,
+        preexec_fn=die_with_parent(os.getpid()),
+    )
 
 
 def preheat_argv(command: str, *args: str) -> list[str]:
