@@ -41,6 +41,7 @@ def test_bench_router_all_parts_tiny(tmp_path: Path):
             "--trace-start-s", "0", "--trace-duration-s", "10", "--rate-scale", "5",
             "--token-scale", "1", "--gpu-blocks", "1024",
             "--max-output-tokens", "4", "--policy-time-scale", "0.1",
+            "--openai-requests", "4", "--openai-coalesce", "1:0,8:5",
             "--write", str(out),
         ],
         capture_output=True,
@@ -50,7 +51,9 @@ def test_bench_router_all_parts_tiny(tmp_path: Path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     text = out.read_text()
-    for section in ("router-overhead", "router-throughput", "router-pick", "router-policies"):
+    sections = ("router-overhead", "router-throughput", "router-pick", "router-policies",
+                "router-openai")  # fmt: skip
+    for section in sections:
         assert f"<!-- bench:{section} -->" in text
     assert "Failed requests: 0." in text
     assert "Failed streams: 0." in text
@@ -95,3 +98,20 @@ def test_bench_router_all_parts_tiny(tmp_path: Path):
         assert cells[1] == "10"  # every trace request was sent
         assert cells[2] == "0"  # none failed
     assert "| schedule() | 4 | preheat |" in text
+    openai = _section(text, "router-openai")
+    latency = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]]
+               for line in openai if line.startswith(("| gRPC proxy | 4 |",
+                                                      "| OpenAI passthrough | 4 |"))}  # fmt: skip
+    assert set(latency) == {"gRPC proxy", "OpenAI passthrough"}, openai
+    for cells in latency.values():
+        assert float(cells[2]) > 0  # p50 direct
+        assert float(cells[3]) > 0  # p50 via the router
+    streams = [[c.strip() for c in line.split("|")[1:-1]] for line in openai
+               if line.startswith(("| gRPC proxy | off", "| gRPC proxy | 8 tokens",
+                                   "| OpenAI passthrough | off", "| OpenAI passthrough | 8 tokens"))
+               ]  # fmt: skip
+    assert len(streams) == 4, openai
+    for cells in streams:
+        assert int(cells[2]) > 0  # streams done
+        assert cells[-1] == "0"  # none failed
+    assert any(line.endswith("Failed requests: 0.") for line in openai)

@@ -16,6 +16,13 @@ docs/benchmarks.md:
     the pure :func:`preheat.core.routing.scheduler.schedule` in-process over 16/64 synthetic
     endpoints per policy, with the cost of the steps around it (tokenize, block hashes,
     prefix history), to show where the time goes.
+``openai``
+    The OpenAI passthrough path (``/v1/chat/completions`` through the router to a worker's
+    own OpenAI API) beside the gRPC proxy path, on one fake vLLM worker
+    (:mod:`preheat.bench.fakeopenai`: a sim worker whose Status names a fake OpenAI API
+    that streams fixed tokens): added TTFT over going direct at concurrency 1, and tokens
+    per router CPU-second for many concurrent long streams, each path with and without
+    coalescing.
 ``policies``
     A time-compressed slice of the Mooncake conversation trace replayed open loop against
     K sim workers (calibrated H100 speed, a small KV cache) behind one router per policy;
@@ -43,7 +50,13 @@ from pathlib import Path
 import aiohttp
 import grpc
 
-from preheat.bench.workerproc import ServiceProcess, spawn_nullproxy, spawn_router, spawn_worker
+from preheat.bench.workerproc import (
+    ServiceProcess,
+    spawn_nullproxy,
+    spawn_router,
+    spawn_service,
+    spawn_worker,
+)
 from preheat.core.errors import PreheatError
 from preheat.core.percentiles import sample_quantile
 from preheat.engine.simtokenizer import SimTokenizer
@@ -61,7 +74,7 @@ from preheat.wire.pickclient import PickFailed, PickStream
 from preheat.workload.prompts import words
 from preheat.workload.traces import TraceOptions, TraceRequest, load_trace, prompt_text
 
-PARTS: tuple[str, ...] = ("overhead", "throughput", "pick", "policies")
+PARTS: tuple[str, ...] = ("overhead", "throughput", "pick", "policies", "openai")
 DEFAULT_POLICIES: tuple[str, ...] = (
     "preheat",
     "round-robin",
@@ -156,6 +169,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="1,0.001",
         help="sim engine speeds (1: H100 pacing, one token per message; 0.001: as fast as "
         "the worker can go)",
+    )
+    a = parser.add_argument_group("openai")
+    a.add_argument(
+        "--openai-requests", type=int, default=400, help="requests per path at concurrency 1"
+    )
+    a.add_argument(
+        "--openai-coalesce",
+        default="1:0,8:40",
+        help="coalescing settings, TOKENS:MS comma-separated, each run on both paths (the "
+        "gRPC path merges at the worker, the passthrough at the router: its only place)",
+    )
+    a.add_argument(
+        "--openai-token-interval-ms",
+        type=float,
+        default=10.0,
+        help="the fake OpenAI API's time between tokens in the throughput rows (10: about "
+        "the per-stream pace of the sim at time scale 1 under 64 streams)",
     )
     p = parser.add_argument_group("pick")
     p.add_argument("--pick-s", type=float, default=5.0, help="seconds of closed-loop Pick")
@@ -1204,6 +1234,346 @@ def _policy_row(r: PolicyRun) -> str:
     )
 
 
+# --- part 5: the OpenAI passthrough path --------------------------------------------------
+
+OPENAI_SIDES = ("grpc direct", "grpc router", "openai direct", "openai router")
+FAKE_MODEL = "fake-model"  # preheat.bench.fakeopenai.MODEL (not imported: aiohttp app)
+
+
+@dataclass
+class OpenAICluster:
+    fake: ServiceProcess  # the sim worker's gRPC/HTTP ports
+    openai_url: str  # the fake OpenAI API, direct
+    router: ServiceProcess
+
+    @property
+    def router_pid(self) -> int:
+        return self.router.proc.pid
+
+
+@contextlib.asynccontextmanager
+async def openai_cluster(
+    fake_args: Sequence[str], router_args: Sequence[str]
+) -> AsyncIterator[OpenAICluster]:
+    """One fake vLLM worker (:mod:`preheat.bench.fakeopenai`) and a router over it; yields
+    once a chat request through the router came back from the fake API."""
+    async with contextlib.AsyncExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="preheat-bench-")))
+        fake = await stack.enter_async_context(
+            spawn_service(
+                "fakeopenai",
+                [*fake_args],
+                module="preheat.bench.fakeopenai",
+                ready_event="fakeopenai_ready",
+            )
+        )
+        ready = next(json.loads(x) for x in fake.log if "fakeopenai_ready" in x)
+        openai_url = f"http://127.0.0.1:{int(ready['openai_port'])}"
+        path = tmp / "endpoints.json"
+        path.write_text(json.dumps(_endpoint_rows([fake])))
+        router = await stack.enter_async_context(
+            spawn_router(["--discovery", f"static:{path}", *router_args])
+        )
+        await _wait_routable(router, 1)
+        await _wait_passthrough(router)
+        yield OpenAICluster(fake, openai_url, router)
+
+
+async def _wait_passthrough(router: ServiceProcess, timeout_s: float = 30.0) -> None:
+    """Until a chat request through the router is answered by the fake OpenAI API (the
+    router has read the worker's ``openai_port``), not by the gRPC path."""
+    deadline = time.monotonic() + timeout_s
+    body = _chat_body("ready", 1, stream=False)
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(aiohttp.ClientError, ValueError):
+                async with http.post(f"{router.http_url}/v1/chat/completions", json=body) as r:
+                    if r.status == 200 and str((await r.json()).get("id", "")).startswith(
+                        "chatcmpl-fake"
+                    ):
+                        return
+            await asyncio.sleep(0.1)
+    tail = "\n".join(router.log[-20:])
+    raise RuntimeError(f"the router did not pass OpenAI requests through in {timeout_s} s:\n{tail}")
+
+
+def _chat_body(prompt: str, max_tokens: int, *, stream: bool = True) -> dict[str, object]:
+    body: dict[str, object] = {
+        "model": FAKE_MODEL,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    }
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+_TOKEN = b'" tok"'  # what each of the fake API's token events carries once
+_FINISHED = b'"finish_reason":"length"'
+
+
+async def stream_chat(
+    http: aiohttp.ClientSession, base: str, rid: str, prompt: str, max_tokens: int
+) -> StreamRecord:
+    """One streamed chat completion; TTFT at the first token event. Counts the fake API's
+    token events in the raw bytes (no JSON parsing: the client's CPU is shared)."""
+    rec = StreamRecord(request_id=rid, ok=False)
+    start = time.monotonic()
+    finished = done = False
+    tail = b""
+    try:
+        async with http.post(
+            f"{base}/v1/chat/completions", json=_chat_body(prompt, max_tokens)
+        ) as resp:
+            if resp.status != 200:
+                rec.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
+                rec.status_code = str(resp.status)
+                return rec
+            async for data in resp.content.iter_any():
+                seen = tail + data
+                n = seen.count(_TOKEN) - tail.count(_TOKEN)
+                if n:
+                    rec.tokens_arrived(start, time.monotonic(), n)
+                finished = finished or _FINISHED in seen
+                done = done or b"data: [DONE]" in seen
+                if b'{"error"' in seen:
+                    rec.error = seen.decode(errors="replace")[-300:]
+                tail = seen[-64:]
+        rec.e2e_s = time.monotonic() - start
+        rec.ok = finished and done and not rec.error
+        if not rec.ok and not rec.error:
+            rec.error = "stream ended without a finish reason and [DONE]"
+    except aiohttp.ClientError as e:
+        rec.e2e_s = time.monotonic() - start
+        rec.error = f"{type(e).__name__}: {e}"
+    return rec
+
+
+async def _openai_side(
+    http: aiohttp.ClientSession,
+    base: str,
+    prompts: Sequence[str],
+    lanes: int,
+    tag: str,
+    max_tokens: int,
+) -> list[StreamRecord]:
+    out: list[StreamRecord] = []
+
+    async def one(i: int) -> None:
+        out.append(await stream_chat(http, base, f"{tag}-{i}", prompts[i], max_tokens))
+
+    await _closed_loop(one, lanes, count=len(prompts), seconds=None)
+    return out
+
+
+async def _openai_latency(
+    args: argparse.Namespace,
+) -> tuple[dict[str, list[StreamRecord]], dict[str, float]]:
+    """Every path at concurrency 1 on one fresh cluster, in rounds whose order rotates;
+    the router's CPU seconds per path."""
+    fake_args = ["--sim-time-scale", args.overhead_time_scale]
+    router_args = ["--policy", "preheat", "--coalesce-tokens", "1", *args.router_arg]
+    sides = OPENAI_SIDES
+    recs: dict[str, list[StreamRecord]] = {side: [] for side in sides}
+    cpu = dict.fromkeys(sides, 0.0)
+    async with (
+        openai_cluster(fake_args, router_args) as c,
+        grpc.aio.insecure_channel(c.fake.grpc_target) as direct_ch,
+        grpc.aio.insecure_channel(c.router.grpc_target) as router_ch,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
+    ):
+        stubs = {
+            "grpc direct": pb_grpc.InferenceStub(direct_ch),
+            "grpc router": pb_grpc.InferenceStub(router_ch),
+        }
+        bases = {"openai direct": c.openai_url, "openai router": c.router.http_url}
+
+        async def run(side: str, prompts: list[str], tag: str) -> list[StreamRecord]:
+            if side in stubs:
+                return await _side(stubs[side], prompts, 1, tag, args.max_tokens)
+            return await _openai_side(http, bases[side], prompts, 1, tag, args.max_tokens)
+
+        for side in sides:  # warm every path (connections, the router's endpoint state)
+            await run(side, [words(16, 7_000 + i) for i in range(20)], f"warm-{side}")
+        per_round = max(1, args.openai_requests // args.rounds)
+        for rnd in range(args.rounds):
+            turn = rnd % len(sides)
+            for k, side in enumerate(sides[turn:] + sides[:turn]):
+                seed0 = 50_000_000 + 100_000 * rnd + 20_000 * sides.index(side)
+                prompts = [words(args.prompt_tokens, seed0 + i) for i in range(per_round)]
+                cpu0 = cpu_seconds(c.router_pid) if "router" in side else 0.0
+                recs[side] += await run(side, prompts, f"{k}-{rnd}")
+                if "router" in side:
+                    cpu[side] += cpu_seconds(c.router_pid) - cpu0
+    return recs, cpu
+
+
+@dataclass
+class _ThroughputRow:
+    path: str
+    coalescing: str
+    streams: int
+    wall_s: float
+    tokens: int
+    router_cpu_s: float
+    failed: int
+
+    @property
+    def per_core(self) -> float:
+        return self.tokens / self.router_cpu_s if self.router_cpu_s > 0 else float("nan")
+
+
+async def _openai_throughput(args: argparse.Namespace, path: str, setting: str) -> _ThroughputRow:
+    """Closed-loop long streams through the router on one path, on a fresh cluster."""
+    n_tok, _, ms = setting.partition(":")
+    where = "worker" if path == "grpc" else "router"
+    router_args = ["--policy", "round-robin", "--coalesce-tokens", n_tok]
+    router_args += ["--coalesce-ms", ms or "5", "--coalesce-at", where, *args.router_arg]
+    fake_args = [
+        "--sim-time-scale",
+        "1",
+        "--token-interval-ms",
+        f"{args.openai_token_interval_ms:g}",
+    ]
+    async with (
+        openai_cluster(fake_args, router_args) as c,
+        grpc.aio.insecure_channel(c.router.grpc_target) as ch,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
+    ):
+        stub = pb_grpc.InferenceStub(ch)
+
+        async def streams(
+            lanes: int, seconds: float | None, count: int | None, tokens: int
+        ) -> tuple[list[StreamRecord], float]:
+            if path == "grpc":
+                return await _streams(stub, lanes, seconds, count, tokens)
+            out: list[StreamRecord] = []
+
+            async def one(i: int) -> None:
+                prompt = words(16, 30_000 + i)
+                out.append(await stream_chat(http, c.router.http_url, f"t{i}", prompt, tokens))
+
+            return out, await _closed_loop(one, lanes, count=count, seconds=seconds)
+
+        await streams(8, None, 16, 32)  # warm
+        cpu0 = cpu_seconds(c.router_pid)
+        recs, wall = await streams(args.streams, args.throughput_s, None, args.stream_tokens)
+        cpu = cpu_seconds(c.router_pid) - cpu0
+    label = "off" if int(n_tok) <= 1 else f"{n_tok} tokens / {ms} ms at the {where}"
+    return _ThroughputRow(
+        path=path,
+        coalescing=label,
+        streams=len(recs),
+        wall_s=wall,
+        tokens=sum(r.completion_tokens for r in recs),
+        router_cpu_s=cpu,
+        failed=sum(1 for r in recs if not r.ok),
+    )
+
+
+async def part_openai(args: argparse.Namespace) -> PartResult:
+    load0 = os.getloadavg()[0]
+    recs, cpu = await _openai_latency(args)
+    failed = sum(1 for rs in recs.values() for r in rs if not r.ok)
+    added: dict[str, float] = {}
+    lat_rows: list[str] = []
+    for path in ("grpc", "openai"):
+        d = _ttfts_ms(recs[f"{path} direct"])
+        r = _ttfts_ms(recs[f"{path} router"])
+        n = len(recs[f"{path} router"])
+        added[path] = _q(r, 0.5) - _q(d, 0.5)
+        lat_rows.append(
+            f"| {'gRPC proxy' if path == 'grpc' else 'OpenAI passthrough'} | {n}"
+            f" | {_q(d, 0.5):.2f} | {_q(r, 0.5):.2f} | **{added[path]:+.2f}**"
+            f" | {_q(d, 0.99):.2f} | {_q(r, 0.99):.2f} | {_q(r, 0.99) - _q(d, 0.99):+.2f}"
+            f" | {1e3 * cpu[f'{path} router'] / max(n, 1):.2f} |"
+        )
+        print(lat_rows[-1], flush=True)
+    tp_rows: list[str] = []
+    best: dict[str, float] = {}
+    for setting in args.openai_coalesce.split(","):
+        for path in ("grpc", "openai"):
+            row = await _openai_throughput(args, path, setting)
+            failed += row.failed
+            best[path] = max(best.get(path, 0.0), row.per_core)
+            tp_rows.append(
+                f"| {'gRPC proxy' if path == 'grpc' else 'OpenAI passthrough'}"
+                f" | {row.coalescing} | {row.streams} | {row.wall_s:.1f}"
+                f" | {row.tokens / row.wall_s:,.0f} | {row.router_cpu_s:.2f}"
+                f" | **{row.per_core:,.0f}** | {row.failed} |"
+            )
+            print(tp_rows[-1], flush=True)
+    cmd = (
+        f"preheat bench router --part openai --openai-requests {args.openai_requests}"
+        f" --rounds {args.rounds} --prompt-tokens {args.prompt_tokens}"
+        f" --max-tokens {args.max_tokens} --overhead-time-scale {args.overhead_time_scale}"
+        f" --openai-coalesce {args.openai_coalesce} --streams {args.streams}"
+        f" --stream-tokens {args.stream_tokens} --throughput-s {args.throughput_s:g}"
+        f" --openai-token-interval-ms {args.openai_token_interval_ms:g}"
+    )
+    body = "\n".join(
+        [
+            "## Router: the OpenAI passthrough path beside the gRPC path",
+            "",
+            *_header(cmd, load0),
+            "One fake vLLM worker (`preheat.bench.fakeopenai`): a sim worker for gRPC "
+            "Generate and Status, whose",
+            "Status names a fake OpenAI API in the same process (`openai_port`), as a vLLM "
+            "worker's names vLLM's own",
+            "API; the fake streams fixed tokens, one SSE event each, as vLLM does. One "
+            "`preheat router` in front",
+            "(`/v1/chat/completions` is passed through to the fake API; gRPC Generate is "
+            "proxied to the sim).",
+            "The router's work on the passthrough: read the body's routing fields, render "
+            "the chat (no template",
+            "here: the sim tokenizer's flattening) and tokenize it, hash blocks, decide, "
+            "forward the body and relay",
+            "the events (finding event ends, the first token and the usage); on the gRPC "
+            "path: tokenize, hash,",
+            "decide, forward, relay messages.",
+            "",
+            f"Added TTFT at concurrency 1: {args.openai_requests} requests per path "
+            f"({args.prompt_tokens}-token distinct prompts, {args.max_tokens} output tokens),",
+            f"direct and through the router, interleaved in {args.rounds} rounds whose order "
+            "rotates; the sim at time scale",
+            f"{args.overhead_time_scale}. The client is aiohttp for OpenAI (TTFT at the first "
+            "token event) and grpc.aio for",
+            "gRPC (first token message); router CPU ms/request is the router process's "
+            "utime+stime over its requests.",
+            "",
+            "| path | requests | TTFT p50 direct ms | p50 router ms | added p50 ms"
+            " | TTFT p99 direct ms | p99 router ms | added p99 ms | router CPU ms/request |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            *lat_rows,
+            "",
+            f"Tokens per router CPU-second: {args.streams} concurrent streams (closed loop, "
+            f"{args.stream_tokens} tokens each, 16-token",
+            "prompts) through the router for "
+            f"{args.throughput_s:g} s, a fresh cluster per row. The gRPC rows stream from the "
+            "sim at time scale 1",
+            "(H100 pacing, one token per message, as the *proxy tokens/s per core* section's); "
+            "the OpenAI rows from",
+            f"the fake API at one token per {args.openai_token_interval_ms:g} ms per stream. "
+            "gRPC coalescing merges at the worker",
+            "(the router asks it in the request); the passthrough can merge only at the router "
+            "(events after the first",
+            "go out in one write of up to N events or M ms).",
+            "",
+            "| path | coalescing | streams done | wall s | tokens/s (wall) | router CPU s"
+            " | tokens per router CPU-s | failed |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
+            *tp_rows,
+            "",
+            f"Added p50 TTFT at concurrency 1: OpenAI passthrough {_ms2(added['openai'])}, "
+            f"gRPC proxy {_ms2(added['grpc'])}. Best tokens per router CPU-s: OpenAI "
+            f"passthrough {best.get('openai', float('nan')):,.0f}, gRPC proxy "
+            f"{best.get('grpc', float('nan')):,.0f}. Failed requests: {failed}.",
+        ]
+    )
+    return PartResult("router-openai", body, failed)
+
+
 # --- entry -----------------------------------------------------------------------------------
 
 _PARTS: dict[str, Callable[[argparse.Namespace], Awaitable[PartResult]]] = {
@@ -1211,6 +1581,7 @@ _PARTS: dict[str, Callable[[argparse.Namespace], Awaitable[PartResult]]] = {
     "throughput": part_throughput,
     "pick": part_pick,
     "policies": part_policies,
+    "openai": part_openai,
 }
 
 
