@@ -1429,7 +1429,10 @@ async def _openai_throughput(args: argparse.Namespace, path: str, setting: str) 
     n_tok, _, ms = setting.partition(":")
     where = "worker" if path == "grpc" else "router"
     router_args = ["--policy", "round-robin", "--coalesce-tokens", n_tok]
-    router_args += ["--coalesce-ms", ms or "5", "--coalesce-at", where, *args.router_arg]
+    router_args += ["--coalesce-ms", ms or "5", "--coalesce-at", where]
+    # a closed loop of long streams is not overload: no adaptive bound (it would answer 429
+    # while TTFT grows with the streams), only the worker's max_num_seqs
+    router_args += ["--default-ttft-target-ms", "0", *args.router_arg]
     fake_args = [
         "--sim-time-scale",
         "1",
@@ -1558,7 +1561,11 @@ async def part_openai(args: argparse.Namespace) -> PartResult:
             "gRPC coalescing merges at the worker",
             "(the router asks it in the request); the passthrough can merge only at the router "
             "(events after the first",
-            "go out in one write of up to N events or M ms).",
+            "go out in one write of up to N events or M ms). The router runs with "
+            "`--default-ttft-target-ms 0` here:",
+            "the adaptive bound on requests in flight would refuse part of a closed loop of "
+            "long streams with 429",
+            "as their TTFT grows; only the worker's `max_num_seqs` bounds them.",
             "",
             "| path | coalescing | streams done | wall s | tokens/s (wall) | router CPU s"
             " | tokens per router CPU-s | failed |",
