@@ -1,8 +1,9 @@
 """Request validation: pure checks that report *every* problem with a request at once.
 
-The worker turns a ``GenerateRequest`` into a :class:`GenerateSpec` (after tokenizing the
-prompt, so the prompt length is known), and :func:`validate_generate` returns the list of
-problems, each a sentence that says what is wrong. An empty list means the request is fine.
+``preheat.wire.convert`` turns a ``GenerateRequest`` into a :class:`GenerateSpec` (after
+tokenizing the prompt, so the prompt length is known; the worker and the router alike), and
+:func:`validate_generate` returns the list of problems, each a sentence that says what is
+wrong. An empty list means the request is fine.
 :func:`check_generate` raises one ``PreheatError(INVALID_ARGUMENT)`` carrying all of them,
 with two exceptions that clients key on (OpenAI's codes): a model this pool does not serve
 is ``NOT_FOUND`` (reason ``model_not_found``; alone, as OpenAI and vLLM answer it: the other
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from preheat.core.errors import ErrorCode, PreheatError, Reason
+from preheat.core.sampling import SamplingOptions, options_problems
 
 TEMPERATURE_MIN = 0.0
 TEMPERATURE_MAX = 2.0
@@ -52,8 +54,12 @@ class GenerateSpec:
     temperature: float | None = None
     top_p: float | None = None
     stop: Sequence[str] = ()
+    seed: int | None = None
     # the prompt has at least num_prompt_tokens tokens (counting stopped past the window)
     prompt_tokens_at_least: bool = False
+    # penalties, biases, stop token ids, log probabilities, a structured-output constraint
+    options: SamplingOptions = field(default_factory=SamplingOptions)
+    ignore_eos: bool = False
 
 
 def validate_generate(spec: GenerateSpec, limits: ModelLimits) -> list[str]:
@@ -115,6 +121,7 @@ def validate_generate(spec: GenerateSpec, limits: ModelLimits) -> list[str]:
             f"{len(long_stops)} are longer"
         )
 
+    problems.extend(options_problems(spec.options, spec.max_tokens, limits.vocab_size))
     return problems
 
 

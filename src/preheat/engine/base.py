@@ -15,6 +15,8 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
+from preheat.core.sampling import SamplingOptions
+
 
 class FinishReason(enum.Enum):
     STOP = "stop"  # stop string or end-of-sequence token
@@ -30,6 +32,10 @@ class Sampling:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     ignore_eos: bool = False
+    # penalties, biases, stop token ids, min_tokens, log probabilities, a structured-output
+    # constraint; an engine that cannot honour one that is set refuses the request
+    # (INVALID_ARGUMENT naming it) rather than ignore it
+    options: SamplingOptions = field(default_factory=SamplingOptions)
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,22 @@ class StageTiming:
 
 
 @dataclass(frozen=True)
+class Logprob:
+    token_id: int
+    logprob: float  # natural log; may be -inf
+    rank: int  # 1: the most likely
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """One position: its token and the most likely ones (most likely first)."""
+
+    token: Logprob
+    top: tuple[Logprob, ...] = ()
+
+
+@dataclass(frozen=True)
 class EngineOutput:
     """A chunk of output: new text and token ids; the last one has ``finish_reason`` set."""
 
@@ -74,6 +96,10 @@ class EngineOutput:
     finish_reason: FinishReason | None = None
     usage: Usage | None = None  # on the last chunk
     timing: StageTiming | None = None  # on the last chunk
+    # with Sampling.options.logprobs: one per id in token_ids
+    logprobs: tuple[TokenLogprobs, ...] = ()
+    # with Sampling.options.prompt_logprobs: one per prompt token after the first (once)
+    prompt_logprobs: tuple[TokenLogprobs, ...] = ()
 
 
 @dataclass(frozen=True)

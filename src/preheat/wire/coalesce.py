@@ -62,15 +62,20 @@ class CoalesceConfig:
 def merge(
     chunks: list[inference_pb2.GenerateResponse],
 ) -> inference_pb2.GenerateResponse:
-    """One chunk with the texts and token ids of ``chunks`` (the last one's other fields)."""
+    """One chunk with the texts, token ids and log probabilities of ``chunks`` (the last
+    one's other fields)."""
     if len(chunks) == 1:
         return chunks[0]
     out = inference_pb2.GenerateResponse()
     out.CopyFrom(chunks[-1])
     out.text = "".join(c.text for c in chunks)
     del out.token_ids[:]
+    del out.logprobs[:]
+    del out.prompt_logprobs[:]
     for c in chunks:
         out.token_ids.extend(c.token_ids)
+        out.logprobs.extend(c.logprobs)
+        out.prompt_logprobs.extend(c.prompt_logprobs)
     return out
 
 

@@ -38,14 +38,16 @@ from grpc_health.v1.health import aio as health_aio
 
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.lifecycle import WARM_STATES, LifecycleState, transition_error
-from preheat.core.validation import GenerateSpec, ModelLimits, check_generate
+from preheat.core.validation import ModelLimits
 from preheat.engine.base import (
     Engine,
     EngineOutput,
     EngineRequest,
     FinishReason,
+    Logprob,
     Sampling,
     StageTiming,
+    TokenLogprobs,
     Usage,
 )
 from preheat.process.logs import fields, request_context
@@ -57,6 +59,7 @@ from preheat.proto.preheat.v1 import (
 )
 from preheat.wire.coalesce import CoalesceConfig, coalesce
 from preheat.wire.controltls import TLSFiles, server_credentials
+from preheat.wire.convert import checked_request
 from preheat.wire.errors import abort
 from preheat.worker.cache_hub import CacheHub
 from preheat.worker.metrics import Outcome, WorkerMetrics
@@ -494,42 +497,18 @@ class WorkerServer:
         )
 
     def _engine_request(self, request_id: str, req: inference_pb2.GenerateRequest) -> EngineRequest:
-        which = req.WhichOneof("input")
-        prompt = req.prompt if which == "prompt" else None
-        ids = tuple(req.prompt_token_ids.ids) if which == "prompt_token_ids" else None
-        tokens: tuple[int, ...] | None = ids
-        if prompt:
-            try:
-                tokens = tuple(self.engine.tokenize(prompt))
-            except Exception as e:
-                log.info("tokenize_failed", extra=fields(error=repr(e)))
-                raise PreheatError(
-                    ErrorCode.INVALID_ARGUMENT, "the prompt could not be tokenized"
-                ) from e
-        s = req.sampling
-        temperature = s.temperature if s.HasField("temperature") else None
-        top_p = s.top_p if s.HasField("top_p") else None
-        spec = GenerateSpec(
-            model=req.model,
-            prompt=prompt,
-            prompt_token_ids=ids,
-            num_prompt_tokens=len(tokens) if tokens is not None else None,
-            max_tokens=s.max_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            stop=tuple(s.stop),
-        )
-        check_generate(spec, self._limits())
-        assert tokens is not None
+        spec, tokens = checked_request(req, self._limits(), self.engine.tokenize)
         return EngineRequest(
             request_id=request_id,
-            prompt_token_ids=tokens,
+            prompt_token_ids=tuple(tokens),
             sampling=Sampling(
-                max_tokens=s.max_tokens,
-                temperature=1.0 if temperature is None else temperature,
-                top_p=1.0 if top_p is None else top_p,
-                stop=tuple(s.stop),
-                seed=s.seed if s.HasField("seed") else None,
+                max_tokens=spec.max_tokens,
+                temperature=1.0 if spec.temperature is None else spec.temperature,
+                top_p=1.0 if spec.top_p is None else spec.top_p,
+                stop=tuple(spec.stop),
+                seed=spec.seed,
+                ignore_eos=spec.ignore_eos,
+                options=spec.options,
             ),
             priority=_PRIORITY.get(req.priority, 1),
             cache_salt=req.cache_salt,
@@ -642,6 +621,7 @@ class WorkerServer:
             reason: FinishReason,
             usage: Usage | None,
             timing: StageTiming | None,
+            out: EngineOutput | None = None,
         ) -> inference_pb2.GenerateResponse:
             now = loop.time()
             ttft_s = (first_at if first_at is not None else now) - received
@@ -670,6 +650,8 @@ class WorkerServer:
                     e2e_ms=timing.e2e_s * 1e3,
                 ),
                 worker_id=wid,
+                logprobs=_logprobs_pb(out.logprobs) if out is not None else (),
+                prompt_logprobs=_logprobs_pb(out.prompt_logprobs) if out is not None else (),
             )
 
         gen = self.engine.generate(engine_req)
@@ -720,7 +702,7 @@ class WorkerServer:
                         text = matcher.feed(out.text)
                         if matcher.stopped:
                             yield (
-                                final(text, out.token_ids, FinishReason.STOP, None, None),
+                                final(text, out.token_ids, FinishReason.STOP, None, None, out),
                                 Outcome.OK,
                             )
                             return
@@ -728,7 +710,12 @@ class WorkerServer:
                             text += matcher.flush()
                             yield (
                                 final(
-                                    text, out.token_ids, out.finish_reason, out.usage, out.timing
+                                    text,
+                                    out.token_ids,
+                                    out.finish_reason,
+                                    out.usage,
+                                    out.timing,
+                                    out,
                                 ),
                                 Outcome.OK,
                             )
@@ -740,6 +727,8 @@ class WorkerServer:
                                     text=text,
                                     token_ids=out.token_ids,
                                     worker_id=wid,
+                                    logprobs=_logprobs_pb(out.logprobs),
+                                    prompt_logprobs=_logprobs_pb(out.prompt_logprobs),
                                 ),
                                 None,
                             )
@@ -756,6 +745,17 @@ class WorkerServer:
             aclose = getattr(gen, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+
+def _logprobs_pb(items: tuple[TokenLogprobs, ...]) -> list[inference_pb2.TokenLogprobs]:
+    def one(lp: Logprob) -> inference_pb2.Logprob:
+        return inference_pb2.Logprob(
+            token_id=lp.token_id, logprob=lp.logprob, rank=lp.rank, text=lp.text
+        )
+
+    return [
+        inference_pb2.TokenLogprobs(token=one(t.token), top=[one(x) for x in t.top]) for t in items
+    ]
 
 
 def _coalesce_config(req: inference_pb2.GenerateRequest) -> CoalesceConfig | None:

@@ -21,8 +21,9 @@
    waits in the queue (bounded) for a new one, e.g. a standby being promoted. A buffered
    request (a non-streaming HTTP response) passes nothing on before the worker finishes,
    so a failure at any point is retried. After tokens were passed on the stream ends with
-   UNAVAILABLE saying so, never with duplicated text. Closing the returned iterator
-   (client cancel) cancels the upstream call.
+   UNAVAILABLE saying so, never with duplicated text; a worker stream that ends without a
+   ``finish_reason`` ends with UNAVAILABLE too, never as a silent truncation. Closing the
+   returned iterator (client cancel) cancels the upstream call.
 
 Everything here is transport-neutral: errors are ``PreheatError``; the gRPC and HTTP front
 ends map them to statuses in their one place each.
@@ -49,7 +50,7 @@ from preheat.core.routing.admission import AdmissionConfig, AdmissionInput, Limi
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.scheduler import SchedulerState, schedule
 from preheat.core.routing.types import Decision, Endpoint, PrefillCost, RequestInfo, RoutingContext
-from preheat.core.validation import GenerateSpec, ModelLimits, check_generate, reason_of
+from preheat.core.validation import ModelLimits, reason_of
 from preheat.process.logs import fields, pseudonym
 from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc
 from preheat.router.endpoints import EndpointStore
@@ -62,6 +63,7 @@ from preheat.router.frontend.tokenizer import (
     prompt_block_hashes,
 )
 from preheat.wire.coalesce import CoalesceConfig
+from preheat.wire.convert import PromptTooLong, checked_request
 from preheat.wire.errors import error_code
 
 log = logging.getLogger("preheat.router")
@@ -303,39 +305,18 @@ class Dispatcher:
     ) -> Prepared:
         """The CPU part of preparing (tokenize, validate, hash): touches nothing shared but
         the tokenizer, so it may run in the thread pool."""
-        which = req.WhichOneof("input")
-        prompt = req.prompt if which == "prompt" else None
-        ids = list(req.prompt_token_ids.ids) if which == "prompt_token_ids" else None
-        tokens: list[int] | None = ids
-        too_long: TooManyTokens | None = None
-        if prompt:
+        window = limits.max_model_len
+
+        def tokenize(text: str) -> list[int]:
             try:
-                tokens = encode_within(self.tokenizer, prompt, limits.max_model_len)
+                return encode_within(self.tokenizer, text, window)
             except TooManyTokens as e:
-                too_long, tokens = e, None
-            except Exception as e:
-                log.warning(
-                    "tokenize_failed", exc_info=True, extra=fields(request_id=req.request_id)
-                )
-                raise PreheatError(
-                    ErrorCode.INVALID_ARGUMENT, "the prompt could not be tokenized"
-                ) from e
+                raise PromptTooLong(e.counted) from None
+
+        spec, ids = checked_request(req, limits, tokenize)
         s = req.sampling
-        spec = GenerateSpec(
-            model=req.model,
-            prompt=prompt,
-            prompt_token_ids=ids,
-            num_prompt_tokens=(
-                too_long.counted if too_long else (len(tokens) if tokens is not None else None)
-            ),
-            max_tokens=s.max_tokens,
-            temperature=s.temperature if s.HasField("temperature") else None,
-            top_p=s.top_p if s.HasField("top_p") else None,
-            stop=tuple(s.stop),
-            prompt_tokens_at_least=too_long is not None,
-        )
-        check_generate(spec, limits)
-        assert tokens is not None
+        tokens = ids if isinstance(ids, list) else list(ids)
+        prompt = spec.prompt
         if self._upstream_coalesce is not None and not req.HasField("coalesce"):
             req.coalesce.CopyFrom(self._upstream_coalesce)
         deadline_ms: float | None = float(req.ttft_deadline_ms) if req.ttft_deadline_ms else None
@@ -585,6 +566,7 @@ class Dispatcher:
                 chunks: AsyncIterator[inference_pb2.GenerateResponse] = call.__aiter__()
                 itl_hist = self.metrics.itl.labels(ep.pool, decision.reason)
                 held: list[inference_pb2.GenerateResponse] = []
+                ended = False  # the last chunk had a finish_reason
                 ft_limit = self.config.first_token_timeout_s
                 try:
                     while True:
@@ -594,7 +576,14 @@ class Dispatcher:
                         else:
                             chunk = await anext(chunks, None)
                         if chunk is None:
+                            if not ended:  # a silent truncation: said, never passed on as done
+                                raise PreheatError(
+                                    ErrorCode.UNAVAILABLE,
+                                    f"worker {ep.id} ended the stream after {st.tokens} tokens "
+                                    "without finishing it; the output is incomplete",
+                                )
                             break
+                        ended = chunk.finish_reason != inference_pb2.FINISH_REASON_UNSPECIFIED
                         n = len(chunk.token_ids)
                         first: float | None = None
                         if n or chunk.text:

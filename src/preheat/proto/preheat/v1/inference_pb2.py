@@ -24,31 +24,43 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(preheat/proto/preheat/v1/inference.proto\x12\npreheat.v1\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\r\"\x96\x01\n\x0eSamplingParams\x12\x12\n\nmax_tokens\x18\x01 \x01(\r\x12\x18\n\x0btemperature\x18\x02 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x03 \x01(\x02H\x01\x88\x01\x01\x12\x0c\n\x04stop\x18\x04 \x03(\t\x12\x11\n\x04seed\x18\x05 \x01(\x04H\x02\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x07\n\x05_seed\"\xd4\x02\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x10\n\x06prompt\x18\x03 \x01(\tH\x00\x12\x30\n\x10prompt_token_ids\x18\x04 \x01(\x0b\x32\x14.preheat.v1.TokenIdsH\x00\x12,\n\x08sampling\x18\x05 \x01(\x0b\x32\x1a.preheat.v1.SamplingParams\x12\x12\n\nsession_id\x18\x06 \x01(\t\x12&\n\x08priority\x18\x07 \x01(\x0e\x32\x14.preheat.v1.Priority\x12\x11\n\tslo_class\x18\x08 \x01(\t\x12\x18\n\x10ttft_deadline_ms\x18\t \x01(\r\x12&\n\x08\x63oalesce\x18\n \x01(\x0b\x32\x14.preheat.v1.Coalesce\x12\x12\n\ncache_salt\x18\x0b \x01(\tB\x07\n\x05input\"4\n\x08\x43oalesce\x12\x12\n\nmax_tokens\x18\x01 \x01(\r\x12\x14\n\x0cmax_delay_ms\x18\x02 \x01(\x01\"P\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x15\n\rcached_tokens\x18\x02 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x03 \x01(\r\"b\n\x06Timing\x12\x10\n\x08queue_ms\x18\x01 \x01(\x01\x12\x12\n\nprefill_ms\x18\x02 \x01(\x01\x12\x11\n\tdecode_ms\x18\x03 \x01(\x01\x12\x0f\n\x07ttft_ms\x18\x04 \x01(\x01\x12\x0e\n\x06\x65\x32\x65_ms\x18\x05 \x01(\x01\"\xd1\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12/\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x18.preheat.v1.FinishReason\x12 \n\x05usage\x18\x05 \x01(\x0b\x32\x11.preheat.v1.Usage\x12\"\n\x06timing\x18\x06 \x01(\x0b\x32\x12.preheat.v1.Timing\x12\x11\n\tworker_id\x18\x07 \x01(\t*i\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n\x14PRIORITY_INTERACTIVE\x10\x01\x12\x15\n\x11PRIORITY_STANDARD\x10\x02\x12\x12\n\x0ePRIORITY_BATCH\x10\x03*x\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x32T\n\tInference\x12G\n\x08Generate\x12\x1b.preheat.v1.GenerateRequest\x1a\x1c.preheat.v1.GenerateResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(preheat/proto/preheat/v1/inference.proto\x12\npreheat.v1\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\r\"\xa5\x05\n\x0eSamplingParams\x12\x12\n\nmax_tokens\x18\x01 \x01(\r\x12\x18\n\x0btemperature\x18\x02 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x03 \x01(\x02H\x01\x88\x01\x01\x12\x0c\n\x04stop\x18\x04 \x03(\t\x12\x11\n\x04seed\x18\x05 \x01(\x04H\x02\x88\x01\x01\x12\r\n\x05top_k\x18\x06 \x01(\r\x12\x12\n\x05min_p\x18\x07 \x01(\x02H\x03\x88\x01\x01\x12\x1d\n\x10presence_penalty\x18\x08 \x01(\x02H\x04\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\t \x01(\x02H\x05\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\n \x01(\x02H\x06\x88\x01\x01\x12=\n\nlogit_bias\x18\x0b \x03(\x0b\x32).preheat.v1.SamplingParams.LogitBiasEntry\x12\x16\n\x0estop_token_ids\x18\x0c \x03(\r\x12\x12\n\nignore_eos\x18\r \x01(\x08\x12\x12\n\nmin_tokens\x18\x0e \x01(\r\x12\x15\n\x08logprobs\x18\x0f \x01(\rH\x07\x88\x01\x01\x12\x1c\n\x0fprompt_logprobs\x18\x10 \x01(\rH\x08\x88\x01\x01\x12\x37\n\x11structured_output\x18\x11 \x01(\x0b\x32\x1c.preheat.v1.StructuredOutput\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x07\n\x05_seedB\x08\n\x06_min_pB\x13\n\x11_presence_penaltyB\x14\n\x12_frequency_penaltyB\x15\n\x13_repetition_penaltyB\x0b\n\t_logprobsB\x12\n\x10_prompt_logprobs\"\x98\x01\n\x10StructuredOutput\x12\x15\n\x0bjson_schema\x18\x01 \x01(\tH\x00\x12\x15\n\x0bjson_object\x18\x02 \x01(\x08H\x00\x12\x0f\n\x05regex\x18\x03 \x01(\tH\x00\x12$\n\x06\x63hoice\x18\x04 \x01(\x0b\x32\x12.preheat.v1.ChoiceH\x00\x12\x11\n\x07grammar\x18\x05 \x01(\tH\x00\x42\x0c\n\nconstraint\"\x19\n\x06\x43hoice\x12\x0f\n\x07options\x18\x01 \x03(\t\"\xd4\x02\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x10\n\x06prompt\x18\x03 \x01(\tH\x00\x12\x30\n\x10prompt_token_ids\x18\x04 \x01(\x0b\x32\x14.preheat.v1.TokenIdsH\x00\x12,\n\x08sampling\x18\x05 \x01(\x0b\x32\x1a.preheat.v1.SamplingParams\x12\x12\n\nsession_id\x18\x06 \x01(\t\x12&\n\x08priority\x18\x07 \x01(\x0e\x32\x14.preheat.v1.Priority\x12\x11\n\tslo_class\x18\x08 \x01(\t\x12\x18\n\x10ttft_deadline_ms\x18\t \x01(\r\x12&\n\x08\x63oalesce\x18\n \x01(\x0b\x32\x14.preheat.v1.Coalesce\x12\x12\n\ncache_salt\x18\x0b \x01(\tB\x07\n\x05input\"4\n\x08\x43oalesce\x12\x12\n\nmax_tokens\x18\x01 \x01(\r\x12\x14\n\x0cmax_delay_ms\x18\x02 \x01(\x01\"P\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x15\n\rcached_tokens\x18\x02 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x03 \x01(\r\"b\n\x06Timing\x12\x10\n\x08queue_ms\x18\x01 \x01(\x01\x12\x12\n\nprefill_ms\x18\x02 \x01(\x01\x12\x11\n\tdecode_ms\x18\x03 \x01(\x01\x12\x0f\n\x07ttft_ms\x18\x04 \x01(\x01\x12\x0e\n\x06\x65\x32\x65_ms\x18\x05 \x01(\x01\"\xb2\x02\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12/\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x18.preheat.v1.FinishReason\x12 \n\x05usage\x18\x05 \x01(\x0b\x32\x11.preheat.v1.Usage\x12\"\n\x06timing\x18\x06 \x01(\x0b\x32\x12.preheat.v1.Timing\x12\x11\n\tworker_id\x18\x07 \x01(\t\x12+\n\x08logprobs\x18\x08 \x03(\x0b\x32\x19.preheat.v1.TokenLogprobs\x12\x32\n\x0fprompt_logprobs\x18\t \x03(\x0b\x32\x19.preheat.v1.TokenLogprobs\"H\n\x07Logprob\x12\x10\n\x08token_id\x18\x01 \x01(\r\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x0c\n\x04rank\x18\x03 \x01(\r\x12\x0c\n\x04text\x18\x04 \x01(\t\"U\n\rTokenLogprobs\x12\"\n\x05token\x18\x01 \x01(\x0b\x32\x13.preheat.v1.Logprob\x12 \n\x03top\x18\x02 \x03(\x0b\x32\x13.preheat.v1.Logprob*i\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n\x14PRIORITY_INTERACTIVE\x10\x01\x12\x15\n\x11PRIORITY_STANDARD\x10\x02\x12\x12\n\x0ePRIORITY_BATCH\x10\x03*x\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x32T\n\tInference\x12G\n\x08Generate\x12\x1b.preheat.v1.GenerateRequest\x1a\x1c.preheat.v1.GenerateResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'preheat.proto.preheat.v1.inference_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PRIORITY']._serialized_start=1025
-  _globals['_PRIORITY']._serialized_end=1130
-  _globals['_FINISHREASON']._serialized_start=1132
-  _globals['_FINISHREASON']._serialized_end=1252
+  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._loaded_options = None
+  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_options = b'8\001'
+  _globals['_PRIORITY']._serialized_start=1992
+  _globals['_PRIORITY']._serialized_end=2097
+  _globals['_FINISHREASON']._serialized_start=2099
+  _globals['_FINISHREASON']._serialized_end=2219
   _globals['_TOKENIDS']._serialized_start=56
   _globals['_TOKENIDS']._serialized_end=79
   _globals['_SAMPLINGPARAMS']._serialized_start=82
-  _globals['_SAMPLINGPARAMS']._serialized_end=232
-  _globals['_GENERATEREQUEST']._serialized_start=235
-  _globals['_GENERATEREQUEST']._serialized_end=575
-  _globals['_COALESCE']._serialized_start=577
-  _globals['_COALESCE']._serialized_end=629
-  _globals['_USAGE']._serialized_start=631
-  _globals['_USAGE']._serialized_end=711
-  _globals['_TIMING']._serialized_start=713
-  _globals['_TIMING']._serialized_end=811
-  _globals['_GENERATERESPONSE']._serialized_start=814
-  _globals['_GENERATERESPONSE']._serialized_end=1023
-  _globals['_INFERENCE']._serialized_start=1254
-  _globals['_INFERENCE']._serialized_end=1338
+  _globals['_SAMPLINGPARAMS']._serialized_end=759
+  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_start=567
+  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_end=615
+  _globals['_STRUCTUREDOUTPUT']._serialized_start=762
+  _globals['_STRUCTUREDOUTPUT']._serialized_end=914
+  _globals['_CHOICE']._serialized_start=916
+  _globals['_CHOICE']._serialized_end=941
+  _globals['_GENERATEREQUEST']._serialized_start=944
+  _globals['_GENERATEREQUEST']._serialized_end=1284
+  _globals['_COALESCE']._serialized_start=1286
+  _globals['_COALESCE']._serialized_end=1338
+  _globals['_USAGE']._serialized_start=1340
+  _globals['_USAGE']._serialized_end=1420
+  _globals['_TIMING']._serialized_start=1422
+  _globals['_TIMING']._serialized_end=1520
+  _globals['_GENERATERESPONSE']._serialized_start=1523
+  _globals['_GENERATERESPONSE']._serialized_end=1829
+  _globals['_LOGPROB']._serialized_start=1831
+  _globals['_LOGPROB']._serialized_end=1903
+  _globals['_TOKENLOGPROBS']._serialized_start=1905
+  _globals['_TOKENLOGPROBS']._serialized_end=1990
+  _globals['_INFERENCE']._serialized_start=2221
+  _globals['_INFERENCE']._serialized_end=2305
 # @@protoc_insertion_point(module_scope)
