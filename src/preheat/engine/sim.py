@@ -9,6 +9,12 @@ so TTFT and ITL look like a real engine's.
 
 Like vLLM, a full engine queues rather than rejects; only when more than ``max_waiting``
 requests wait does :meth:`SimEngine.generate` raise ``PreheatError(RESOURCE_EXHAUSTED)``.
+
+Sampling: the engine honours ``max_tokens``, ``stop``, ``seed``, ``ignore_eos``,
+``stop_token_ids`` and ``min_tokens``; a request that sets any other option that would
+change the output (penalties, ``logit_bias``, ``top_k``/``min_p``, log probabilities, a
+structured-output constraint) is refused with INVALID_ARGUMENT naming each one
+(:data:`SIM_HONOURS`).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.sampling import SamplingOptions, effective_fields
 from preheat.engine.base import (
     CacheEvent,
     CacheListener,
@@ -240,6 +247,9 @@ class SimEngine:
             raise PreheatError(ErrorCode.UNAVAILABLE, f"sim engine failed: {self._failed}")
         if not self._loaded or self._closed:
             raise PreheatError(ErrorCode.UNAVAILABLE, "sim engine is not loaded")
+        refused = sim_refuses(request.sampling.options)
+        if refused:
+            raise PreheatError(ErrorCode.INVALID_ARGUMENT, refused_message(refused))
         rid = request.request_id
         if self.core.num_waiting >= self.config.waiting_limit:
             raise PreheatError(
@@ -347,7 +357,12 @@ class SimEngine:
             for _ in range(len(run.token_ids) - 1):
                 m.itl.observe(run.dt)
             stream.last_token_t = run.t_last
-            text = self._tokenizer.decode(run.token_ids)
+            fin = finishes.get(run.request_id)
+            ids = run.token_ids
+            stop_ids = stream.request.sampling.options.stop_token_ids
+            if fin is not None and last_run[run.request_id] == i and ids and ids[-1] in stop_ids:
+                ids = ids[:-1]  # a stop token id ends the output; its text is not added
+            text = self._tokenizer.decode(ids)
             stop = stream.request.sampling.stop
             if stop:
                 text, hit = _cut_at_stop(stream.text, text, stop)
@@ -355,7 +370,6 @@ class SimEngine:
                     stream.stop_hit = True
                     stopped.append(run.request_id)
             stream.text += text
-            fin = finishes.get(run.request_id)
             if fin is not None and last_run[run.request_id] == i and not stream.stop_hit:
                 self._close(stream, text, run.token_ids, fin, fin.reason)
                 del finishes[run.request_id]
@@ -416,6 +430,29 @@ class SimEngine:
         m.running.set(self.core.num_running)
         m.waiting.set(self.core.num_waiting)
         m.kv_usage.set(self.core.kv_cache_usage)
+
+
+SIM_HONOURS = frozenset({"sampling.stop_token_ids", "sampling.min_tokens"})
+"""The sampling options the sim engine applies (with max_tokens, stop, seed, ignore_eos);
+every other one that changes anything is refused. Its tokens are uniform draws from the
+vocabulary whatever the logits would be, so penalties, biases, top-k/min-p, log
+probabilities and a structured-output constraint have nothing to act on: accepting them
+would be a silent 200 for something not applied. Temperature and top_p are accepted as
+before (their bounds are checked; the draws ignore them)."""
+
+
+def sim_refuses(options: SamplingOptions) -> list[str]:
+    """The fields of ``options`` the sim engine does not honour (empty: it honours all)."""
+    return [f for f in effective_fields(options) if f not in SIM_HONOURS]
+
+
+def refused_message(fields: list[str]) -> str:
+    names = ", ".join(fields)
+    return (
+        f"the sim engine does not apply {names} (it samples uniform random tokens; it honours "
+        "max_tokens, stop, stop_token_ids, min_tokens, ignore_eos and seed): leave "
+        f"{'it' if len(fields) == 1 else 'them'} unset, or use a vLLM pool"
+    )
 
 
 def _cut_at_stop(before: str, new: str, stops: tuple[str, ...]) -> tuple[str, bool]:

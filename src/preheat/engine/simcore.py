@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 from preheat.core.blocks import ROOT_HASH, block_hash, tenant_root
 from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.sampling import SamplingOptions
 from preheat.engine.base import (
     CacheEvent,
     CacheEventKind,
@@ -336,12 +337,17 @@ class SimCore:
         rng = random.Random(f"{cfg.seed}:{request.request_id}" if seed is None else seed)
         stop_at, reason = max_tokens, FinishReason.LENGTH
         p = cfg.eos_probability
+        opts = request.sampling.options
         if p > 0.0 and not request.sampling.ignore_eos:
-            # Geometric length: EOS after each token with probability p.
+            # Geometric length: EOS after each token with probability p (not within the
+            # first min_tokens, as vLLM masks it there).
             u = rng.random()
             n_eos = 1 + int(math.log(1.0 - u) / math.log(1.0 - p)) if p < 1.0 else 1
+            n_eos += opts.min_tokens
             if n_eos < max_tokens:
                 stop_at, reason = n_eos, FinishReason.STOP
+        if opts.stop_token_ids:
+            stop_at, reason = _first_stop_id(rng, cfg.vocab_size, opts, stop_at, reason)
         seq = _Seq(request.request_id, request.prompt_token_ids, now, stop_at, reason, rng)
         seq.root = tenant_root(request.cache_salt)
         n_full = n_prompt // cfg.block_size
@@ -588,3 +594,23 @@ class SimCore:
         )
         usage = Usage(len(seq.prompt), seq.cached_tokens, len(seq.output))
         return Finish(seq.request_id, reason, now, usage, timing, seq.num_preemptions)
+
+
+def _first_stop_id(
+    rng: random.Random,
+    vocab_size: int,
+    opts: SamplingOptions,
+    stop_at: int,
+    reason: FinishReason,
+) -> tuple[int, FinishReason]:
+    """Where a request with stop token ids ends: its output tokens are the next draws of
+    ``rng`` (see ``_commit``), so a copy of it says which of them is the first stop id at or
+    past ``min_tokens``; else (``stop_at``, ``reason``) as they were."""
+    probe = random.Random()
+    probe.setstate(rng.getstate())
+    stops = frozenset(opts.stop_token_ids)
+    rand = probe.random
+    for i in range(stop_at):
+        if int(rand() * vocab_size) in stops and i >= opts.min_tokens:
+            return i + 1, FinishReason.STOP
+    return stop_at, reason
