@@ -71,8 +71,10 @@ from preheat.engine.base import (
     EngineRequest,
     EngineStats,
     FinishReason,
+    Logprob,
     Sampling,
     StageTiming,
+    TokenLogprobs,
     Usage,
 )
 
@@ -397,8 +399,24 @@ class VllmEngine:
             self._zmq_ctx = None
 
     def _sampling_params(self, s: Sampling) -> Any:
-        from vllm.sampling_params import RequestOutputKind, SamplingParams
+        """vLLM's ``SamplingParams`` for ``s``: every option maps onto its vLLM field (unset
+        ones onto vLLM's defaults); the constraint onto ``StructuredOutputsParams``."""
+        from vllm.sampling_params import (
+            RequestOutputKind,
+            SamplingParams,
+            StructuredOutputsParams,
+        )
 
+        o = s.options
+        structured = None
+        if (c := o.structured_output) is not None:
+            structured = StructuredOutputsParams(
+                json=c.json_schema,
+                regex=c.regex,
+                choice=list(c.choice) if c.choice is not None else None,
+                grammar=c.grammar,
+                json_object=True if c.json_object else None,
+            )
         try:
             return SamplingParams(
                 max_tokens=s.max_tokens,
@@ -407,6 +425,17 @@ class VllmEngine:
                 stop=list(s.stop) or None,
                 seed=s.seed,
                 ignore_eos=s.ignore_eos,
+                top_k=o.top_k,
+                min_p=0.0 if o.min_p is None else o.min_p,
+                presence_penalty=o.presence_penalty or 0.0,
+                frequency_penalty=o.frequency_penalty or 0.0,
+                repetition_penalty=(1.0 if o.repetition_penalty is None else o.repetition_penalty),
+                logit_bias=dict(o.logit_bias) or None,
+                stop_token_ids=list(o.stop_token_ids) or None,
+                min_tokens=o.min_tokens,
+                logprobs=o.logprobs,
+                prompt_logprobs=o.prompt_logprobs,
+                structured_outputs=structured,
                 output_kind=RequestOutputKind.DELTA,
             )
         except Exception as e:
@@ -428,6 +457,8 @@ class VllmEngine:
         submitted = time.monotonic()
         first: float | None = None
         completion = 0
+        want_logprobs = request.sampling.options.logprobs
+        want_prompt_logprobs = request.sampling.options.prompt_logprobs
         stream = llm.generate(prompt, params, request.request_id, priority=request.priority)
         try:
             while True:
@@ -449,9 +480,18 @@ class VllmEngine:
                 if ids and first is None:
                     first = now
                 completion += len(ids)
+                lps = _sample_logprobs(comp, ids, want_logprobs)
+                plps: tuple[TokenLogprobs, ...] = ()
+                if want_prompt_logprobs is not None and out.prompt_logprobs:
+                    plps = _prompt_logprobs(
+                        out.prompt_logprobs, request.prompt_token_ids, want_prompt_logprobs
+                    )
+                    want_prompt_logprobs = None  # sent once
                 if not out.finished:
                     if text or ids:
-                        yield EngineOutput(text=text, token_ids=ids)
+                        yield EngineOutput(
+                            text=text, token_ids=ids, logprobs=lps, prompt_logprobs=plps
+                        )
                     continue
                 vllm_reason = str(comp.finish_reason) if comp is not None else ""
                 if vllm_reason == "error":
@@ -466,7 +506,13 @@ class VllmEngine:
                 )
                 timing = _timing(out.metrics, submitted, first, now)
                 yield EngineOutput(
-                    text=text, token_ids=ids, finish_reason=reason, usage=usage, timing=timing
+                    text=text,
+                    token_ids=ids,
+                    finish_reason=reason,
+                    usage=usage,
+                    timing=timing,
+                    logprobs=lps,
+                    prompt_logprobs=plps,
                 )
                 return
         finally:
@@ -553,6 +599,43 @@ def _build_async_llm(
         **dict(cfg.extra_args),
     )
     out.append(AsyncLLM.from_engine_args(args, stat_loggers=[_stat_logger_factory(sink)]))
+
+
+def _logprob(token_id: int, lp: Any) -> Logprob:
+    return Logprob(
+        token_id=token_id,
+        logprob=float(lp.logprob),
+        rank=int(lp.rank or 0),
+        text=lp.decoded_token or "",
+    )
+
+
+def _position(token_id: int, pos: Any, k: int) -> TokenLogprobs:
+    """One position of vLLM's logprobs (a mapping of token id -> ``Logprob``: the token
+    there and the ``k`` most likely)."""
+    items = sorted(pos.items(), key=lambda kv: kv[1].rank or 0)
+    top = tuple(_logprob(t, lp) for t, lp in items if 0 < (lp.rank or 0) <= k)[:k]
+    token = pos.get(token_id)
+    if token is None:  # not returned (never by vLLM for the sampled token): unknown
+        return TokenLogprobs(Logprob(token_id, float("nan"), 0), top)
+    return TokenLogprobs(_logprob(token_id, token), top)
+
+
+def _sample_logprobs(comp: Any, ids: tuple[int, ...], k: int | None) -> tuple[TokenLogprobs, ...]:
+    """The delta's logprobs, one per token id (empty when none were asked for)."""
+    if k is None or comp is None or not comp.logprobs:
+        return ()
+    return tuple(_position(t, pos, k) for t, pos in zip(ids, comp.logprobs, strict=False))
+
+
+def _prompt_logprobs(positions: Any, prompt: tuple[int, ...], k: int) -> tuple[TokenLogprobs, ...]:
+    """vLLM's prompt logprobs (the first position is None: nothing predicts it), one per
+    prompt token after the first."""
+    return tuple(
+        _position(t, pos, k)
+        for t, pos in zip(prompt[1:], list(positions)[1:], strict=False)
+        if pos is not None
+    )
 
 
 def _timing(metrics: Any, submitted: float, first: float | None, last: float) -> StageTiming:
