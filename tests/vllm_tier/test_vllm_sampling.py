@@ -141,3 +141,41 @@ async def test_a_bad_schema_is_refused_by_the_worker(stub: Any) -> None:
         await generate(stub, s)
     assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "sampling.structured_output.json_schema is not valid JSON" in (exc.value.details() or "")
+
+
+# a value with an effect for every SamplingParams field: the vLLM worker takes each one
+# (the sim engine refuses some: tests/router/frontend/test_router_openai_params.py)
+EVERY_FIELD: dict[str, dict[str, Any]] = {
+    "max_tokens": {},
+    "temperature": {"temperature": 0.7},
+    "top_p": {"top_p": 0.5},
+    "stop": {"stop": ["zzz"]},
+    "seed": {"seed": 3},
+    "stop_token_ids": {"stop_token_ids": [5]},
+    "ignore_eos": {"ignore_eos": True},
+    "min_tokens": {"min_tokens": 2},
+    "top_k": {"top_k": 5},
+    "min_p": {"min_p": 0.1},
+    "presence_penalty": {"presence_penalty": 0.5},
+    "frequency_penalty": {"frequency_penalty": 0.5},
+    "repetition_penalty": {"repetition_penalty": 1.2},
+    "logit_bias": {"logit_bias": {5: 2.0}},
+    "logprobs": {"logprobs": 0},
+    "prompt_logprobs": {"prompt_logprobs": 1},
+    "structured_output": {"structured_output": inference_pb2.StructuredOutput(regex="(yes|no)")},
+}
+
+
+async def test_every_sampling_field_has_a_case() -> None:
+    assert set(EVERY_FIELD) == set(S.DESCRIPTOR.fields_by_name)
+
+
+@pytest.mark.parametrize("field", sorted(EVERY_FIELD))
+async def test_the_vllm_worker_takes_every_sampling_field(stub: Any, field: str) -> None:
+    s = S(**{"max_tokens": 6, **EVERY_FIELD[field]})
+    req = inference_pb2.GenerateRequest(prompt=PROMPT, sampling=s)
+    chunks = [c async for c in stub.Generate(req, timeout=120)]
+    assert chunks[-1].finish_reason in (
+        inference_pb2.FINISH_REASON_STOP,
+        inference_pb2.FINISH_REASON_LENGTH,
+    )

@@ -9,13 +9,21 @@ import json
 import typing
 from typing import Any
 
+import grpc
 import openai
 import pytest
 from frontendkit import MODEL, router, workers
 from openai.types import completion_create_params as completion_params
 from openai.types.chat import completion_create_params as chat_params
 
-from preheat.router.frontend.oai_params import CHAT, COMPLETIONS, Param
+from preheat.proto.preheat.v1 import inference_pb2
+from preheat.router.frontend.oai_params import (
+    CHAT,
+    COMPLETIONS,
+    VLLM_IGNORED,
+    Param,
+    vllm_unsupported,
+)
 from preheat.router.frontend.openai_schema import (
     BodyError,
     ChatBody,
@@ -251,3 +259,169 @@ async def test_the_router_answers_the_table_over_http() -> None:
             assert "'tool_choice'" in exc.value.message
         finally:
             await client.close()
+
+
+# What each engine does with every parameter. sim: the gRPC path (the table in oai_params):
+# honoured, or refused with a 400 naming it unless its value has no effect. vllm: the
+# passthrough to vLLM's own OpenAI layer: honoured (a field of vLLM's request model: applied,
+# or refused by vLLM with its own 400), or ignored (vLLM has no field for it and answers 200
+# without applying it, as `vllm serve` does; oai_params.VLLM_IGNORED, pinned against vLLM's
+# models in tests/vllm_tier/test_vllm_openai_fields.py).
+ENGINE_TABLE = """
+parameter               endpoints  sim       vllm
+model                   C L        honoured  honoured
+messages                C          honoured  honoured
+prompt                  L          honoured  honoured
+max_tokens              C L        honoured  honoured
+max_completion_tokens   C          honoured  honoured
+temperature             C L        honoured  honoured
+top_p                   C L        honoured  honoured
+seed                    C L        honoured  honoured
+stop                    C L        honoured  honoured
+stream                  C L        honoured  honoured
+stream_options          C L        honoured  honoured
+user                    C L        honoured  honoured
+prompt_cache_key        C          honoured  ignored
+metadata                C          honoured  ignored
+safety_identifier       C          honoured  ignored
+n                       C L        refused   honoured
+best_of                 L          refused   ignored
+frequency_penalty       C L        refused   honoured
+presence_penalty        C L        refused   honoured
+logit_bias              C L        refused   honoured
+logprobs                C L        refused   honoured
+top_logprobs            C          refused   honoured
+echo                    L          refused   honoured
+suffix                  L          refused   honoured
+tools                   C          refused   honoured
+tool_choice             C          refused   honoured
+parallel_tool_calls     C          refused   honoured
+functions               C          refused   ignored
+function_call           C          refused   ignored
+response_format         C          refused   honoured
+reasoning_effort        C          refused   honoured
+store                   C          refused   ignored
+service_tier            C          refused   ignored
+audio                   C          refused   ignored
+modalities              C          refused   ignored
+prediction              C          refused   ignored
+verbosity               C          refused   ignored
+web_search_options      C          refused   ignored
+moderation              C          refused   ignored
+prompt_cache_retention  C          refused   ignored
+prompt_cache_options    C          refused   ignored
+"""
+
+
+def _engine_rows() -> dict[str, tuple[set[str], str, str]]:
+    rows: dict[str, tuple[set[str], str, str]] = {}
+    for line in ENGINE_TABLE.strip().splitlines()[1:]:
+        name, *eps, sim, vllm = line.split()
+        rows[name] = ({"chat" if e == "C" else "completions" for e in eps}, sim, vllm)
+    return rows
+
+
+def test_the_engine_table_says_for_every_parameter_what_each_engine_does() -> None:
+    rows = _engine_rows()
+    tables = {"chat": CHAT, "completions": COMPLETIONS}
+    for endpoint, table in tables.items():
+        listed = {n for n, (eps, _, _) in rows.items() if endpoint in eps}
+        assert listed == set(table), endpoint  # every OpenAI parameter (see the test above)
+    for name, (eps, sim, vllm) in rows.items():
+        for endpoint in eps:
+            param = tables[endpoint][name]
+            assert sim == ("honoured" if param.honoured else "refused"), (name, endpoint)
+            ignored = name in VLLM_IGNORED[endpoint]
+            assert vllm == ("ignored" if ignored else "honoured"), (name, endpoint)
+
+
+def test_vllm_unsupported_names_what_vllm_would_ignore_at_a_value_with_effect() -> None:
+    body = {
+        "messages": [{"role": "user", "content": "x"}],
+        "store": True,
+        "modalities": ["text"],  # no effect
+        "prompt_cache_key": "c-1",  # the router applies it
+        "tools": [TOOL],  # vLLM applies it
+        "audio": {"voice": "alloy", "format": "wav"},
+    }
+    assert [n for n, _ in vllm_unsupported(CHAT, "chat", body)] == ["store", "audio"]
+    assert [n for n, _ in vllm_unsupported(COMPLETIONS, "completions", {"best_of": 2})] == [
+        "best_of"
+    ]
+    assert vllm_unsupported(COMPLETIONS, "completions", {"best_of": 1}) == []
+
+
+# Every gRPC SamplingParams field: what each engine does with it (sim: honoured, or refused
+# with INVALID_ARGUMENT naming `sampling.<field>` unless its value has no effect; vllm:
+# mapped onto vLLM's SamplingParams, tests/vllm_tier/test_vllm_sampling.py) and a value that
+# has an effect.
+GRPC_TABLE: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "max_tokens": ("honoured", "honoured", {"max_tokens": 3}),
+    "temperature": ("honoured", "honoured", {"temperature": 0.5}),
+    "top_p": ("honoured", "honoured", {"top_p": 0.5}),
+    "stop": ("honoured", "honoured", {"stop": ["zzz"]}),
+    "seed": ("honoured", "honoured", {"seed": 3}),
+    "stop_token_ids": ("honoured", "honoured", {"stop_token_ids": [5]}),
+    "ignore_eos": ("honoured", "honoured", {"ignore_eos": True}),
+    "min_tokens": ("honoured", "honoured", {"min_tokens": 2}),
+    "top_k": ("refused", "honoured", {"top_k": 5}),
+    "min_p": ("refused", "honoured", {"min_p": 0.1}),
+    "presence_penalty": ("refused", "honoured", {"presence_penalty": 0.5}),
+    "frequency_penalty": ("refused", "honoured", {"frequency_penalty": 0.5}),
+    "repetition_penalty": ("refused", "honoured", {"repetition_penalty": 1.2}),
+    "logit_bias": ("refused", "honoured", {"logit_bias": {5: 2.0}}),
+    "logprobs": ("refused", "honoured", {"logprobs": 0}),
+    "prompt_logprobs": ("refused", "honoured", {"prompt_logprobs": 1}),
+    "structured_output": (
+        "refused",
+        "honoured",
+        {"structured_output": inference_pb2.StructuredOutput(json_object=True)},
+    ),
+}
+
+
+def test_the_grpc_table_covers_every_sampling_field() -> None:
+    fields = set(inference_pb2.SamplingParams.DESCRIPTOR.fields_by_name)
+    assert set(GRPC_TABLE) == fields
+
+
+async def test_the_router_answers_the_grpc_table_with_the_sim_engine() -> None:
+    async with workers([{"id": "w-1"}]) as ws, router([w.endpoint for w in ws]) as r:
+        wrong: list[str] = []
+        for name, (sim, _, value) in GRPC_TABLE.items():
+            s = inference_pb2.SamplingParams(**{"max_tokens": 4, **value})
+            req = inference_pb2.GenerateRequest(prompt="hello there", sampling=s)
+            try:
+                chunks = await r.generate(req)
+                if sim != "honoured" or not chunks[-1].finish_reason:
+                    wrong.append(f"{name}: answered, expected {sim}")
+            except grpc.aio.AioRpcError as e:
+                named = f"sampling.{name}" in (e.details() or "")
+                if sim != "refused" or e.code() != grpc.StatusCode.INVALID_ARGUMENT or not named:
+                    wrong.append(f"{name}: {e.code().name} {e.details()!r}, expected {sim}")
+        assert not wrong, "\n".join(wrong)
+
+
+async def test_vllm_extensions_the_sim_honours_over_http() -> None:
+    async with workers([{"id": "w-1"}]) as ws, router([w.endpoint for w in ws]) as r:
+        base = {"prompt": "hello there", "max_tokens": 6, "seed": 2}
+        async with r.http.post(r.url + "/v1/completions", json=base) as resp:
+            free = (await resp.json())["choices"][0]["text"].split()
+        stop_id = int(free[2][1:], 16)  # the sim's token text is " w<id in hex>"
+        body = {**base, "stop_token_ids": [stop_id], "min_tokens": 0, "ignore_eos": True}
+        async with r.http.post(r.url + "/v1/completions", json=body) as resp:
+            assert resp.status == 200, await resp.text()
+            choice = (await resp.json())["choices"][0]
+        assert choice["finish_reason"] == "stop"
+        assert choice["text"].split() == free[: free.index(free[2])]
+        bad = {**base, "min_tokens": 7}
+        async with r.http.post(r.url + "/v1/completions", json=bad) as resp:
+            assert resp.status == 400
+            assert (
+                "sampling.min_tokens (7) must be at most max_tokens (6)"
+                in ((await resp.json())["error"]["message"])
+            )
+        async with r.http.post(r.url + "/v1/completions", json={**base, "top_k": 3}) as resp:
+            err = (await resp.json())["error"]
+            assert (resp.status, err["code"]) == (400, "unsupported_parameter")
+            assert "'top_k'" in err["message"]

@@ -13,8 +13,10 @@ is refused with a 400 naming each such parameter, never a silent 200.
   value is accepted, any other is refused.
 
 A body field that is neither an OpenAI parameter of that endpoint nor a Preheat extension
-(``session_id``, ``ttft_deadline_ms``, ``slo_class``) is refused too (vLLM's extensions
-such as ``top_k`` included), as OpenAI's own API refuses an unrecognized argument.
+(``session_id``, ``ttft_deadline_ms``, ``slo_class``) nor one of vLLM's extensions the sim
+engine honours (:data:`VLLM_EXTENSIONS`: ``stop_token_ids``, ``min_tokens``,
+``ignore_eos``) is refused too (vLLM's other extensions such as ``top_k`` included), as
+OpenAI's own API refuses an unrecognized argument.
 
 This table is the gRPC path's (sim workers): the router builds the engine's request itself,
 so what it does not carry cannot reach the engine. To workers that serve OpenAI HTTP (vLLM)
@@ -185,6 +187,60 @@ def _message_problems(messages: Any) -> list[tuple[str, str]]:
     return out
 
 
+# vLLM's extensions to OpenAI's parameters that the gRPC path carries (SamplingParams) and
+# the sim engine honours; every other one (top_k, min_p, repetition_penalty, ...) is refused
+# there as not a parameter of the endpoint
+VLLM_EXTENSIONS: dict[str, Param] = {
+    "stop_token_ids": _honoured("SamplingParams.stop_token_ids"),
+    "min_tokens": _honoured("SamplingParams.min_tokens"),
+    "ignore_eos": _honoured("SamplingParams.ignore_eos"),
+}
+
+VLLM_IGNORED: dict[str, frozenset[str]] = {
+    "chat": frozenset(
+        {
+            "audio",
+            "function_call",
+            "functions",
+            "metadata",
+            "modalities",
+            "moderation",
+            "prediction",
+            "prompt_cache_key",
+            "prompt_cache_options",
+            "prompt_cache_retention",
+            "safety_identifier",
+            "service_tier",
+            "store",
+            "verbosity",
+            "web_search_options",
+        }
+    ),
+    "completions": frozenset({"best_of"}),
+}
+"""The OpenAI parameters that vLLM's OpenAI layer (0.32.0, the passthrough's upstream) has no
+field for: ``vllm serve`` answers a body with them 200 and ignores them (its request models
+allow extra fields). ``tests/vllm_tier/test_vllm_openai_fields.py`` pins these sets against
+vLLM's request models; :func:`vllm_unsupported` names those of a body that would change
+something."""
+
+
+def vllm_unsupported(
+    table: Mapping[str, Param], endpoint: str, body: Mapping[str, Any]
+) -> list[tuple[str, str]]:
+    """(parameter, why) for every field of ``body`` that vLLM would ignore although its value
+    changes something (by ``table``'s no-op rules; one the router itself applies, such as
+    ``prompt_cache_key``, is not listed): what a passthrough must refuse rather than answer
+    with a silent 200."""
+    ignored = VLLM_IGNORED[endpoint]
+    out: list[tuple[str, str]] = []
+    for name, value in body.items():
+        param = table.get(name)
+        if name in ignored and param is not None and param.refuses(value, body):
+            out.append((name, "vLLM ignores it (" + param.note + ")"))
+    return out
+
+
 def unsupported(table: Mapping[str, Param], body: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(parameter, why) for every field of ``body`` that ``table`` does not honour at its
     value, in the body's order (a message's ``tool_calls``, ``function_call`` and ``audio``
@@ -195,7 +251,7 @@ def unsupported(table: Mapping[str, Param], body: Mapping[str, Any]) -> list[tup
     for name, value in body.items():
         if name in PREHEAT_EXTENSIONS:
             continue
-        param = table.get(name)
+        param = table.get(name) or VLLM_EXTENSIONS.get(name)
         if param is None:
             out.append((name, "not a parameter of this endpoint that the router knows"))
         elif param.refuses(value, body):

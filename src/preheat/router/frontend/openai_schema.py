@@ -57,6 +57,7 @@ RANGES: dict[str, str] = {
     "n": "1 (one choice per request)",
     "temperature": "a number in [0, 2]",
     "top_p": "a number in (0, 1]",
+    "min_tokens": f"an integer in [0, {U32_MAX}]",
 }
 
 MaxTokens = Annotated[int, Field(ge=1, le=U32_MAX)]
@@ -85,6 +86,10 @@ class _Body(BaseModel):
     slo_class: str | None = None
     # OpenAI's prefix-cache key: the session (cache affinity) when no session id is given
     prompt_cache_key: str | None = None
+    # vLLM's extensions that the gRPC path carries (oai_params.VLLM_EXTENSIONS)
+    stop_token_ids: list[Annotated[int, Field(ge=0, le=U32_MAX)]] | None = None
+    min_tokens: Annotated[int, Field(ge=0, le=U32_MAX)] | None = None
+    ignore_eos: bool | None = None
 
     @model_validator(mode="after")
     def _cache_key_session(self) -> _Body:
@@ -207,6 +212,9 @@ def to_generate_request(
         sampling.top_p = body.top_p
     if body.seed is not None:
         sampling.seed = body.seed
+    sampling.stop_token_ids.extend(body.stop_token_ids or ())
+    sampling.min_tokens = body.min_tokens or 0
+    sampling.ignore_eos = bool(body.ignore_eos)
     return inference_pb2.GenerateRequest(
         request_id=request_id,
         model=body.model,
