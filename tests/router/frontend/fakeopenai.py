@@ -66,9 +66,10 @@ WHOLE = {
 @dataclass
 class FakeOpenAI:
     """Modes, one per request in order (the last repeats): ``ok`` (an SSE stream or a JSON
-    body, as the request asks), ``error400`` (vLLM's error body), ``unavailable`` (503),
-    ``drop`` (closes the connection without an answer), ``break`` (two events, then the
-    connection breaks), ``hang`` (one event, then nothing until cancelled)."""
+    body, as the request asks), ``error400`` (vLLM's error body), ``error500``,
+    ``unavailable`` (503), ``drop`` (closes the connection without an answer), ``break``
+    (two events, then the connection breaks), ``hang`` (one event, then nothing until
+    cancelled)."""
 
     modes: list[str] = field(default_factory=lambda: ["ok"])
     bodies: list[bytes] = field(default_factory=list)
@@ -98,6 +99,8 @@ class FakeOpenAI:
                 }
             }
             return web.json_response(body, status=400, headers={"X-Fake": "1"})
+        if mode == "error500":
+            return web.json_response({"error": {"message": "boom", "code": 500}}, status=500)
         if mode == "unavailable":
             return web.json_response({"error": {"message": "draining"}}, status=503)
         if mode == "drop":

@@ -123,6 +123,21 @@ async def test_worker_error_status_and_body_pass_through_unchanged() -> None:
                     "code": 400,
                 }
             assert len(fake.bodies) == 2  # a refusal is not retried elsewhere
+            ep = r.server.store.snapshot()[0]
+            assert (ep.in_flight, ep.decoding) == (0, 0)
+
+
+async def test_worker_500_is_its_answer_not_retried() -> None:
+    async with fake_openai(["error500"]) as fake, workers([{"id": "w-1"}, {"id": "w-2"}]) as ws:
+        for w in ws:
+            serve_openai(w, fake.port)
+        async with router([w.endpoint for w in ws]) as r:
+            body = {"messages": [{"role": "user", "content": "x"}]}
+            async with r.http.post(r.url + CHAT, json=body) as resp:
+                assert resp.status == 500
+                assert await resp.json() == {"error": {"message": "boom", "code": 500}}
+            assert len(fake.bodies) == 1
+            assert all(e.in_flight == 0 for e in r.server.store.snapshot())
 
 
 @pytest.mark.parametrize("first", ["unavailable", "drop"])

@@ -20,7 +20,8 @@ template the worker's vLLM renders, from the model's tokenizer files:
   newline (or kept as ``[{"type": "text", "text": ...}]`` parts, a plain string included,
   when the template loops over a message's content: vLLM's "openai" content format), an
   assistant's ``tool_calls`` kept with their JSON ``arguments`` parsed to objects, a tool
-  message's ``tool_call_id``, ``name``; ``developer`` messages become ``system`` ones
+  message's ``tool_call_id``, ``name`` (parts that are not text, images or audio, are left
+  out: the ids are the text's); ``developer`` messages become ``system`` ones
   (merged into one first message) when the template does not name the ``developer`` role;
   tools as vLLM dumps them (``{"type": "function", "function": {"name", "description",
   "parameters"[, "strict"]}}``).
@@ -272,13 +273,9 @@ def _message(m: Any, openai_content: bool) -> dict[str, Any]:
     elif isinstance(content, str):
         parts = [content]
     elif isinstance(content, list):
-        parts = []
-        for p in content:
-            t = _text_of(p)
-            if t is None:
-                kind = p.get("type") if isinstance(p, Mapping) else type(p).__name__
-                raise TemplateError(f"content part of type {kind!r} is not text")
-            parts.append(t)
+        # parts that are not text (images, audio) are left out: the router routes on the
+        # text's ids, and whether the model takes such a part is the engine's to judge
+        parts = [t for p in content if (t := _text_of(p)) is not None]
     else:
         raise TemplateError("a message's content must be a string, a list of parts, or null")
     out: dict[str, Any] = {"role": role}

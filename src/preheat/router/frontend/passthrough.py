@@ -26,7 +26,7 @@ the router's word on the tenant, never the client's). Bookkeeping is the gRPC pa
 the first one (the first token), and the one that carries ``usage`` (cached tokens).
 
 Failures: before anything reached the client (connect refused, a 503 from a draining or
-standby worker, a 5xx, no first event within ``first_token_timeout_s``, a broken
+standby worker, a 502 or 504, no first event within ``first_token_timeout_s``, a broken
 non-streaming answer) the request goes to the next-best endpoint, as on the gRPC path. Once
 events flowed, a broken upstream ends the client's stream with an error event and
 ``data: [DONE]`` (as vLLM ends a failed stream), never a silent truncation; events are
@@ -81,7 +81,9 @@ from preheat.wire.coalesce import CoalesceConfig
 log = logging.getLogger("preheat.router")
 perf_counter = time.perf_counter
 
-RETRY_STATUSES = frozenset({500, 502, 503, 504})  # the worker could not take it: next one
+# the worker could not take it (a draining or standby worker's 503, a gateway's 502/504):
+# the next endpoint; a 500 is the worker's answer to this request and is passed on
+RETRY_STATUSES = frozenset({502, 503, 504})
 MAX_ERROR_BODY = 1 << 20  # a worker's error body is passed on up to this
 MAX_WHOLE_BODY = 256 << 20  # a non-streaming answer (logprobs can be large)
 DONE = b"data: [DONE]\n\n"
@@ -194,12 +196,8 @@ class PromptIds:
         cfm = cfm if continue_final_message is None else continue_final_message
         kwargs = data.get("chat_template_kwargs")
         template = self.template
-        if template is None:
-            try:
-                parsed = [ChatMessage.model_validate(m) for m in messages]
-            except ValueError as e:
-                raise BodyError(f"invalid request: messages: {e}", "messages") from None
-            return flatten_chat(parsed, generation_prompt=bool(agp))
+        if template is None:  # no template (the sim tokenizer): the gRPC path's lines
+            return flatten_chat([_plain_message(m) for m in messages], generation_prompt=bool(agp))
         try:
             return template.render(
                 messages,
@@ -238,6 +236,23 @@ class PromptIds:
         if len(ids) > limit:
             raise TooManyTokens(len(ids), limit)
         return ids
+
+
+def _plain_message(m: Any) -> ChatMessage:
+    """A message for the role-tagged lines: its role and text parts (for routing only: what
+    it cannot read is left to the engine to judge)."""
+    if not isinstance(m, dict):
+        return ChatMessage(role="user", content="")
+    role = m.get("role") if m.get("role") in _ROLES else "user"
+    content = m.get("content")
+    if isinstance(content, list):
+        content = "".join(
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
+    return ChatMessage(role=role, content=content if isinstance(content, str) else "")
+
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 
 def _load_template(tokenizer: PromptTokenizer) -> ChatTemplate | None:
@@ -425,6 +440,7 @@ class Passthrough:
                 d.metrics.overhead.observe(st.routed_at - prep.received_pc)
                 d._log_routed(prep, decision, st.attempts)
                 d.store.request_started(ep.id)
+                settled = False  # the endpoint's in-flight count was given back
                 try:
                     if stream:
                         resp = await self._stream(request, prep, body, path, ep, st, att, deadline)
@@ -437,10 +453,9 @@ class Passthrough:
                         d._on_done(prep, st, ep, decision)
                     else:
                         outcome = Outcome.INVALID if resp.status < 500 else Outcome.ERROR
-                    if not att.first:
-                        d.store.request_finished(ep.id)
                     return resp
                 except _Retry as e:
+                    settled = True
                     if e.failed:
                         d.store.request_failed(ep.id)
                     else:
@@ -466,13 +481,13 @@ class Passthrough:
                 finally:
                     if att.first:
                         d.store.request_done(ep.id)
+                    elif not settled:  # answered, refused, failed or cancelled before a token
+                        d.store.request_finished(ep.id)
         except PreheatError as e:
             outcome = Outcome.of_error(e.code)
             raise
         except (asyncio.CancelledError, ConnectionError):
             outcome = Outcome.CANCELLED
-            if ep is not None and not att.first:
-                d.store.request_finished(ep.id)
             raise
         finally:
             d._in_flight -= 1
