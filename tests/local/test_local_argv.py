@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 
 from preheat.api.poolfile import parse_pool
-from preheat.local.runtime import local_config, worker_argv
+from preheat.local.runtime import local_config, router_tokenizer_args, worker_argv
 
 POOL = {
     "apiVersion": "preheat.dev/v1alpha1",
@@ -80,3 +80,18 @@ def test_a_hostpath_model_is_read_in_place():
     pool = copy.deepcopy(POOL)
     pool["spec"]["model"]["source"] = "hostpath:///models/tiny"  # type: ignore[index]
     assert _flag(_argv(pool, "vllm"), "--model") == "/models/tiny"
+
+
+def test_a_vllm_pools_router_gets_the_models_tokenizer():
+    """The router of a vLLM pool with a local model routes on that model's tokenizer (and
+    chat template), so its prefix hashes are the engine's; sim pools keep the router's
+    ``sim`` tokenizer, and a ``--tokenizer`` of the user's wins."""
+    local = copy.deepcopy(POOL)
+    local["spec"]["model"]["source"] = "hostpath:///models/tiny"  # type: ignore[index]
+    vllm = local_config(parse_pool(local, "p.yaml").config, "vllm")
+    assert router_tokenizer_args(vllm, ()) == ["--tokenizer", "hf:/models/tiny"]
+    assert router_tokenizer_args(vllm, ("--tokenizer", "sim")) == []
+    sim = local_config(parse_pool(local, "p.yaml").config, "sim")
+    assert router_tokenizer_args(sim, ()) == []
+    hub = local_config(parse_pool(POOL, "p.yaml").config, "vllm")  # no local folder
+    assert router_tokenizer_args(hub, ()) == []

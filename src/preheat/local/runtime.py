@@ -34,7 +34,7 @@ import secrets
 import signal
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -612,6 +612,7 @@ class LocalPool:
             "json",
             "--drain-grace-s",
             f"{self.options.drain_grace_s + ROUTER_DRAIN_MARGIN_S:g}",
+            *router_tokenizer_args(self.config, self.options.router_args),
             *self.options.router_args,
         )
         self.router = await spawn(
@@ -929,6 +930,20 @@ def worker_argv(
         name,
         *extra,
     )
+
+
+def router_tokenizer_args(config: PoolConfig, router_args: Sequence[str]) -> list[str]:
+    """``--tokenizer hf:PATH`` for the router of a vLLM pool whose model is a local folder
+    (hostPath): the router then routes on the ids vLLM sees (the model's tokenizer, its chat
+    template for chat), so its prefix hashes are the engine's. Nothing when ``router_args``
+    name a tokenizer, for the sim engine (the router's default ``sim`` is its tokenizer), or
+    for a model that is not a local folder."""
+    if "--tokenizer" in router_args or config.engine.kind != "vllm":
+        return []
+    src = config.model.source
+    if src.kind != "hostPath" or not src.path:
+        return []
+    return ["--tokenizer", f"hf:{src.path}"]
 
 
 def _without(args: list[str], flags: tuple[str, ...]) -> list[str]:
