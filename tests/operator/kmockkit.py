@@ -451,9 +451,9 @@ class OperatorProcess:
     operator's loop after it stopped are recorded in ``leaked`` (the fixture fails on them).
     """
 
-    def __init__(self, namespace: str = NAMESPACE, build: Any = None):
+    def __init__(self, namespace: str = NAMESPACE, build: Any = None, autoscaler: Any = None):
         from preheat.core.manifests import BuildOptions
-        from preheat.operator.main import OperatorOptions
+        from preheat.operator.options import AutoscalerOptions, OperatorOptions
 
         self.options = OperatorOptions(
             build=build or BuildOptions(),
@@ -462,6 +462,7 @@ class OperatorProcess:
             standalone=True,
             health_port=0,
             kubeconfig=os.environ["KUBECONFIG"],
+            autoscaler=autoscaler or AutoscalerOptions(),
         )
         self.stop_flag = threading.Event()
         self.ready = threading.Event()

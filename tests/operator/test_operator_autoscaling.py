@@ -1,7 +1,8 @@
 """The autoscaler daemon in the real operator, against kmock, with a fake metric source.
 
-The source is injected with :func:`preheat.operator.autoscaling.configure` (read when the
-operator starts): a factory returning :class:`FakeSource`, whose answer the test sets.
+The source is injected through the operator's options (``OperatorOptions.autoscaler``,
+passed to the handlers in ``memo``): a factory returning :class:`FakeSource`, whose answer
+the test sets.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from kmockkit import (
 from preheat.autoscaler.source import SignalQuery
 from preheat.core.autoscaling import Signals, SignalValue
 from preheat.core.pool import Signal
-from preheat.operator import autoscaling
+from preheat.operator.options import AutoscalerOptions
 
 NAME = "sim-auto"
 
@@ -67,16 +68,13 @@ def source_fixture() -> FakeSource:
 
 @pytest.fixture(name="operator")
 async def operator_fixture(kube: PreheatKube, source: FakeSource) -> AsyncIterator[OperatorProcess]:
-    autoscaling.configure(
-        autoscaling.AutoscalerOptions(interval_s=0.2, source_factory=lambda _target: source)
-    )
-    op = OperatorProcess()
+    options = AutoscalerOptions(interval_s=0.2, source_factory=lambda _target: source)
+    op = OperatorProcess(autoscaler=options)
     try:
         await op.start()
         yield op
     finally:
         await op.stop()
-        autoscaling.configure(None)
 
 
 def pool(**autoscaling_spec: Any) -> dict[str, Any]:
@@ -200,7 +198,7 @@ async def test_manual_scale_is_honoured_until_a_decision_changes_size(
 
 def test_prometheus_options_from_the_environment_fill_the_pool_in() -> None:
     from preheat.autoscaler.prometheus import PrometheusSource
-    from preheat.operator.autoscaling import AutoscalerOptions, PoolTarget
+    from preheat.operator.options import PoolTarget
 
     options = AutoscalerOptions.from_env(
         {

@@ -52,7 +52,7 @@ from preheat.core.manifests import (
     read_control_secret,
 )
 from preheat.engine.sim import SimConfig, SimEngine
-from preheat.operator.handlers import ANNOTATION_CONTROL_PORT
+from preheat.operator.reconciler import ANNOTATION_CONTROL_PORT
 from preheat.process.ports import ReservedPort
 from preheat.worker.server import WorkerConfig, WorkerServer
 

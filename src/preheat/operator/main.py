@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +29,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.manifests import DEFAULT_GPU_TYPES, BuildOptions
+from preheat.operator.autoscaling import Autoscaler
 from preheat.operator.kube import Kube
-from preheat.operator.metrics import Metrics
+from preheat.operator.metrics import AutoscalerMetrics, Metrics
+from preheat.operator.options import OperatorOptions
+from preheat.operator.reconciler import Reconciler
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging
 from preheat.wire.tokens import TokenError, read_token
 
@@ -51,20 +54,6 @@ _CONFIG_KEYS = frozenset(
 class OperatorConfigError(PreheatError):
     def __init__(self, message: str):
         super().__init__(ErrorCode.INVALID_ARGUMENT, message)
-
-
-@dataclass(frozen=True)
-class OperatorOptions:
-    """Everything ``preheat operator`` runs with (flags over the config file)."""
-
-    build: BuildOptions = field(default_factory=BuildOptions)
-    namespaces: tuple[str, ...] = ()  # () = the whole cluster
-    service_monitor: str = "auto"  # auto | true | false
-    standalone: bool = False
-    health_port: int = 8080  # 0 = no health/metrics server (tests)
-    kubeconfig: str | None = None
-    # the workers' cache token (WatchCache), put in every pool's control Secret; "" = none
-    cache_token: str = field(default="", repr=False)
 
 
 def parse_config(doc: Mapping[str, Any]) -> tuple[BuildOptions, tuple[str, ...], str]:
@@ -107,6 +96,18 @@ def load_build_options(path: str) -> BuildOptions:
     if not path:
         return BuildOptions()
     return parse_config(yaml.safe_load(Path(path).read_text()) or {})[0]
+
+
+def options_from_env(env: Mapping[str, str]) -> OperatorOptions:
+    """The options under ``kopf run -m preheat.operator.handlers``: the config file
+    (``PREHEAT_OPERATOR_CONFIG``), the cache token (``PREHEAT_WORKER_CACHE_TOKEN_FILE`` or
+    ``PREHEAT_CACHE_TOKEN``) and the rest of :meth:`OperatorOptions.with_env`."""
+    return OperatorOptions(
+        build=load_build_options(env.get("PREHEAT_OPERATOR_CONFIG", "")),
+        cache_token=read_token(
+            env.get("PREHEAT_WORKER_CACHE_TOKEN_FILE", ""), "PREHEAT_CACHE_TOKEN"
+        ),
+    ).with_env(env)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -167,7 +168,22 @@ def options_from_args(args: argparse.Namespace) -> OperatorOptions:
         health_port=int(args.health_port),
         kubeconfig=args.kubeconfig,
         cache_token=read_token(args.worker_cache_token_file, "PREHEAT_CACHE_TOKEN"),
+    ).with_env(os.environ)
+
+
+def services(
+    options: OperatorOptions, kube: Kube, metrics: Metrics | None = None
+) -> tuple[Reconciler, Autoscaler]:
+    """The reconcile service and the autoscaler the handlers share (``memo``)."""
+    reconciler = Reconciler(
+        kube=kube,
+        build=options.build,
+        metrics=metrics or Metrics(),
+        cache_token=options.cache_token,
+        worker_timeout_s=options.worker_timeout_s,
     )
+    autoscaler = Autoscaler(options.autoscaler, AutoscalerMetrics(reconciler.metrics.registry))
+    return reconciler, autoscaler
 
 
 async def _health_app(metrics: Metrics, ready: asyncio.Event, port: int) -> web.AppRunner | None:
@@ -200,7 +216,7 @@ async def serve(
     metrics: Metrics | None = None,
 ) -> None:
     """Run the operator until ``stop_flag`` is set (or a signal arrives)."""
-    from preheat.operator.handlers import Runtime  # registers the handlers with kopf
+    from preheat.operator import handlers  # noqa: F401  (registers the handlers with kopf)
 
     metrics = metrics or Metrics()
     ready = ready_flag or asyncio.Event()
@@ -208,7 +224,8 @@ async def serve(
     build = options.build
     if options.service_monitor == "auto":
         build = replace(build, service_monitor=await kube.has_api("monitoring.coreos.com/v1"))
-    runtime = Runtime(kube=kube, build=build, metrics=metrics, cache_token=options.cache_token)
+    options = replace(options, build=build)
+    reconciler, autoscaler = services(options, kube, metrics)
     site = await _health_app(metrics, ready, options.health_port)
     log.info(
         "operator_starting",
@@ -223,7 +240,7 @@ async def serve(
             standalone=options.standalone,
             namespaces=list(options.namespaces),
             clusterwide=not options.namespaces,
-            memo=kopf.Memo(runtime=runtime),
+            memo=kopf.Memo(options=options, reconciler=reconciler, autoscaler=autoscaler),
             stop_flag=stop_flag,
             ready_flag=ready,
         )
@@ -236,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_format, level=args.log_level.upper(), component="operator")
     try:
         options = options_from_args(args)
-    except (OperatorConfigError, OSError, yaml.YAMLError, TokenError) as e:
+    except (OperatorConfigError, OSError, yaml.YAMLError, TokenError, ValueError) as e:
         log.error("bad_configuration", extra=fields(error=str(e)))
         return 2
     asyncio.run(serve(options))

@@ -13,6 +13,7 @@ from typing import Any
 
 from preheat.core.autoscaling import Signals
 from preheat.core.control import ControlState, Observation, RolePlan, step
+from preheat.core.manifests import HTTP_PORT
 from preheat.core.pool import PoolConfig
 from preheat.operator.status import observe_pod
 
@@ -35,4 +36,20 @@ def role_plan(config: PoolConfig, pods: Sequence[Mapping[str, Any]]) -> RolePlan
     return step(observation(config, pods), ControlState())[1]
 
 
-__all__ = ["observation", "role_plan"]
+def ready_targets(pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``http://ip:port`` of every ready, not terminating worker pod (its ``http`` port)."""
+    out = []
+    for pod in pods:
+        seen, ip = observe_pod(pod), (pod.get("status") or {}).get("podIP")
+        if not seen.ready or seen.terminating or not ip:
+            continue
+        port = HTTP_PORT  # the last container port named http, as the Service's targetPort
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            for p in c.get("ports") or []:
+                if p.get("name") == "http" and p.get("containerPort"):
+                    port = int(p["containerPort"])
+        out.append(f"http://{ip}:{port}")
+    return sorted(out)
+
+
+__all__ = ["observation", "ready_targets", "role_plan"]

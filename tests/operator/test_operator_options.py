@@ -1,0 +1,41 @@
+"""The operator's one options object: the environment is read when asked, never at import."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from preheat.operator.options import DEFAULT_SELECTOR, OperatorOptions
+
+
+def test_with_env_sets_the_periods_and_the_autoscaler() -> None:
+    options = OperatorOptions().with_env(
+        {
+            "PREHEAT_OPERATOR_RESYNC_S": "7",
+            "PREHEAT_OPERATOR_WORKER_TIMEOUT_S": "2.5",
+            "PREHEAT_AUTOSCALER_INTERVAL_S": "3",
+            "PREHEAT_PROMETHEUS_URL": "http://prometheus:9090",
+        }
+    )
+    assert (options.resync_s, options.worker_timeout_s) == (7.0, 2.5)
+    assert options.autoscaler.interval_s == 3.0
+    assert options.autoscaler.prometheus_url == "http://prometheus:9090"
+    assert options.autoscaler.prometheus_selector == DEFAULT_SELECTOR
+    defaults = OperatorOptions().with_env({})
+    assert (defaults.resync_s, defaults.worker_timeout_s) == (60.0, 5.0)
+
+
+def test_importing_the_handlers_reads_no_environment() -> None:
+    """A bad value in the environment fails where the options are built, not at import
+    (a fresh interpreter: the handlers register themselves with kopf once per process)."""
+    from preheat.operator.main import options_from_env
+
+    env = {**os.environ, "PREHEAT_OPERATOR_RESYNC_S": "not a number"}
+    code = "import preheat.operator.handlers, preheat.operator.main"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    with pytest.raises(ValueError, match="PREHEAT_OPERATOR_RESYNC_S must be a number"):
+        options_from_env({"PREHEAT_OPERATOR_RESYNC_S": "not a number"})
