@@ -69,7 +69,9 @@ class FakeOpenAI:
     body, as the request asks), ``error400`` (vLLM's error body), ``error500``,
     ``unavailable`` (503), ``drop`` (closes the connection without an answer), ``break``
     (two events, then the connection breaks), ``hang`` (one event, then nothing until
-    cancelled)."""
+    cancelled), ``abort`` (one event, then vLLM's ``finish_reason: "abort"`` chunk and
+    ``[DONE]``; a JSON body with that finish reason), ``abort_first`` (the abort chunk
+    first)."""
 
     modes: list[str] = field(default_factory=lambda: ["ok"])
     bodies: list[bytes] = field(default_factory=list)
@@ -109,11 +111,18 @@ class FakeOpenAI:
             raise asyncio.CancelledError
         data = json.loads(raw)
         if not data.get("stream"):
+            if mode.startswith("abort"):
+                choice = {**WHOLE["choices"][0], "finish_reason": "abort"}  # type: ignore[index]
+                return web.json_response({**WHOLE, "choices": [choice]})
             return web.json_response(WHOLE)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         include = bool((data.get("stream_options") or {}).get("include_usage"))
         events = stream_events(include)
+        if mode == "abort":
+            events = [events[0], event(chunk("", finish="abort")), events[-1]]
+        elif mode == "abort_first":
+            events = [event(chunk("", finish="abort")), events[-1]]
         self.sent = []
         try:
             if mode == "break":

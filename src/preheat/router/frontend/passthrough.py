@@ -30,7 +30,10 @@ standby worker, a 502 or 504, no first event within ``first_token_timeout_s``, a
 non-streaming answer) the request goes to the next-best endpoint, as on the gRPC path. Once
 events flowed, a broken upstream ends the client's stream with an error event and
 ``data: [DONE]`` (as vLLM ends a failed stream), never a silent truncation; events are
-forwarded whole, so the error event never lands inside a half-written one. A client that
+forwarded whole, so the error event never lands inside a half-written one. A
+``finish_reason`` that is not OpenAI's (vLLM's ``"abort"``: a draining worker's engine
+aborted the request) is such a failure too (:mod:`.finish_reasons`): retried when nothing
+was passed on yet, else the events before it and then the error event. A client that
 disconnects cancels its handler, which closes the upstream connection: vLLM aborts the
 request. Streaming is back-pressured (the next upstream read waits for the client's
 write); with ``--coalesce-tokens N`` above 1, events after the first are merged into one
@@ -60,6 +63,7 @@ from preheat.proto.preheat.v1 import inference_pb2
 from preheat.router.frontend.chat_template import ChatTemplate, TemplateError
 from preheat.router.frontend.dispatch import Dispatcher, Prepared, StreamStats
 from preheat.router.frontend.errors import openai_error
+from preheat.router.frontend.finish_reasons import aborted_message, foreign_finish
 from preheat.router.frontend.metrics import Outcome
 from preheat.router.frontend.openai_schema import (
     DEFAULT_CHAT_MAX_TOKENS,
@@ -547,6 +551,8 @@ class Passthrough:
         finally:
             resp.close()
         if resp.status == 200:
+            if (bad := foreign_finish(data)) is not None:
+                raise _Retry(aborted_message(bad[1]))
             _read_usage(data, st)
         return web.Response(
             status=resp.status,
@@ -590,6 +596,11 @@ class Passthrough:
                 raise _Retry(f"no first event within {ft:g}s (first-token timeout)") from None
             except aiohttp.ClientError as e:
                 raise _Retry(f"the stream broke before its first event ({e})") from None
+            ended: str | None = None  # a foreign finish_reason ends it: the error event
+            if (bad := foreign_finish(buf[: end + 2])) is not None:
+                if bad[0] == 0:  # nothing to pass on: the next endpoint
+                    raise _Retry(aborted_message(bad[1]))
+                end, ended = bad[0] - 2, aborted_message(bad[1])
             out = web.StreamResponse(
                 status=200,
                 headers={
@@ -611,7 +622,9 @@ class Passthrough:
                 if is_token:
                     att.first = True
                     d._on_first_token(prep, st, ep, decision, now)
-            att.broken = await self._pump(out, content, buf, ready, st, ep, decision, deadline)
+            att.broken = await self._pump(
+                out, content, buf, ready, st, ep, decision, deadline, ended
+            )
             return out
         finally:
             resp.close()
@@ -626,19 +639,22 @@ class Passthrough:
         ep: Endpoint,
         decision: Decision,
         deadline: float | None,
+        ended: str | None = None,
     ) -> bool:
-        """Forwards whole events until the upstream's ``[DONE]``; a broken upstream, or the
-        request's deadline (``--request-timeout-s``), ends the client's stream with an error
-        event (and returns True)."""
+        """Forwards whole events until the upstream's ``[DONE]``; a broken upstream, an event
+        with a finish_reason that is not OpenAI's (``ended``: seen already), or the request's
+        deadline (``--request-timeout-s``), ends the client's stream with an error event (and
+        returns True)."""
         itl = self.dispatcher.metrics.itl.labels(ep.pool, decision.reason)
         events = sent.count(b"\n\n")
         if _USAGE in sent:
             _read_usage_events(sent, st)
         tail = sent[-len(DONE) :]
-        error: str | None = None
+        error: str | None = ended
         try:
-            async with asyncio.timeout_at(deadline):
-                tail, events = await self._forward(out, content, buf, tail, events, st, itl)
+            if error is None:
+                async with asyncio.timeout_at(deadline):
+                    tail, events = await self._forward(out, content, buf, tail, events, st, itl)
         except _Broken as e:
             error = str(e)
         except TimeoutError:
@@ -694,6 +710,14 @@ class Passthrough:
             if chunk:
                 buf += chunk
                 end = buf.rfind(b"\n\n")
+                if end >= 0 and (bad := foreign_finish(buf[: end + 2])) is not None:
+                    # pass on the events before it, then the error event
+                    end, buf, broken, chunk = (
+                        bad[0] - 2,
+                        buf[: bad[0]],
+                        aborted_message(bad[1]),
+                        b"",
+                    )
                 if end >= 0:
                     ready, buf = buf[: end + 2], buf[end + 2 :]
                     n = ready.count(b"\n\n")
