@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from preheat.operator.options import DEFAULT_SELECTOR, OperatorOptions
+from preheat.operator.options import DEFAULT_SELECTOR, OperatorOptions, options_from_env
 
 
 def test_with_env_sets_the_periods_and_the_autoscaler() -> None:
@@ -31,8 +31,6 @@ def test_with_env_sets_the_periods_and_the_autoscaler() -> None:
 def test_importing_the_handlers_reads_no_environment() -> None:
     """A bad value in the environment fails where the options are built, not at import
     (a fresh interpreter: the handlers register themselves with kopf once per process)."""
-    from preheat.operator.main import options_from_env
-
     env = {**os.environ, "PREHEAT_OPERATOR_RESYNC_S": "not a number"}
     code = "import preheat.operator.handlers, preheat.operator.main"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)

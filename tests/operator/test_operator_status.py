@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from preheat.operator.kube import merge_patch
-from preheat.operator.main import OperatorConfigError, parse_config
+from preheat.operator.options import OperatorConfigError, parse_config
 from preheat.operator.status import ObservedPod, compute_status, observe_pod, status_changed
 
 NOW = "2026-11-22T00:00:00Z"

@@ -34,8 +34,9 @@ from preheat.core.manifests import GROUP, KIND, LABEL_NAME, LABEL_POOL, PLURAL, 
 from preheat.operator.autoscaling import Autoscaler, PoolLoop
 from preheat.operator.indexes import PodsIndex, PoolsIndex, nap, plain, pods_of
 from preheat.operator.kube import Kube
-from preheat.operator.options import OperatorOptions
+from preheat.operator.options import OperatorOptions, options_from_env
 from preheat.operator.reconciler import PoolKey, Reconciler
+from preheat.operator.services import services
 from preheat.operator.workers import WorkerUnavailable
 
 log = logging.getLogger(__name__)
@@ -56,8 +57,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 30
     if getattr(memo, "reconciler", None) is None:  # kopf run -m preheat.operator.handlers
-        from preheat.operator.main import options_from_env, services
-
         memo.options = options_from_env(os.environ)
         memo.reconciler, memo.autoscaler = services(memo.options, await Kube.connect())
 

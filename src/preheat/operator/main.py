@@ -1,13 +1,7 @@
-"""``preheat operator``: flags, the config file, the health/metrics server, and kopf.
+"""``preheat operator``: flags, the health/metrics server, and kopf.
 
-The config file (``--config``, the Helm chart's ConfigMap) holds cluster-wide settings::
-
-    workerImage: preheat-worker:0.1.0
-    watchNamespaces: [serving]          # [] = the whole cluster
-    gpuTypes: {nvidia-h100: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}}
-    drainGraceSeconds: 30
-    preStopSleepSeconds: 5
-    workerServiceMonitor: "auto"        # auto (when monitoring.coreos.com/v1 exists), true, false
+The config file (``--config``, the Helm chart's ConfigMap) and the environment are read by
+:mod:`preheat.operator.options` into one :class:`~preheat.operator.options.OperatorOptions`.
 """
 
 from __future__ import annotations
@@ -17,97 +11,28 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import kopf
 import yaml
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from preheat.core.errors import ErrorCode, PreheatError
-from preheat.core.manifests import DEFAULT_GPU_TYPES, BuildOptions
-from preheat.operator.autoscaling import Autoscaler
+from preheat.core.manifests import BuildOptions
 from preheat.operator.kube import Kube
-from preheat.operator.metrics import AutoscalerMetrics, Metrics
-from preheat.operator.options import OperatorOptions
-from preheat.operator.reconciler import Reconciler
+from preheat.operator.metrics import Metrics
+from preheat.operator.options import (
+    OperatorConfigError,
+    OperatorOptions,
+    parse_config,
+)
+from preheat.operator.services import services
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging
 from preheat.wire.tokens import TokenError, read_token
 
 log = logging.getLogger("preheat.operator")
-
-_CONFIG_KEYS = frozenset(
-    {
-        "workerImage",
-        "watchNamespaces",
-        "gpuTypes",
-        "drainGraceSeconds",
-        "preStopSleepSeconds",
-        "workerServiceMonitor",
-    }
-)
-
-
-class OperatorConfigError(PreheatError):
-    def __init__(self, message: str):
-        super().__init__(ErrorCode.INVALID_ARGUMENT, message)
-
-
-def parse_config(doc: Mapping[str, Any]) -> tuple[BuildOptions, tuple[str, ...], str]:
-    """(BuildOptions, watchNamespaces, workerServiceMonitor) from the config file's mapping."""
-    problems = [f"unknown key {k!r}" for k in doc if k not in _CONFIG_KEYS]
-    gpu_types = doc.get("gpuTypes", DEFAULT_GPU_TYPES)
-    if not isinstance(gpu_types, Mapping) or not all(
-        isinstance(v, Mapping) for v in gpu_types.values()
-    ):
-        problems.append("gpuTypes must map a type name to a node selector (a mapping)")
-        gpu_types = DEFAULT_GPU_TYPES
-    namespaces = doc.get("watchNamespaces") or []
-    if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
-        problems.append("watchNamespaces must be a list of names")
-        namespaces = []
-    monitor = str(doc.get("workerServiceMonitor", "auto")).lower()
-    if monitor not in ("auto", "true", "false"):
-        problems.append(f"workerServiceMonitor must be auto, true or false, got {monitor!r}")
-    ints: dict[str, int] = {}
-    for key, default in (("drainGraceSeconds", 30), ("preStopSleepSeconds", 5)):
-        value = doc.get(key, default)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            problems.append(f"{key} must be a whole number of seconds >= 0, got {value!r}")
-            value = default
-        ints[key] = value
-    if problems:
-        raise OperatorConfigError("operator config: " + "; ".join(problems))
-    build = BuildOptions(
-        worker_image=str(doc.get("workerImage") or BuildOptions().worker_image),
-        gpu_types={str(k): {str(a): str(b) for a, b in v.items()} for k, v in gpu_types.items()},
-        service_monitor=monitor == "true",
-        drain_grace_s=ints["drainGraceSeconds"],
-        pre_stop_sleep_s=ints["preStopSleepSeconds"],
-    )
-    return build, tuple(namespaces), monitor
-
-
-def load_build_options(path: str) -> BuildOptions:
-    """BuildOptions from a config file ("" = the defaults)."""
-    if not path:
-        return BuildOptions()
-    return parse_config(yaml.safe_load(Path(path).read_text()) or {})[0]
-
-
-def options_from_env(env: Mapping[str, str]) -> OperatorOptions:
-    """The options under ``kopf run -m preheat.operator.handlers``: the config file
-    (``PREHEAT_OPERATOR_CONFIG``), the cache token (``PREHEAT_WORKER_CACHE_TOKEN_FILE`` or
-    ``PREHEAT_CACHE_TOKEN``) and the rest of :meth:`OperatorOptions.with_env`."""
-    return OperatorOptions(
-        build=load_build_options(env.get("PREHEAT_OPERATOR_CONFIG", "")),
-        cache_token=read_token(
-            env.get("PREHEAT_WORKER_CACHE_TOKEN_FILE", ""), "PREHEAT_CACHE_TOKEN"
-        ),
-    ).with_env(env)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -169,21 +94,6 @@ def options_from_args(args: argparse.Namespace) -> OperatorOptions:
         kubeconfig=args.kubeconfig,
         cache_token=read_token(args.worker_cache_token_file, "PREHEAT_CACHE_TOKEN"),
     ).with_env(os.environ)
-
-
-def services(
-    options: OperatorOptions, kube: Kube, metrics: Metrics | None = None
-) -> tuple[Reconciler, Autoscaler]:
-    """The reconcile service and the autoscaler the handlers share (``memo``)."""
-    reconciler = Reconciler(
-        kube=kube,
-        build=options.build,
-        metrics=metrics or Metrics(),
-        cache_token=options.cache_token,
-        worker_timeout_s=options.worker_timeout_s,
-    )
-    autoscaler = Autoscaler(options.autoscaler, AutoscalerMetrics(reconciler.metrics.registry))
-    return reconciler, autoscaler
 
 
 async def _health_app(metrics: Metrics, ready: asyncio.Event, port: int) -> web.AppRunner | None:

@@ -1,6 +1,16 @@
 """Everything the operator runs with, in one object built once (``preheat operator``'s
 ``main``, or the startup handler under ``kopf run``) and passed to the handlers through
-``memo.options``. Nothing here reads the environment at import: :meth:`from_env` is called.
+``memo.options``. Nothing here reads the environment at import: :func:`options_from_env`
+and :meth:`OperatorOptions.with_env` are called.
+
+The config file (``--config``, the Helm chart's ConfigMap) holds cluster-wide settings::
+
+    workerImage: preheat-worker:0.1.0
+    watchNamespaces: [serving]          # [] = the whole cluster
+    gpuTypes: {nvidia-h100: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}}
+    drainGraceSeconds: 30
+    preStopSleepSeconds: 5
+    workerServiceMonitor: "auto"        # auto (when monitoring.coreos.com/v1 exists), true, false
 
 Environment (for ``kopf run -m preheat.operator.handlers`` and the chart):
 ``PREHEAT_OPERATOR_RESYNC_S`` (resync period, s), ``PREHEAT_OPERATOR_WORKER_TIMEOUT_S``
@@ -15,12 +25,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 from preheat.autoscaler.prometheus import PrometheusSource
 from preheat.autoscaler.scrape import DirectScrapeSource
 from preheat.autoscaler.source import MetricSource
 from preheat.core.autoscaling import PolicyTuning
-from preheat.core.manifests import BuildOptions
+from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.manifests import DEFAULT_GPU_TYPES, BuildOptions
+from preheat.wire.tokens import read_token
 
 ENV_RESYNC_S = "PREHEAT_OPERATOR_RESYNC_S"
 ENV_WORKER_TIMEOUT_S = "PREHEAT_OPERATOR_WORKER_TIMEOUT_S"
@@ -121,10 +137,87 @@ class OperatorOptions:
         )
 
 
+CONFIG_ENV = "PREHEAT_OPERATOR_CONFIG"
+
+_CONFIG_KEYS = frozenset(
+    {
+        "workerImage",
+        "watchNamespaces",
+        "gpuTypes",
+        "drainGraceSeconds",
+        "preStopSleepSeconds",
+        "workerServiceMonitor",
+    }
+)
+
+
+class OperatorConfigError(PreheatError):
+    def __init__(self, message: str):
+        super().__init__(ErrorCode.INVALID_ARGUMENT, message)
+
+
+def parse_config(doc: Mapping[str, Any]) -> tuple[BuildOptions, tuple[str, ...], str]:
+    """(BuildOptions, watchNamespaces, workerServiceMonitor) from the config file's mapping."""
+    problems = [f"unknown key {k!r}" for k in doc if k not in _CONFIG_KEYS]
+    gpu_types = doc.get("gpuTypes", DEFAULT_GPU_TYPES)
+    if not isinstance(gpu_types, Mapping) or not all(
+        isinstance(v, Mapping) for v in gpu_types.values()
+    ):
+        problems.append("gpuTypes must map a type name to a node selector (a mapping)")
+        gpu_types = DEFAULT_GPU_TYPES
+    namespaces = doc.get("watchNamespaces") or []
+    if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
+        problems.append("watchNamespaces must be a list of names")
+        namespaces = []
+    monitor = str(doc.get("workerServiceMonitor", "auto")).lower()
+    if monitor not in ("auto", "true", "false"):
+        problems.append(f"workerServiceMonitor must be auto, true or false, got {monitor!r}")
+    ints: dict[str, int] = {}
+    for key, default in (("drainGraceSeconds", 30), ("preStopSleepSeconds", 5)):
+        value = doc.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            problems.append(f"{key} must be a whole number of seconds >= 0, got {value!r}")
+            value = default
+        ints[key] = value
+    if problems:
+        raise OperatorConfigError("operator config: " + "; ".join(problems))
+    build = BuildOptions(
+        worker_image=str(doc.get("workerImage") or BuildOptions().worker_image),
+        gpu_types={str(k): {str(a): str(b) for a, b in v.items()} for k, v in gpu_types.items()},
+        service_monitor=monitor == "true",
+        drain_grace_s=ints["drainGraceSeconds"],
+        pre_stop_sleep_s=ints["preStopSleepSeconds"],
+    )
+    return build, tuple(namespaces), monitor
+
+
+def load_build_options(path: str) -> BuildOptions:
+    """BuildOptions from a config file ("" = the defaults)."""
+    if not path:
+        return BuildOptions()
+    return parse_config(yaml.safe_load(Path(path).read_text()) or {})[0]
+
+
+def options_from_env(env: Mapping[str, str]) -> OperatorOptions:
+    """The options under ``kopf run -m preheat.operator.handlers``: the config file
+    (``PREHEAT_OPERATOR_CONFIG``), the cache token (``PREHEAT_WORKER_CACHE_TOKEN_FILE`` or
+    ``PREHEAT_CACHE_TOKEN``) and the rest of :meth:`OperatorOptions.with_env`."""
+    return OperatorOptions(
+        build=load_build_options(env.get(CONFIG_ENV, "")),
+        cache_token=read_token(
+            env.get("PREHEAT_WORKER_CACHE_TOKEN_FILE", ""), "PREHEAT_CACHE_TOKEN"
+        ),
+    ).with_env(env)
+
+
 __all__ = [
     "DEFAULT_SELECTOR",
     "AutoscalerOptions",
+    "OperatorConfigError",
     "OperatorOptions",
     "PoolTarget",
     "SourceFactory",
+    "load_build_options",
+    "options_from_env",
+    "parse_config",
 ]
