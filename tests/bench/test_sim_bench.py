@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from preheat.bench import sim_bench
+from preheat.bench import sim, sim_bench
 
 TINY = [
     "--routing-requests", "120",
@@ -37,7 +37,7 @@ def test_all_parts_write_their_sections_and_plots(
     doc = tmp_path / "docs" / "benchmarks.md"
     doc.parent.mkdir()
     doc.write_text("# Benchmarks\n\n<!-- bench:worker -->\nkept\n<!-- /bench:worker -->\n")
-    assert sim_bench.run(parse([*TINY, "--write", str(doc)])) == 0
+    assert sim.run(parse([*TINY, "--write", str(doc)])) == 0
     text = doc.read_text()
     assert "<!-- bench:worker -->\nkept\n<!-- /bench:worker -->" in text
     for part in ("routing", "autoscaling", "geography", "decode"):
@@ -93,5 +93,5 @@ def test_autoscalers_are_the_core_policies() -> None:
 
 
 def test_missing_data_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert sim_bench.run(parse([*TINY, "--data", str(tmp_path)])) == 2
+    assert sim.run(parse([*TINY, "--data", str(tmp_path)])) == 2
     assert "not found (--data names the shared data folder)" in capsys.readouterr().out

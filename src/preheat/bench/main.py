@@ -13,7 +13,7 @@ from pathlib import Path
 
 import grpc
 
-from preheat.bench import router_bench, sim_bench, vllm_serve
+from preheat.bench import router_bench, sim, sim_bench, vllm_serve
 from preheat.bench.workerproc import spawn_worker
 from preheat.core.percentiles import sample_quantile
 from preheat.engine.base import Engine, EngineRequest, Sampling
@@ -252,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
     if args.bench == "router":
         return asyncio.run(router_bench.run_router_bench(args))
     if args.bench == "sim":
-        return sim_bench.run(args)
+        return sim.run(args)
     if args.bench == "vllm-serve":
         return vllm_serve.main(args)
     raise SystemExit(f"unknown benchmark {args.bench!r}")

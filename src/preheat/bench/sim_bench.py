@@ -52,7 +52,6 @@ from preheat.core.autoscaling.baselines import Hpa, Keda, Kpa
 from preheat.core.percentiles import sample_quantile
 from preheat.core.pool import PoolConfig
 from preheat.core.routing.config import DEFAULT_FILTERS, DEFAULT_SCORERS, SchedulerConfig
-from preheat.report.markdown import write_section
 from preheat.report.record import Run
 from preheat.report.summary import RunSummary, summarize
 from preheat.simulate.options import Network, SimOptions
@@ -400,7 +399,7 @@ def routing_part(args: argparse.Namespace, img_dir: Path | None) -> RoutingPart:
         "",
         f"Command: `{_command(args, 'routing')}` (`make bench`). Simulated, virtual time: "
         "calibrated H100 sim engines (`src/preheat/engine/costmodel.py`), the unchanged "
-        "`preheat.core.routing.schedule` with each policy, routers that see each pod's "
+        "`preheat.core.routing.scheduler.schedule` with each policy, routers that see each pod's "
         "prefix cache and refresh its gauges every second, as live.",
         "",
         f"Trace: the first {len(trace):,} requests of `mooncake_conversation_trace.jsonl` "
@@ -1012,36 +1011,3 @@ def _geo_plot(
     ax.set_title("SIMULATED: TTFT p95 by client region")
     ax.legend(fontsize=8)
     return _save(fig, img_dir, "geography.png")
-
-
-# --- entry ---------------------------------------------------------------------------------
-
-
-def run(args: argparse.Namespace) -> int:
-    parts = PARTS if args.part == "all" else (args.part,)
-    for f in (MOONCAKE, AZURE, SERVEGEN):
-        if not (args.data / f).is_file():
-            print(f"error: {args.data / f} not found (--data names the shared data folder)")
-            return 2
-    img_dir: Path | None = args.img_dir
-    if img_dir is None and args.write is not None:
-        img_dir = args.write.parent / "img" / "bench"
-    t0 = time.perf_counter()
-    for part in parts:
-        if part == "routing":
-            body = routing_part(args, img_dir).body
-        elif part == "autoscaling":
-            body = autoscaling_part(args, img_dir).body
-        elif part == "decode":
-            from preheat.bench.sim_decode import decode_part  # imports this module
-
-            body = decode_part(args)
-        else:
-            body = geography_part(args, img_dir).body
-        print()
-        print(body, flush=True)
-        if args.write is not None:
-            write_section(args.write, f"sim-{part}", body)
-            print(f"\nwrote section sim-{part} of {args.write}", flush=True)
-    print(f"done in {time.perf_counter() - t0:.0f} s")
-    return 0

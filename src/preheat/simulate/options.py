@@ -166,7 +166,7 @@ class SimOptions:
     """The simulated control plane around the pool (defaults: the live defaults).
 
     ``route`` and ``autoscale`` replace the policy functions (benchmarks plug baselines and
-    an oracle in here); None means ``preheat.core.routing.schedule`` and
+    an oracle in here); None means ``preheat.core.routing.scheduler.schedule`` and
     ``preheat.core.autoscaling.decide``, looked up at every call.
     """
 
