@@ -377,7 +377,7 @@ class InferencePoolSpec(_Model):
 # --- status ---------------------------------------------------------------------------
 
 
-class ReplicaCounts(_Model):
+class ReplicaStatus(_Model):
     active: int = Field(default=0, ge=0)
     standby: int = Field(default=0, ge=0)
     warming: int = Field(default=0, ge=0, description="Loading or warming up.")
@@ -403,7 +403,7 @@ class LastScale(_Model):
 class InferencePoolStatus(_Model):
     """What the operator observed; never desired state."""
 
-    replicas: ReplicaCounts = Field(default_factory=ReplicaCounts)
+    replicas: ReplicaStatus = Field(default_factory=ReplicaStatus)
     desired_replicas: int = Field(default=0, ge=0, description="Active replicas being aimed at.")
     selector: str = Field(default="", description="Label selector of the pool's worker pods.")
     conditions: list[Condition] = Field(

@@ -38,8 +38,7 @@ from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.pool import PoolConfig
 from preheat.core.routing.baselines import SchedulerState
 from preheat.core.routing.config import SchedulerConfig
-from preheat.core.routing.types import Decision as RouteDecision
-from preheat.core.routing.types import PrefillCost, RoutingContext
+from preheat.core.routing.types import PrefillCost, RouteDecision, RoutingContext
 
 RouteFn = Callable[
     [RoutingContext, SchedulerConfig, PrefillCost, SchedulerState],

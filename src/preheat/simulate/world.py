@@ -209,7 +209,7 @@ class _World:
     def __init__(self, pool: PoolConfig, trace: Sequence[TraceRequest], options: SimOptions):
         self.pool = pool
         self.trace = trace
-        self.o = options
+        self.options = options
         self.engine = engine_config(pool, options)
         self.cost: CostModel = self.engine.cost
         self.core_config = self.engine.core_config()
@@ -273,7 +273,7 @@ class _World:
     def start_pod(self, warm: bool, reason: str) -> _Pod:
         zone = self._zone_for_new_pod()
         name = f"{self.pool.name}-{self.next_pod}"
-        pod = _Pod(name, self.next_pod, zone, self.o.network.region_of(zone), self.now)
+        pod = _Pod(name, self.next_pod, zone, self.options.network.region_of(zone), self.now)
         self.next_pod += 1
         self.pods[name] = pod
         self.pod_order.append(pod)
@@ -284,7 +284,7 @@ class _World:
         if warm:
             self._make_warm(pod)
         else:
-            su = self.o.startup
+            su = self.options.startup
             load = su.load_s if su.load_s is not None else self._cost_load()
             warmup = su.warmup_s if su.warmup_s is not None else self.cost.warming_s()
             self.push(self.now + su.image_pull_s + load + warmup, _READY, pod)
@@ -292,7 +292,7 @@ class _World:
         return pod
 
     def _cost_load(self) -> float:
-        cost = replace(self.cost, page_cache=self.o.startup.page_cache)
+        cost = replace(self.cost, page_cache=self.options.startup.page_cache)
         return cost.loading_s()
 
     def _make_warm(self, pod: _Pod) -> None:
@@ -376,9 +376,9 @@ class _World:
                 block_size=self.block_size,
                 in_flight=router.in_flight.get(pod.name, 0),
                 decoding=router.decoding.get(pod.name, 0),
-                rtt_ms=self.o.network.rtt_ms(router.region, pod.region),
+                rtt_ms=self.options.network.rtt_ms(router.region, pod.region),
                 metrics_at=pod.m_at,
-                cached_blocks=pod.cache if self.o.watch_cache else None,
+                cached_blocks=pod.cache if self.options.watch_cache else None,
                 observed_ttft_ms=router.ttft_ewma.get(pod.name),
             )
             router.endpoints[pod.name] = ep
@@ -454,7 +454,7 @@ class _World:
             max_tokens=t.output_tokens,
             session_id=t.session_id,
             client_region=req.region,
-            ttft_deadline_ms=self.o.ttft_deadline_ms,
+            ttft_deadline_ms=self.options.ttft_deadline_ms,
         )
         self.route(req)
 
@@ -467,12 +467,12 @@ class _World:
                 self._fail(req, "rejected", "RESOURCE_EXHAUSTED: every endpoint tried was full")
                 return
         if not endpoints:
-            if len(router.held) >= self.o.max_queue:
+            if len(router.held) >= self.options.max_queue:
                 self._fail(req, "rejected", "RESOURCE_EXHAUSTED: router queue full")
                 return
             req.held_since = self.now
             router.held.append(req)
-            self.push(self.now + self.o.queue_timeout_s, _TIMEOUT, req)
+            self.push(self.now + self.options.queue_timeout_s, _TIMEOUT, req)
             return
         assert req.info is not None
         history = router.history
@@ -483,7 +483,7 @@ class _World:
             history_matches=history.match(req.hashes, self.now) if history is not None else {},
             region_rtt_ms={},
         )
-        route = self.o.route if self.o.route is not None else core_scheduler.schedule
+        route = self.options.route if self.options.route is not None else core_scheduler.schedule
         decision, router.state = route(ctx, self.routing, self.cost, router.state)
         self.stats.schedule_calls += 1
         ep = decision.endpoint
@@ -500,10 +500,12 @@ class _World:
         req.pod = pod
         router.in_flight[pod.name] = router.in_flight.get(pod.name, 0) + 1
         self._touch(router, pod.name)
-        rtt = self.o.network.rtt_ms(router.region, pod.region)
+        rtt = self.options.network.rtt_ms(router.region, pod.region)
         req.router_rtt_ms = rtt
         req.sent_at = self.now
-        self.push(self.now + (self.o.network.router_overhead_ms + rtt / 2) / 1000.0, _DELIVER, req)
+        self.push(
+            self.now + (self.options.network.router_overhead_ms + rtt / 2) / 1000.0, _DELIVER, req
+        )
 
     def deliver(self, req: _Req) -> None:
         pod = req.pod
@@ -534,7 +536,7 @@ class _World:
 
     def _retry(self, req: _Req, pod: _Pod, why: str) -> None:
         req.tried.add(pod.name)
-        if req.attempts > self.o.max_retries:
+        if req.attempts > self.options.max_retries:
             kind = "rejected" if why.startswith("RESOURCE_EXHAUSTED") else "error"
             self._fail(req, kind, why)
             return
@@ -559,7 +561,7 @@ class _World:
         self._fail(
             req,
             "error",
-            f"UNAVAILABLE: no routable endpoint within {self.o.queue_timeout_s:g}s",
+            f"UNAVAILABLE: no routable endpoint within {self.options.queue_timeout_s:g}s",
         )
 
     # --- engines --------------------------------------------------------------------------
@@ -586,7 +588,7 @@ class _World:
     def _process(self, pod: _Pod, em: Emissions) -> None:
         if not em.runs and not em.finishes:
             return
-        record_itl = self.o.record_itl
+        record_itl = self.options.record_itl
         itl_hist = pod.hists[Signal.ITL]
         for run in em.runs:
             req = pod.reqs.get(run.request_id)
@@ -618,7 +620,7 @@ class _World:
             first = req.first_at if req.first_at is not None else fin.time
             t0 = req.trace.arrival_s
             rtt = req.router_rtt_ms
-            overhead = self.o.network.router_overhead_ms
+            overhead = self.options.network.router_overhead_ms
             self._finish(
                 req,
                 RequestOutcome(
@@ -713,7 +715,9 @@ class _World:
             if wakes(held, demand):
                 return wake_signals(self.query, self.now, float(held), demand)
             return wake_signals(self.query, self.now, 0.0)  # fresh, idle
-        sig = compute(history, self.query, self.now, self.o.tuning.stale_after_s, demand=demand)
+        sig = compute(
+            history, self.query, self.now, self.options.tuning.stale_after_s, demand=demand
+        )
         if held:
             sig = replace(sig, in_flight=(sig.in_flight or 0.0) + held)
         return sig
@@ -742,9 +746,11 @@ class _World:
         return Observation(self.now, self.pool, self.desired, self.views(), signals)
 
     def autoscale(self) -> None:
-        policy = self.o.autoscale or core_autoscaling.decide  # looked up now: tests patch it
+        policy = self.options.autoscale or core_autoscaling.decide  # looked up now: tests patch it
         obs = self.observe(self._signals())
-        decision, plan, self.control = step(obs, self.control, tuning=self.o.tuning, policy=policy)
+        decision, plan, self.control = step(
+            obs, self.control, tuning=self.options.tuning, policy=policy
+        )
         assert decision is not None
         self.stats.decide_calls += 1
         if decision.active != self.desired:
@@ -778,7 +784,7 @@ class _World:
                 self.events.append(
                     ScaleEvent(self.now, "promote", plan.reason, self.pool.name, name)
                 )
-                self.push(self.now + self.o.startup.promote_s, _PROMOTED, pod)
+                self.push(self.now + self.options.startup.promote_s, _PROMOTED, pod)
             elif role == ROLE_STANDBY and pod.state in ("active", "promoting"):
                 self.events.append(
                     ScaleEvent(self.now, "demote", plan.reason, self.pool.name, name)
@@ -806,7 +812,7 @@ class _World:
     # --- the loop -------------------------------------------------------------------------
     def run(self) -> Run:
         wall0 = time.perf_counter()
-        o = self.o
+        o = self.options
         active = self.desired
         standby = wanted(self.pool.replicas, active)
         for _ in range(active + standby):

@@ -15,7 +15,7 @@ from preheat.core.lifecycle import LifecycleState
 from preheat.engine.base import StageTiming
 
 
-class Outcome(enum.Enum):
+class WorkerOutcome(enum.Enum):
     OK = "ok"
     INVALID = "invalid"  # INVALID_ARGUMENT
     REJECTED = "rejected"  # RESOURCE_EXHAUSTED (engine full)
@@ -33,7 +33,7 @@ class WorkerMetrics:
         self.requests = Counter(
             mn.WORKER_REQUESTS, "Generate requests by outcome", [mn.LABEL_OUTCOME], registry=r
         )
-        for o in Outcome:
+        for o in WorkerOutcome:
             self.requests.labels(o.value)
         self.ttft = Histogram(
             mn.WORKER_TTFT_SECONDS,
@@ -69,7 +69,7 @@ class WorkerMetrics:
         for s in LifecycleState:
             self.state.labels(s.value).set(1 if s == state else 0)
 
-    def observe_outcome(self, outcome: Outcome) -> None:
+    def observe_outcome(self, outcome: WorkerOutcome) -> None:
         self.requests.labels(outcome.value).inc()
 
     def observe_timing(self, timing: StageTiming) -> None:

@@ -62,7 +62,7 @@ from preheat.wire.controltls import TLSFiles, server_credentials
 from preheat.wire.convert import checked_request
 from preheat.wire.errors import abort
 from preheat.worker.cache_hub import CacheHub
-from preheat.worker.metrics import Outcome, WorkerMetrics
+from preheat.worker.metrics import WorkerMetrics, WorkerOutcome
 from preheat.worker.stops import StopMatcher
 
 log = logging.getLogger(__name__)
@@ -95,11 +95,11 @@ _PRIORITY = {
     inference_pb2.PRIORITY_BATCH: 2,
 }
 _OUTCOME = {
-    ErrorCode.INVALID_ARGUMENT: Outcome.INVALID,
-    ErrorCode.RESOURCE_EXHAUSTED: Outcome.REJECTED,
-    ErrorCode.UNAVAILABLE: Outcome.UNAVAILABLE,
-    ErrorCode.DEADLINE_EXCEEDED: Outcome.DEADLINE,
-    ErrorCode.CANCELLED: Outcome.CANCELLED,
+    ErrorCode.INVALID_ARGUMENT: WorkerOutcome.INVALID,
+    ErrorCode.RESOURCE_EXHAUSTED: WorkerOutcome.REJECTED,
+    ErrorCode.UNAVAILABLE: WorkerOutcome.UNAVAILABLE,
+    ErrorCode.DEADLINE_EXCEEDED: WorkerOutcome.DEADLINE,
+    ErrorCode.CANCELLED: WorkerOutcome.CANCELLED,
 }
 
 
@@ -520,7 +520,7 @@ class WorkerServer:
         loop = asyncio.get_running_loop()
         received = loop.time()
         request_id = req.request_id or uuid.uuid4().hex
-        outcome = Outcome.ERROR
+        outcome = WorkerOutcome.ERROR
         handle: _InFlight | None = None
         finished = False
 
@@ -558,7 +558,7 @@ class WorkerServer:
                                 outcome = final_outcome
                             yield chunk
                 else:
-                    outcomes: list[Outcome] = []
+                    outcomes: list[WorkerOutcome] = []
                     chunks = _chunks(stream, outcomes)
                     async with (
                         contextlib.aclosing(chunks),
@@ -571,7 +571,7 @@ class WorkerServer:
                     if outcomes:
                         outcome = outcomes[-1]
             except PreheatError as e:
-                outcome = _OUTCOME.get(e.code, Outcome.ERROR)
+                outcome = _OUTCOME.get(e.code, WorkerOutcome.ERROR)
                 log.info(
                     "request_refused",
                     extra=fields(code=e.code.value, reason=e.message),
@@ -581,12 +581,12 @@ class WorkerServer:
             except asyncio.CancelledError:
                 remaining = context.time_remaining()
                 expired = remaining is not None and remaining <= 0
-                outcome = Outcome.DEADLINE if expired else Outcome.CANCELLED
+                outcome = WorkerOutcome.DEADLINE if expired else WorkerOutcome.CANCELLED
                 raise
             except Exception as e:
                 if isinstance(e, grpc.aio.AbortError):
                     raise
-                outcome = Outcome.ERROR
+                outcome = WorkerOutcome.ERROR
                 # The exception's text stays in the log, under a reference the client gets:
                 # it may name internals (paths, addresses, the engine's state).
                 ref = uuid.uuid4().hex[:16]
@@ -603,7 +603,7 @@ class WorkerServer:
         req: inference_pb2.GenerateRequest,
         handle: _InFlight,
         received: float,
-    ) -> AsyncGenerator[tuple[inference_pb2.GenerateResponse, Outcome | None], None]:
+    ) -> AsyncGenerator[tuple[inference_pb2.GenerateResponse, WorkerOutcome | None], None]:
         """Chunks for one admitted request; the last one comes with its outcome."""
         loop = asyncio.get_running_loop()
         rid = engine_req.request_id
@@ -703,7 +703,7 @@ class WorkerServer:
                         if matcher.stopped:
                             yield (
                                 final(text, out.token_ids, FinishReason.STOP, None, None, out),
-                                Outcome.OK,
+                                WorkerOutcome.OK,
                             )
                             return
                         if out.finish_reason is not None:
@@ -717,7 +717,7 @@ class WorkerServer:
                                     out.timing,
                                     out,
                                 ),
-                                Outcome.OK,
+                                WorkerOutcome.OK,
                             )
                             return
                         if text or out.token_ids:
@@ -734,13 +734,16 @@ class WorkerServer:
                             )
                 except StopAsyncIteration:
                     log.warning("engine_stream_ended_without_finish")
-                    yield final(matcher.flush(), (), FinishReason.ABORT, None, None), Outcome.ERROR
+                    yield (
+                        final(matcher.flush(), (), FinishReason.ABORT, None, None),
+                        WorkerOutcome.ERROR,
+                    )
                     return
         except TimeoutError:
             if not handle.abort_requested:
                 raise
             log.warning("request_aborted", extra=fields(reason="drain grace over"))
-            yield final(matcher.flush(), (), FinishReason.ABORT, None, None), Outcome.ABORTED
+            yield final(matcher.flush(), (), FinishReason.ABORT, None, None), WorkerOutcome.ABORTED
         finally:
             aclose = getattr(gen, "aclose", None)
             if aclose is not None:
@@ -769,8 +772,8 @@ def _coalesce_config(req: inference_pb2.GenerateRequest) -> CoalesceConfig | Non
 
 
 async def _chunks(
-    stream: AsyncGenerator[tuple[inference_pb2.GenerateResponse, Outcome | None], None],
-    outcomes: list[Outcome],
+    stream: AsyncGenerator[tuple[inference_pb2.GenerateResponse, WorkerOutcome | None], None],
+    outcomes: list[WorkerOutcome],
 ) -> AsyncGenerator[inference_pb2.GenerateResponse, None]:
     """The chunks of ``stream``; its final outcome is appended to ``outcomes``."""
     async with contextlib.aclosing(stream):

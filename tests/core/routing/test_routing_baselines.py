@@ -8,7 +8,7 @@ from routingkit import COST, make_ctx, make_endpoint, make_request, picked
 
 from preheat.core.routing.baselines import chwbl_key
 from preheat.core.routing.scheduler import SchedulerConfig, SchedulerState, schedule
-from preheat.core.routing.types import Decision, Endpoint, RequestInfo
+from preheat.core.routing.types import Endpoint, RequestInfo, RouteDecision
 
 IDS = ("w-0", "w-1", "w-2")
 
@@ -19,7 +19,7 @@ def run(
     req: RequestInfo | None = None,
     state: SchedulerState | None = None,
     **cfg: object,
-) -> tuple[Decision, SchedulerState]:
+) -> tuple[RouteDecision, SchedulerState]:
     config = SchedulerConfig(policy=policy, **cfg)  # type: ignore[arg-type]
     return schedule(make_ctx(eps, req), config, COST, state or SchedulerState())
 

@@ -24,13 +24,13 @@ from preheat.core.routing.scheduler import (
     predict_ttft_ms,
     schedule,
 )
-from preheat.core.routing.types import Decision, Endpoint, RoutingContext
+from preheat.core.routing.types import Endpoint, RouteDecision, RoutingContext
 
 CFG = SchedulerConfig()
 IDS = ("w-0", "w-1", "w-2")
 
 
-def run(ctx: RoutingContext, config: SchedulerConfig = CFG) -> Decision:
+def run(ctx: RoutingContext, config: SchedulerConfig = CFG) -> RouteDecision:
     d, state = schedule(ctx, config, COST, SchedulerState())
     # preheat carries one thing between decisions: the typical request's uncached tokens
     assert dataclasses.replace(state, new_tokens_ewma=0.0) == SchedulerState()

@@ -46,10 +46,10 @@ from preheat.core.routing.plugins.rtt import rtt_ms
 from preheat.core.routing.plugins.session import session_endpoint
 from preheat.core.routing.types import (
     Candidate,
-    Decision,
     Endpoint,
     PrefillCost,
     RequestInfo,
+    RouteDecision,
     RoutingContext,
 )
 
@@ -109,10 +109,10 @@ def predict_ttft_ms(
 
 def schedule(
     ctx: RoutingContext, config: SchedulerConfig, cost: PrefillCost, state: SchedulerState
-) -> tuple[Decision, SchedulerState]:
+) -> tuple[RouteDecision, SchedulerState]:
     """Where ``ctx.request`` goes, and the next state. See the module docstring.
 
-    ``Decision.endpoint`` is None with reason ``rejected`` (deadline unreachable) or
+    ``RouteDecision.endpoint`` is None with reason ``rejected`` (deadline unreachable) or
     ``no-endpoints``, both with ``retry_after_s``. Raises ``PreheatError(INVALID_ARGUMENT)``
     only for a config naming an unknown policy, filter or scorer (validate it with
     ``preheat.api.routing`` first).
@@ -136,7 +136,7 @@ def schedule(
 
 
 def _observe(
-    decision: Decision, ctx: RoutingContext, config: SchedulerConfig, state: SchedulerState
+    decision: RouteDecision, ctx: RoutingContext, config: SchedulerConfig, state: SchedulerState
 ) -> SchedulerState:
     """The state after routing ``decision``: its uncached prompt tokens folded into the
     running average the queue scorer prices a typical request ahead with."""
@@ -170,11 +170,11 @@ def _filter(
     return endpoints
 
 
-def _no_endpoints(ctx: RoutingContext, config: SchedulerConfig) -> Decision:
+def _no_endpoints(ctx: RoutingContext, config: SchedulerConfig) -> RouteDecision:
     n = len(ctx.endpoints)
     why = "none was given" if n == 0 else f"all {n} given were filtered out"
     pool = f" of pool {config.pool!r}" if config.pool else ""
-    return Decision(
+    return RouteDecision(
         endpoint=None,
         predicted_ttft_ms=0.0,
         reason="no-endpoints",
@@ -198,7 +198,7 @@ def _preheat(
     endpoints: tuple[Endpoint, ...],
     scorers: Sequence[tuple[str, float]],
     typical_new_tokens: float = 0.0,
-) -> Decision:
+) -> RouteDecision:
     inp = ScoreInput(ctx, endpoints, cost, config, typical_new_tokens)
     raw: dict[str, Mapping[str, float]] = {}
     for name in _scorer_names(tuple(scorers)):
@@ -246,7 +246,7 @@ def _preheat(
         best = min(ranked, key=lambda c: (ttft[c.endpoint.id], c.endpoint.id))
         best_t = ttft[best.endpoint.id]
         retry = max(config.min_retry_after_s, (best_t - deadline) / 1000.0)
-        return Decision(
+        return RouteDecision(
             endpoint=None,
             predicted_ttft_ms=best_t,
             reason="rejected",
@@ -295,7 +295,7 @@ def _preheat(
         if di > 0:
             more = f" (+{di:.0f} ms decode-interference: its running requests' added latency)"
         parts.append(f"best alternative {alt.endpoint.id} at {ttft[alt.endpoint.id]:.0f} ms{more}")
-    return Decision(
+    return RouteDecision(
         endpoint=e,
         predicted_ttft_ms=ttft[e.id],
         reason=reason,
@@ -349,7 +349,7 @@ def _breakdown(c: Candidate, raw: Mapping[str, Mapping[str, float]], ctx: Routin
 
 def _prefix_only(
     ctx: RoutingContext, config: SchedulerConfig, cost: PrefillCost, endpoints: tuple[Endpoint, ...]
-) -> Decision:
+) -> RouteDecision:
     """Baseline: the prefix scorer alone (ties: load, then hash of the request)."""
 
     def key(e: Endpoint) -> tuple[float, int, int, str]:
@@ -369,9 +369,9 @@ def _baseline_decision(
     e: Endpoint,
     detail: str,
     n_cached: int | None = None,
-) -> Decision:
+) -> RouteDecision:
     t = predict_ttft_ms(e, ctx, cost, config)
-    return Decision(
+    return RouteDecision(
         endpoint=e,
         predicted_ttft_ms=t,
         reason=config.policy,

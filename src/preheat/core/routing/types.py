@@ -94,7 +94,7 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class Decision:
+class RouteDecision:
     """The chosen endpoint (None: rejected), the predicted TTFT, and why."""
 
     endpoint: Endpoint | None

@@ -49,13 +49,19 @@ from preheat.core.routing import admission
 from preheat.core.routing.admission import AdmissionConfig, AdmissionInput, LimitState
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.scheduler import SchedulerState, schedule
-from preheat.core.routing.types import Decision, Endpoint, PrefillCost, RequestInfo, RoutingContext
+from preheat.core.routing.types import (
+    Endpoint,
+    PrefillCost,
+    RequestInfo,
+    RouteDecision,
+    RoutingContext,
+)
 from preheat.core.validation import ModelLimits, reason_of
 from preheat.process.logs import fields, pseudonym
 from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc
 from preheat.router.endpoints import EndpointStore
 from preheat.router.frontend.bounds import check_request
-from preheat.router.frontend.metrics import Outcome, RouterMetrics
+from preheat.router.frontend.metrics import RouterMetrics, RouterOutcome
 from preheat.router.frontend.tokenizer import (
     PromptTokenizer,
     TooManyTokens,
@@ -151,7 +157,7 @@ class StreamStats:
     times are ``time.perf_counter()`` values."""
 
     endpoint: Endpoint | None = None
-    decision: Decision | None = None
+    decision: RouteDecision | None = None
     attempts: int = 0
     tokens: int = 0
     first_token_at: float | None = None
@@ -445,7 +451,7 @@ class Dispatcher:
         exclude: frozenset[str] = frozenset(),
         deadline: float | None = None,
         record: bool = True,
-    ) -> Decision:
+    ) -> RouteDecision:
         """The scheduler's decision (never a rejection: that raises RESOURCE_EXHAUSTED)."""
         endpoints = await self._wait_routable(deadline, exclude)
         now = self._now()
@@ -534,14 +540,14 @@ class Dispatcher:
         st = stats if stats is not None else StreamStats()
         deadline = prep.received + timeout_s if timeout_s is not None else None
         tried: set[str] = set()
-        outcome = Outcome.ERROR
+        outcome = RouterOutcome.ERROR
         as_ids: inference_pb2.GenerateRequest | None = None
         sent = False  # a chunk was passed on: no retry from then on
         attempt_first: float | None = None  # the current attempt's first token
         try:
             self._admit()
         except PreheatError as e:
-            self.metrics.observe_outcome(api, Outcome.of_error(e.code))
+            self.metrics.observe_outcome(api, RouterOutcome.of_error(e.code))
             raise
         self._in_flight += 1
         self.metrics.in_flight.inc()
@@ -612,7 +618,7 @@ class Dispatcher:
                             yield chunk  # the first token goes out before its bookkeeping
                         finally:
                             self._on_first_token(prep, st, ep, decision, first)
-                    outcome = Outcome.OK
+                    outcome = RouterOutcome.OK
                     self._on_done(prep, st, ep, decision)
                     for chunk in held:
                         sent = True
@@ -677,12 +683,12 @@ class Dispatcher:
                     if attempt_first is not None:  # it decoded there until now
                         self.store.request_done(ep.id)
         except PreheatError as e:
-            outcome = Outcome.of_error(e.code)
+            outcome = RouterOutcome.of_error(e.code)
             if e.code is ErrorCode.UNAVAILABLE and sent:
-                outcome = Outcome.FAILED
+                outcome = RouterOutcome.FAILED
             raise
         except (asyncio.CancelledError, GeneratorExit):
-            outcome = Outcome.CANCELLED
+            outcome = RouterOutcome.CANCELLED
             if st.endpoint is not None and attempt_first is None:
                 self.store.request_finished(st.endpoint.id)
             raise
@@ -701,7 +707,7 @@ class Dispatcher:
         )
 
     def _on_first_token(
-        self, prep: Prepared, st: StreamStats, ep: Endpoint, decision: Decision, now: float
+        self, prep: Prepared, st: StreamStats, ep: Endpoint, decision: RouteDecision, now: float
     ) -> None:
         ttft_s = now - prep.received_pc
         upstream_s = now - (st.routed_at if st.routed_at is not None else prep.received_pc)
@@ -725,7 +731,9 @@ class Dispatcher:
         if pred_s > 0:
             m.ttft_ratio.labels(ep.pool).observe(ttft_s / pred_s)
 
-    def _on_done(self, prep: Prepared, st: StreamStats, ep: Endpoint, decision: Decision) -> None:
+    def _on_done(
+        self, prep: Prepared, st: StreamStats, ep: Endpoint, decision: RouteDecision
+    ) -> None:
         now = perf_counter()
         m = self.metrics
         m.e2e.labels(ep.pool, decision.reason).observe(now - prep.received_pc)
@@ -757,7 +765,7 @@ class Dispatcher:
             ),
         )
 
-    def _log_routed(self, prep: Prepared, decision: Decision, attempt: int) -> None:
+    def _log_routed(self, prep: Prepared, decision: RouteDecision, attempt: int) -> None:
         # DEBUG on the first attempt (request_done carries the decision once the request
         # ends; one line per request keeps logging off the TTFT path), INFO on a retry
         level = logging.INFO if attempt > 1 else logging.DEBUG

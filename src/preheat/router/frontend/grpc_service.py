@@ -27,7 +27,7 @@ from preheat.proto.preheat.v1 import (
     router_pb2_grpc,
 )
 from preheat.router.frontend.dispatch import Dispatcher
-from preheat.router.frontend.metrics import Outcome
+from preheat.router.frontend.metrics import RouterOutcome
 from preheat.wire.coalesce import CoalesceConfig, coalesce
 from preheat.wire.errors import abort, grpc_status
 
@@ -87,7 +87,7 @@ class InferenceProxy(inference_pb2_grpc.InferenceServicer):
                 tenant=_tenant(self._d, md),
             )
         except PreheatError as e:
-            self._d.metrics.observe_outcome("grpc", Outcome.INVALID)
+            self._d.metrics.observe_outcome("grpc", RouterOutcome.INVALID)
             log.info("request_refused", extra=fields(code=e.code.value, reason=e.message))
             await abort(context, e)
         with request_context(prep.info.request_id):
@@ -140,7 +140,7 @@ async def pick_response(
 ) -> router_pb2.PickResponse:
     """One decision, as Pick, each item of PickBatch and PickStream, and the embedded
     router make it (``md``: the caller's gRPC metadata); raises PreheatError."""
-    outcome = Outcome.ERROR
+    outcome = RouterOutcome.ERROR
     try:
         prep = d.prepare(
             _with_session(request.request, md),
@@ -151,7 +151,7 @@ async def pick_response(
         decision = await d.decide(prep, deadline=deadline)
         ep = decision.endpoint
         assert ep is not None
-        outcome = Outcome.OK
+        outcome = RouterOutcome.OK
         return router_pb2.PickResponse(
             endpoint=picked(ep, decision.predicted_ttft_ms),
             reason=decision.reason,
@@ -160,7 +160,7 @@ async def pick_response(
             alternates=alternates(ep, decision.candidates),
         )
     except PreheatError as e:
-        outcome = Outcome.of_error(e.code)
+        outcome = RouterOutcome.of_error(e.code)
         raise
     finally:
         d.metrics.observe_outcome("pick", outcome)

@@ -54,7 +54,7 @@ from preheat.router.endpoints.datastore import UNKNOWN_MODEL_LEN
 from preheat.router.frontend.auth import KeySet, api_key_middleware, http_tenant
 from preheat.router.frontend.dispatch import Dispatcher, StreamStats
 from preheat.router.frontend.errors import JsonErrorAppRunner, json_errors, openai_error
-from preheat.router.frontend.metrics import Outcome
+from preheat.router.frontend.metrics import RouterOutcome
 from preheat.router.frontend.openai_schema import (
     DEFAULT_CHAT_MAX_TOKENS,
     DEFAULT_MAX_TOKENS,
@@ -122,7 +122,7 @@ class HttpFrontend:
         limits: HttpLimits | None = None,
         passthrough_coalesce: CoalesceConfig | None = None,
     ) -> None:
-        self.d = dispatcher
+        self.dispatcher = dispatcher
         self.coalesce = coalesce_config
         self.ready = ready
         self.models = models
@@ -141,7 +141,7 @@ class HttpFrontend:
     def model_len(self, model: str) -> int | None:
         """The context window of ``model`` as the pool's workers report it (None: unknown).
         One pool per router today; with several, this is the serving pool's."""
-        limits = self.d.store.model_limits()
+        limits = self.dispatcher.store.model_limits()
         if limits is None or limits.model != model or limits.max_model_len >= UNKNOWN_MODEL_LEN:
             return None
         return limits.max_model_len
@@ -255,16 +255,20 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
     try:
         raw = await _read_body(request, fe.limits)
         if isinstance(raw, web.Response):
-            fe.d.metrics.observe_outcome(api, Outcome.INVALID)
+            fe.dispatcher.metrics.observe_outcome(api, RouterOutcome.INVALID)
             return raw
         if fe.passthrough.active():
             return await _passthrough(request, fe, raw, chat, received)
         if chat:
-            cbody, prompt = await fe.d.offload(len(raw), functools.partial(_parse_chat, raw))
+            cbody, prompt = await fe.dispatcher.offload(
+                len(raw), functools.partial(_parse_chat, raw)
+            )
             body: Any = cbody
             max_tokens = cbody.max_completion_tokens or cbody.max_tokens or DEFAULT_CHAT_MAX_TOKENS
         else:
-            pbody, prompt = await fe.d.offload(len(raw), functools.partial(_parse_completion, raw))
+            pbody, prompt = await fe.dispatcher.offload(
+                len(raw), functools.partial(_parse_completion, raw)
+            )
             body = pbody
             max_tokens = pbody.max_tokens or DEFAULT_MAX_TOKENS
         hdr_deadline = request.headers.get("x-ttft-deadline-ms")
@@ -275,7 +279,7 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
         greq = to_generate_request(
             body, prompt, max_tokens, session_id=_session(request, body), request_id=""
         )
-        prep = await fe.d.prepare_async(
+        prep = await fe.dispatcher.prepare_async(
             greq,
             client_region=request.headers.get("x-client-region", ""),
             client_zone=request.headers.get("x-client-zone", ""),
@@ -283,7 +287,7 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
             tenant=http_tenant(request, fe.tenant_header),
         )
     except PreheatError as e:
-        fe.d.metrics.observe_outcome(api, Outcome.of_error(e.code))
+        fe.dispatcher.metrics.observe_outcome(api, RouterOutcome.of_error(e.code))
         log.info("request_refused", extra=fields(code=e.code.value, reason=e.message))
         return error_response(e)
 
@@ -293,7 +297,7 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
     obj_id = ("chatcmpl-" if chat else "cmpl-") + rid
     stats = StreamStats()
     with request_context(rid):
-        stream = fe.d.generate(
+        stream = fe.dispatcher.generate(
             prep,
             api=api,
             stats=stats,
@@ -328,7 +332,7 @@ async def _passthrough(
             request, raw, chat, received, http_tenant(request, fe.tenant_header)
         )
     except PreheatError as e:
-        fe.d.metrics.observe_outcome("openai", Outcome.of_error(e.code))
+        fe.dispatcher.metrics.observe_outcome("openai", RouterOutcome.of_error(e.code))
         log.info("request_refused", extra=fields(code=e.code.value, reason=e.message))
         return error_response(e)
     with request_context(prep.info.request_id):
@@ -512,8 +516,8 @@ def build_app(frontend: HttpFrontend) -> web.Application:
         VllmRoutes(
             models=frontend.models,
             ready=frontend.ready,
-            tokenizer=lambda: frontend.d.tokenizer,
-            max_model_len=lambda: frontend.d.pool_limits("").max_model_len,
+            tokenizer=lambda: frontend.dispatcher.tokenizer,
+            max_model_len=lambda: frontend.dispatcher.pool_limits("").max_model_len,
             chat_text=lambda data, agp, cfm: frontend.passthrough.ids.chat_text(
                 data, add_generation_prompt=agp, continue_final_message=cfm
             ),

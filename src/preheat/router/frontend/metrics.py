@@ -28,7 +28,7 @@ from preheat.core import metric_names as mn
 from preheat.core.errors import ErrorCode
 
 
-class Outcome(enum.Enum):
+class RouterOutcome(enum.Enum):
     OK = "ok"
     INVALID = "invalid"  # malformed request (INVALID_ARGUMENT / 400)
     REJECTED = "rejected"  # admission: deadline cannot be met, queue full (429)
@@ -44,26 +44,26 @@ class Outcome(enum.Enum):
         return _REFUSED.get(self, "")
 
     @classmethod
-    def of_error(cls, code: ErrorCode) -> Outcome:
+    def of_error(cls, code: ErrorCode) -> RouterOutcome:
         """The outcome a request refused or failed with ``code`` is counted as."""
         return _ERROR_OUTCOMES.get(code, cls.ERROR)
 
 
 _ERROR_OUTCOMES = {
-    ErrorCode.INVALID_ARGUMENT: Outcome.INVALID,
-    ErrorCode.RESOURCE_EXHAUSTED: Outcome.REJECTED,
-    ErrorCode.UNAVAILABLE: Outcome.UNAVAILABLE,
-    ErrorCode.DEADLINE_EXCEEDED: Outcome.DEADLINE,
-    ErrorCode.CANCELLED: Outcome.CANCELLED,
+    ErrorCode.INVALID_ARGUMENT: RouterOutcome.INVALID,
+    ErrorCode.RESOURCE_EXHAUSTED: RouterOutcome.REJECTED,
+    ErrorCode.UNAVAILABLE: RouterOutcome.UNAVAILABLE,
+    ErrorCode.DEADLINE_EXCEEDED: RouterOutcome.DEADLINE,
+    ErrorCode.CANCELLED: RouterOutcome.CANCELLED,
 }
 
 
 # outcomes of requests that got no token: demand the pool did not serve. DEADLINE is
 # always before the first token (a stream failing later is FAILED).
 _REFUSED = {
-    Outcome.REJECTED: mn.REFUSED_REJECTED,
-    Outcome.UNAVAILABLE: mn.REFUSED_UNAVAILABLE,
-    Outcome.DEADLINE: mn.REFUSED_DEADLINE,
+    RouterOutcome.REJECTED: mn.REFUSED_REJECTED,
+    RouterOutcome.UNAVAILABLE: mn.REFUSED_UNAVAILABLE,
+    RouterOutcome.DEADLINE: mn.REFUSED_DEADLINE,
 }
 
 
@@ -185,7 +185,7 @@ class RouterMetrics:
         """A valid request for the pool arrived (once per request, before it is routed)."""
         self.arrivals.labels(self.pool).inc()
 
-    def observe_outcome(self, api: str, outcome: Outcome, *, reason: str = "") -> None:
+    def observe_outcome(self, api: str, outcome: RouterOutcome, *, reason: str = "") -> None:
         """Records one request's outcome (once per request); ``reason``: a finer refusal
         reason than the outcome's own (a bounded set)."""
         self.requests.labels(api, outcome.value).inc()

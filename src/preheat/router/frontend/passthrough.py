@@ -56,7 +56,7 @@ import aiohttp
 from aiohttp import web
 
 from preheat.core.errors import ErrorCode, PreheatError
-from preheat.core.routing.types import Decision, Endpoint
+from preheat.core.routing.types import Endpoint, RouteDecision
 from preheat.core.validation import GenerateSpec, check_generate
 from preheat.process.logs import fields
 from preheat.proto.preheat.v1 import inference_pb2
@@ -64,7 +64,7 @@ from preheat.router.frontend.chat_template import ChatTemplate, TemplateError
 from preheat.router.frontend.dispatch import Dispatcher, Prepared, StreamStats
 from preheat.router.frontend.errors import openai_error
 from preheat.router.frontend.finish_reasons import aborted_message, foreign_finish
-from preheat.router.frontend.metrics import Outcome
+from preheat.router.frontend.metrics import RouterOutcome
 from preheat.router.frontend.openai_schema import (
     DEFAULT_CHAT_MAX_TOKENS,
     DEFAULT_MAX_TOKENS,
@@ -420,11 +420,11 @@ class Passthrough:
         deadline = prep.received + self.request_timeout_s if self.request_timeout_s else None
         st = StreamStats()
         tried: set[str] = set()
-        outcome = Outcome.ERROR
+        outcome = RouterOutcome.ERROR
         try:
             d._admit()
         except PreheatError as e:
-            d.metrics.observe_outcome(api, Outcome.of_error(e.code))
+            d.metrics.observe_outcome(api, RouterOutcome.of_error(e.code))
             raise
         d._in_flight += 1
         d.metrics.in_flight.inc()
@@ -451,12 +451,14 @@ class Passthrough:
                     else:
                         resp = await self._whole(prep, body, path, ep, st, deadline)
                     if att.broken:
-                        outcome = Outcome.FAILED
+                        outcome = RouterOutcome.FAILED
                     elif resp.status < 400:
-                        outcome = Outcome.OK
+                        outcome = RouterOutcome.OK
                         d._on_done(prep, st, ep, decision)
                     else:
-                        outcome = Outcome.INVALID if resp.status < 500 else Outcome.ERROR
+                        outcome = (
+                            RouterOutcome.INVALID if resp.status < 500 else RouterOutcome.ERROR
+                        )
                     return resp
                 except _Retry as e:
                     settled = True
@@ -488,10 +490,10 @@ class Passthrough:
                     elif not settled:  # answered, refused, failed or cancelled before a token
                         d.store.request_finished(ep.id)
         except PreheatError as e:
-            outcome = Outcome.of_error(e.code)
+            outcome = RouterOutcome.of_error(e.code)
             raise
         except (asyncio.CancelledError, ConnectionError):
-            outcome = Outcome.CANCELLED
+            outcome = RouterOutcome.CANCELLED
             raise
         finally:
             d._in_flight -= 1
@@ -637,7 +639,7 @@ class Passthrough:
         sent: bytes,
         st: StreamStats,
         ep: Endpoint,
-        decision: Decision,
+        decision: RouteDecision,
         deadline: float | None,
         ended: str | None = None,
     ) -> bool:
