@@ -104,7 +104,9 @@ def model_dir(request: pytest.FixtureRequest, tiny_model: Path, tmp_path_factory
     return _with_template(tiny_model, tmp_path_factory.mktemp(request.param) / "m", template)
 
 
-def _vllm_ids(model_dir: Path, messages: list[dict[str, Any]], tools: Any) -> list[int]:
+def _vllm_ids(
+    model_dir: Path, messages: list[dict[str, Any]], tools: Any, *, continue_final: bool = False
+) -> list[int]:
     """vLLM's chat preprocessing, as its OpenAI serving layer runs it (the tools as its
     request model dumps them)."""
     from transformers import AutoTokenizer
@@ -129,8 +131,8 @@ def _vllm_ids(model_dir: Path, messages: list[dict[str, Any]], tools: Any) -> li
         conv,
         tools=tools,
         tokenize=True,
-        add_generation_prompt=True,
-        continue_final_message=False,
+        add_generation_prompt=not continue_final,
+        continue_final_message=continue_final,
     )
     assert isinstance(ids, list)
     return [int(i) for i in ids]
@@ -156,3 +158,16 @@ def test_completion_ids_carry_bos_as_vllms(tiny_model: Path) -> None:
     text = "the model answers the first question"
     assert ids.encode(text, True, 4096) == tok(text)["input_ids"]
     assert ids.encode(text, False, 4096) == tok(text, add_special_tokens=False)["input_ids"]
+
+
+def test_continue_final_message_equals_vllms(model_dir: Path) -> None:
+    messages = [
+        {"role": "user", "content": "complete this"},
+        {"role": "assistant", "content": "The cache holds "},
+    ]
+    ids = PromptIds(HFPromptTokenizer(str(model_dir)))
+    text = ids.chat_text(
+        {"messages": messages}, add_generation_prompt=False, continue_final_message=True
+    )
+    mine = ids.encode(text, False, 1 << 20)
+    assert mine == _vllm_ids(model_dir, messages, None, continue_final=True)

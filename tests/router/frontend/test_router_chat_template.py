@@ -140,3 +140,20 @@ def test_prompt_ids_are_the_templated_prompts_ids() -> None:
     # no template (the sim tokenizer): the gRPC path's role-tagged lines
     plain = PromptIds(SimPromptTokenizer())
     assert plain.chat_text({"messages": MESSAGES}).endswith("assistant:")
+
+
+def test_continue_final_message_cuts_after_its_text() -> None:
+    t = ChatTemplate(TINY, SPECIALS)
+    conv = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sure, the"}]
+    # transformers: the prompt ends where the final message's text ends (no eos after it)
+    assert t.render(conv, add_generation_prompt=False, continue_final_message=True) == (
+        "<s><|user|>\nhi</s>\n<|assistant|>\nSure, the"
+    )
+    # null content is empty text to vLLM (its parsed messages), so the cut comes after it
+    only = [{"role": "assistant", "content": None}]
+    assert t.render(only, add_generation_prompt=False, continue_final_message=True) == (
+        "<s><|assistant|>\n"
+    )
+    # a template that drops the final message cannot be continued
+    with pytest.raises(TemplateError, match="drops the final message"):
+        ChatTemplate("{{ bos_token }}", SPECIALS).render(only, continue_final_message=True)

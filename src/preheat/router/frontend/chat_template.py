@@ -235,6 +235,8 @@ class ChatTemplate:
         conversation = [_message(m, c.openai_content) for m in messages]
         if not c.developer_role and any(m["role"] == "developer" for m in conversation):
             conversation = _consolidate_system([_developer_to_system(m) for m in conversation])
+        if continue_final_message:
+            conversation = _tag_final(conversation)
         kwargs: dict[str, Any] = {**self.specials, **(extra or {})}
         kwargs.update(
             messages=conversation,
@@ -250,7 +252,7 @@ class ChatTemplate:
         except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
             raise TemplateError(f"the chat template could not render the messages: {e}") from e
         if continue_final_message:
-            text = _cut_after_final(text, conversation)
+            text = _cut_at_tag(text)
         return text
 
 
@@ -366,12 +368,36 @@ def _consolidate_system(conversation: list[dict[str, Any]]) -> list[dict[str, An
     return [{"role": "system", "content": "\n\n".join(texts)}, *others]
 
 
-def _cut_after_final(text: str, conversation: list[dict[str, Any]]) -> str:
-    """``continue_final_message``: the text up to the end of the final message's content."""
-    final = conversation[-1].get("content") if conversation else None
-    if isinstance(final, list):
-        final = final[-1]["text"] if final else ""
-    if not isinstance(final, str) or not final.strip():
-        return text
-    at = text.rfind(final.strip())
-    return text if at < 0 else text[: at + len(final.strip())]
+CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+
+
+def _tag_final(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """transformers' ``continue_final_message``: a tag after the final message's text (its
+    last text part), where the rendered prompt is then cut."""
+    if not conversation:
+        raise TemplateError("continue_final_message is set but there is no final message")
+    final = dict(conversation[-1])
+    content = final.get("content")
+    if isinstance(content, str):
+        final["content"] = content + CONTINUE_TAG
+    elif isinstance(content, list) and content:
+        parts = [dict(p) for p in content]
+        parts[-1]["text"] = str(parts[-1].get("text", "")) + CONTINUE_TAG
+        final["content"] = parts
+    else:
+        raise TemplateError(
+            "continue_final_message is set but the final message has no text to continue"
+        )
+    return [*conversation[:-1], final]
+
+
+def _cut_at_tag(text: str) -> str:
+    tag = CONTINUE_TAG.strip()
+    at = text.rfind(tag)
+    if at < 0:
+        raise TemplateError(
+            "continue_final_message is set but the chat template drops the final message"
+        )
+    if text[at : at + len(CONTINUE_TAG)] == CONTINUE_TAG:
+        return text[:at]
+    return text[:at].rstrip()

@@ -199,6 +199,11 @@ class PromptIds:
         agp = agp if add_generation_prompt is None else add_generation_prompt
         cfm = cfm if continue_final_message is None else continue_final_message
         kwargs = data.get("chat_template_kwargs")
+        kwargs = dict(kwargs) if isinstance(kwargs, dict) else {}
+        effort = data.get("reasoning_effort")
+        if effort is not None:  # as vLLM's build_chat_params passes it
+            kwargs["reasoning_effort"] = effort
+            kwargs.setdefault("enable_thinking", effort != "none")
         template = self.template
         if template is None:  # no template (the sim tokenizer): the gRPC path's lines
             return flatten_chat([_plain_message(m) for m in messages], generation_prompt=bool(agp))
@@ -209,7 +214,7 @@ class PromptIds:
                 add_generation_prompt=bool(agp),
                 continue_final_message=bool(cfm),
                 documents=data.get("documents"),
-                extra=kwargs if isinstance(kwargs, dict) else None,
+                extra=kwargs,
             )
         except TemplateError as e:
             raise BodyError(str(e), "messages") from None
