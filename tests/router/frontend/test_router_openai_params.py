@@ -264,9 +264,11 @@ async def test_the_router_answers_the_table_over_http() -> None:
 # What each engine does with every parameter. sim: the gRPC path (the table in oai_params):
 # honoured, or refused with a 400 naming it unless its value has no effect. vllm: the
 # passthrough to vLLM's own OpenAI layer: honoured (a field of vLLM's request model: applied,
-# or refused by vLLM with its own 400), or ignored (vLLM has no field for it and answers 200
-# without applying it, as `vllm serve` does; oai_params.VLLM_IGNORED, pinned against vLLM's
-# models in tests/vllm_tier/test_vllm_openai_fields.py).
+# or refused by vLLM with its own 400); refused (vLLM has no field for it and would answer 200
+# without applying it, as `vllm serve` does, so the router refuses it unless its value has
+# no effect: oai_params.VLLM_IGNORED, pinned against vLLM's models in
+# tests/vllm_tier/test_vllm_openai_fields.py); router (vLLM ignores it, the router reads it:
+# prompt_cache_key is the session, metadata and safety_identifier are informational).
 ENGINE_TABLE = """
 parameter               endpoints  sim       vllm
 model                   C L        honoured  honoured
@@ -281,11 +283,11 @@ stop                    C L        honoured  honoured
 stream                  C L        honoured  honoured
 stream_options          C L        honoured  honoured
 user                    C L        honoured  honoured
-prompt_cache_key        C          honoured  ignored
-metadata                C          honoured  ignored
-safety_identifier       C          honoured  ignored
+prompt_cache_key        C          honoured  router
+metadata                C          honoured  router
+safety_identifier       C          honoured  router
 n                       C L        refused   honoured
-best_of                 L          refused   ignored
+best_of                 L          refused   refused
 frequency_penalty       C L        refused   honoured
 presence_penalty        C L        refused   honoured
 logit_bias              C L        refused   honoured
@@ -296,20 +298,20 @@ suffix                  L          refused   honoured
 tools                   C          refused   honoured
 tool_choice             C          refused   honoured
 parallel_tool_calls     C          refused   honoured
-functions               C          refused   ignored
-function_call           C          refused   ignored
+functions               C          refused   refused
+function_call           C          refused   refused
 response_format         C          refused   honoured
 reasoning_effort        C          refused   honoured
-store                   C          refused   ignored
-service_tier            C          refused   ignored
-audio                   C          refused   ignored
-modalities              C          refused   ignored
-prediction              C          refused   ignored
-verbosity               C          refused   ignored
-web_search_options      C          refused   ignored
-moderation              C          refused   ignored
-prompt_cache_retention  C          refused   ignored
-prompt_cache_options    C          refused   ignored
+store                   C          refused   refused
+service_tier            C          refused   refused
+audio                   C          refused   refused
+modalities              C          refused   refused
+prediction              C          refused   refused
+verbosity               C          refused   refused
+web_search_options      C          refused   refused
+moderation              C          refused   refused
+prompt_cache_retention  C          refused   refused
+prompt_cache_options    C          refused   refused
 """
 
 
@@ -332,7 +334,8 @@ def test_the_engine_table_says_for_every_parameter_what_each_engine_does() -> No
             param = tables[endpoint][name]
             assert sim == ("honoured" if param.honoured else "refused"), (name, endpoint)
             ignored = name in VLLM_IGNORED[endpoint]
-            assert vllm == ("ignored" if ignored else "honoured"), (name, endpoint)
+            expected = "honoured" if not ignored else ("router" if param.honoured else "refused")
+            assert vllm == expected, (name, endpoint)
 
 
 def test_vllm_unsupported_names_what_vllm_would_ignore_at_a_value_with_effect() -> None:

@@ -222,7 +222,7 @@ VLLM_IGNORED: dict[str, frozenset[str]] = {
 field for: ``vllm serve`` answers a body with them 200 and ignores them (its request models
 allow extra fields). ``tests/vllm_tier/test_vllm_openai_fields.py`` pins these sets against
 vLLM's request models; :func:`vllm_unsupported` names those of a body that would change
-something."""
+something, which the passthrough refuses rather than answer with a silent 200."""
 
 
 def vllm_unsupported(

@@ -6,6 +6,10 @@ and ``/v1/completions`` take this path, every parameter is the engine's to valid
 ``response_format``, logprobs, ...) and the worker's status code and body, error or not, go
 back unchanged. When they do not (sim workers), the gRPC path with its own schema applies.
 
+The OpenAI parameters vLLM has no field for (``oai_params.VLLM_IGNORED``: ``store``,
+``audio``, ``functions``, ``best_of``, ...) are refused with 400 ``unsupported_parameter``
+when their value would change something: vLLM would answer 200 without applying them.
+
 The router reads of the body only what routing needs (:func:`routing_fields`): the model,
 the session (header ``x-session-id``, else ``session_id``, ``prompt_cache_key`` or ``user``),
 ``slo_class``/``ttft_deadline_ms`` (or their headers), the output limit, ``stream``, and the
@@ -65,6 +69,13 @@ from preheat.router.frontend.dispatch import Dispatcher, Prepared, StreamStats
 from preheat.router.frontend.errors import openai_error
 from preheat.router.frontend.finish_reasons import aborted_message, foreign_finish
 from preheat.router.frontend.metrics import RouterOutcome
+from preheat.router.frontend.oai_params import (
+    CHAT,
+    COMPLETIONS,
+    UNSUPPORTED,
+    unsupported_message,
+    vllm_unsupported,
+)
 from preheat.router.frontend.openai_schema import (
     DEFAULT_CHAT_MAX_TOKENS,
     DEFAULT_MAX_TOKENS,
@@ -345,6 +356,10 @@ class Passthrough:
             raise BodyError(f"the request body is not valid JSON: {str(e)[:200]}", None) from None
         if not isinstance(data, dict):
             raise BodyError("the request body must be a JSON object", None)
+        endpoint = "chat" if chat else "completions"
+        refused = vllm_unsupported(CHAT if chat else COMPLETIONS, endpoint, data)
+        if refused:  # vLLM would answer 200 without applying them
+            raise BodyError(unsupported_message(refused), refused[0][0], UNSUPPORTED)
         rf = routing_fields(data, headers, tenant)
         limit = self.dispatcher.pool_limits(rf.model).max_model_len
         try:
