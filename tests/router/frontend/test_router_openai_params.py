@@ -428,3 +428,21 @@ async def test_vllm_extensions_the_sim_honours_over_http() -> None:
             err = (await resp.json())["error"]
             assert (resp.status, err["code"]) == (400, "unsupported_parameter")
             assert "'top_k'" in err["message"]
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS, ids=[e[0] for e in ENDPOINTS])
+@pytest.mark.parametrize(
+    ("value", "accepted"), [(1.0, True), (1, True), (None, True), (1.2, False), (True, False)]
+)
+def test_vllm_repetition_penalty_is_accepted_only_at_its_no_op_value(
+    endpoint: tuple[Any, ...], value: Any, accepted: bool
+) -> None:
+    # vLLM's benchmark client (vllm bench serve) sends repetition_penalty 1.0 every time
+    _, _, _, _, model, base, _, _ = endpoint
+    raw = json.dumps({**base, "repetition_penalty": value}).encode()
+    if accepted:
+        parse_body(model, raw)
+        return
+    with pytest.raises(BodyError) as exc:
+        parse_body(model, raw)
+    assert "'repetition_penalty'" in exc.value.message

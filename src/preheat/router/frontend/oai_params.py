@@ -15,8 +15,9 @@ is refused with a 400 naming each such parameter, never a silent 200.
 A body field that is neither an OpenAI parameter of that endpoint nor a Preheat extension
 (``session_id``, ``ttft_deadline_ms``, ``slo_class``) nor one of vLLM's extensions the sim
 engine honours (:data:`VLLM_EXTENSIONS`: ``stop_token_ids``, ``min_tokens``,
-``ignore_eos``) is refused too (vLLM's other extensions such as ``top_k`` included), as
-OpenAI's own API refuses an unrecognized argument.
+``ignore_eos``; and ``repetition_penalty`` at its no-op 1, which vLLM's benchmark client
+sends) is refused too (vLLM's other extensions such as ``top_k`` included), as OpenAI's own
+API refuses an unrecognized argument.
 
 This table is the gRPC path's (sim workers): the router builds the engine's request itself,
 so what it does not carry cannot reach the engine. To workers that serve OpenAI HTTP (vLLM)
@@ -188,12 +189,16 @@ def _message_problems(messages: Any) -> list[tuple[str, str]]:
 
 
 # vLLM's extensions to OpenAI's parameters that the gRPC path carries (SamplingParams) and
-# the sim engine honours; every other one (top_k, min_p, repetition_penalty, ...) is refused
-# there as not a parameter of the endpoint
+# the sim engine honours, and repetition_penalty at its no-op 1 (vLLM's own benchmark client,
+# `vllm bench serve`, sends 1.0 with every request); every other one (top_k, min_p, ...) is
+# refused there as not a parameter of the endpoint
 VLLM_EXTENSIONS: dict[str, Param] = {
     "stop_token_ids": _honoured("SamplingParams.stop_token_ids"),
     "min_tokens": _honoured("SamplingParams.min_tokens"),
     "ignore_eos": _honoured("SamplingParams.ignore_eos"),
+    "repetition_penalty": _refused(
+        "vLLM's repetition penalty is not applied by the sim engine (allowed: 1)", _is(1, 1.0)
+    ),
 }
 
 VLLM_IGNORED: dict[str, frozenset[str]] = {
