@@ -168,6 +168,28 @@ async def test_editing_min_and_warm_standby_converges(
     assert "Updated" in reasons
 
 
+async def test_a_pool_at_zero_keeps_no_standby(
+    kube: PreheatKube, operator: OperatorProcess
+) -> None:
+    """``min: 0, warmStandby: 1`` scaled to zero (as the autoscaler writes it): no pod is
+    kept, the standby drains too (docs/proposals/0010-pool-at-zero.md)."""
+    await create_pool(kube, minimal(min=0, desired=1, warmStandby=1))
+    deployment = (DEPLOYMENTS, "sim-tiny-workers")
+    await eventually(lambda: converged(kube, "sim-tiny"))
+    assert children(kube, NAMESPACE)[deployment]["spec"]["replicas"] == 2
+    await add_pods(kube, NAMESPACE, "sim-tiny", 2, ready=True)
+    await eventually(lambda: pool_status(kube, "sim-tiny").get("replicas") == counts(1, 1))
+
+    await patch_pool(kube, NAMESPACE, "sim-tiny", {"spec": {"replicas": {"desired": 0}}})
+    await eventually(lambda: children(kube, NAMESPACE)[deployment]["spec"]["replicas"] == 0)
+    await eventually(lambda: pool_status(kube, "sim-tiny").get("replicas") == counts(0, 0, 0, 2))
+    roles = {n: p["metadata"]["labels"][LABEL_ROLE] for n, p in live(kube, PODS, NAMESPACE).items()}
+    assert sorted(roles.values()) == ["draining", "draining"]
+    status = pool_status(kube, "sim-tiny")
+    assert status["desiredReplicas"] == 0
+    assert "0/0 standby" in condition(get(kube, POOLS, NAMESPACE, "sim-tiny"), "Scaling")["message"]
+
+
 async def test_deleting_a_pool_removes_everything(
     kube: PreheatKube, operator: OperatorProcess
 ) -> None:
