@@ -105,6 +105,9 @@ def test_replicas_are_active_plus_standby(
     assert dep["spec"]["replicas"] == replicas
 
 
+VLLM_OPENAI = ["--openai-port", "8000", "--served-model-name", "m"]
+
+
 @pytest.mark.parametrize(
     ("engine", "expected"),
     [
@@ -114,9 +117,9 @@ def test_replicas_are_active_plus_standby(
         ),
         (
             {"kind": "vllm", "args": {"enforceEager": False, "dtype": "bfloat16"}},
-            ["--vllm-dtype", "bfloat16", "--no-vllm-enforce-eager"],
+            [*VLLM_OPENAI, "--vllm-dtype", "bfloat16", "--no-vllm-enforce-eager"],
         ),
-        ({"kind": "vllm", "args": {"enforceEager": True}}, ["--vllm-enforce-eager"]),
+        ({"kind": "vllm", "args": {"enforceEager": True}}, [*VLLM_OPENAI, "--vllm-enforce-eager"]),
     ],
 )
 def test_engine_args_map_to_worker_flags(engine: dict[str, Any], expected: list[str]) -> None:
@@ -137,6 +140,14 @@ def test_engine_args_map_to_worker_flags(engine: dict[str, Any], expected: list[
         "json",
     ]
     assert args[10:] == expected
+
+
+@pytest.mark.parametrize(("kind", "ports"), [("sim", []), ("vllm", [("openai", 8000)])])
+def test_vllm_workers_name_their_openai_port(kind: str, ports: list[tuple[str, int]]) -> None:
+    dep = build_deployment(config(engine={"kind": kind}), OWNER, BuildOptions())
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    named = [(p["name"], p["containerPort"]) for p in container["ports"]]
+    assert named[3:] == ports
 
 
 def test_worker_flags_exist_in_the_worker() -> None:
@@ -279,7 +290,8 @@ def test_workers_expose_the_control_port_and_read_the_token_from_the_pools_secre
     dep = build_deployment(c, OWNER, BuildOptions(), control_token_digest="abc123")
     (container,) = dep["spec"]["template"]["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"grpc": 50051, "http": 8080, "control": CONTROL_PORT}
+    assert c.engine.kind == "vllm"  # the default engine: its OpenAI API has a port too
+    assert ports == {"grpc": 50051, "http": 8080, "control": CONTROL_PORT, "openai": 8000}
     env = {e["name"]: e for e in container["env"]}
     assert env["PREHEAT_CONTROL_TOKEN"] == {
         "name": "PREHEAT_CONTROL_TOKEN",

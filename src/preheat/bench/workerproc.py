@@ -28,6 +28,12 @@ class ServiceProcess:
     grpc_port: int
     http_port: int
     log: list[str]
+    openai_port: int = 0  # a worker's OpenAI HTTP API (vllm engine); 0: none
+
+    @property
+    def openai_url(self) -> str:
+        """Base URL of the worker's OpenAI API (``.../v1``)."""
+        return f"http://127.0.0.1:{self.openai_port}/v1"
 
     @property
     def grpc_target(self) -> str:
@@ -56,6 +62,13 @@ def _parse_ready(line: str, event: str = "worker_ready") -> tuple[int, int] | No
     return None
 
 
+def _openai_port(line: str) -> int:
+    """``openai_port`` of a ready line (0 when it has none)."""
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        return int(json.loads(line).get("openai_port", 0))
+    return 0
+
+
 async def _pump(stream: asyncio.StreamReader, log: list[str], echo: bool) -> None:
     while line := await stream.readline():
         text = line.decode(errors="replace").rstrip()
@@ -67,9 +80,19 @@ async def _pump(stream: asyncio.StreamReader, log: list[str], echo: bool) -> Non
 def spawn_worker(
     worker_args: Sequence[str], *, ready_timeout_s: float = 120.0, echo: bool = False
 ) -> contextlib.AbstractAsyncContextManager[ServiceProcess]:
-    """Runs ``preheat worker <worker_args> --grpc-port 0 --http-port 0`` until the block ends,
-    then sends SIGTERM (the worker drains) and waits for it to exit."""
-    args = ["--host", "127.0.0.1", "--grpc-port", "0", "--http-port", "0", *worker_args]
+    """Runs ``preheat worker <worker_args> --grpc-port 0 --http-port 0 --openai-port 0`` until
+    the block ends, then sends SIGTERM (the worker drains) and waits for it to exit."""
+    args = [
+        "--host",
+        "127.0.0.1",
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+        "--openai-port",
+        "0",
+        *worker_args,
+    ]
     return spawn_service("worker", args, ready_timeout_s=ready_timeout_s, echo=echo)
 
 
@@ -122,7 +145,7 @@ async def spawn_service(
             _wait_ready(stdout, log, command, ready_event), ready_timeout_s
         )
         pump = asyncio.create_task(_pump(stdout, log, echo))
-        yield ServiceProcess(child.proc, ports[0], ports[1], log)
+        yield ServiceProcess(child.proc, ports[0], ports[1], log, openai_port=_openai_port(log[-1]))
     finally:
         await child.stop(_STOP_GRACE_S)  # SIGTERM (the child drains), SIGKILL after the grace
         if pump is not None:

@@ -59,6 +59,7 @@ ZONE_LABEL = "topology.kubernetes.io/zone"
 GRPC_PORT = 50051
 HTTP_PORT = 8080
 CONTROL_PORT = 50052  # WorkerControl's Promote/Demote/Drain, behind the control token
+OPENAI_PORT = 8000  # the vllm worker's OpenAI HTTP API (vLLM's own), as vllm serve's
 CONTROL_SECRET_KEY = "control-token"
 CONTROL_TOKEN_ENV = "PREHEAT_CONTROL_TOKEN"
 CACHE_SECRET_KEY = "cache-token"  # optional: WatchCache then needs it (routers hold it too)
@@ -286,6 +287,9 @@ def worker_args(config: PoolConfig, options: BuildOptions) -> list[str]:
         "--log-format",
         options.log_format,
     ]
+    if config.engine.kind == "vllm":
+        # vLLM's OpenAI API on its named port, under the pool's model name (not the mount)
+        args += ["--openai-port", str(OPENAI_PORT), "--served-model-name", config.model.name]
     flags = WORKER_FLAGS[config.engine.kind]
     for key, value in config.engine.args:
         flag = flags[key]
@@ -459,6 +463,11 @@ def build_deployment(
             {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
             {"name": "control", "containerPort": CONTROL_PORT, "protocol": "TCP"},
+            *(
+                [{"name": "openai", "containerPort": OPENAI_PORT, "protocol": "TCP"}]
+                if config.engine.kind == "vllm"
+                else []
+            ),
         ],
         "startupProbe": {
             **ready_probe(),

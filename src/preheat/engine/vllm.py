@@ -286,6 +286,14 @@ class VllmEngine:
     def registry(self) -> CollectorRegistry:
         return self._registry
 
+    @property
+    def engine_client(self) -> Any:
+        """vLLM's ``AsyncLLM`` (its ``EngineClient``), once loaded: what vLLM's OpenAI
+        serving runs over (:mod:`preheat.engine.vllm_openai`)."""
+        if self._llm is None:
+            raise PreheatError(ErrorCode.FAILED_PRECONDITION, "vLLM engine is not loaded")
+        return self._llm
+
     async def load(self) -> None:
         if self._llm is not None:
             return

@@ -909,7 +909,9 @@ def worker_argv(
     engine args), every port on loopback, a hostPath model read in place. The control
     token comes in the environment (``PREHEAT_CONTROL_TOKEN``), never on the command line."""
     build = BuildOptions(drain_grace_s=max(0, round(drain_grace_s)), log_format="json")
-    args = _without(worker_args(config, build), ("--host", "--control-host", "--control-port"))
+    args = _without(
+        worker_args(config, build), ("--host", "--control-host", "--control-port", "--openai-port")
+    )
     src = config.model.source
     if src.kind == "hostPath":
         args[args.index("--model") + 1] = src.path
@@ -928,6 +930,8 @@ def worker_argv(
         str(control_port),
         "--worker-id",
         name,
+        "--openai-port",
+        "0",  # a vllm worker's OpenAI API on an ephemeral port (its Status says which)
         *extra,
     )
 

@@ -5,16 +5,25 @@
 accepts). ``--engine vllm`` imports :mod:`preheat.engine.vllm` only then, so the control
 plane and the sim need no vLLM; without vLLM installed it raises :class:`EngineUnavailable`
 with a message that says so.
+
+:func:`build_worker_engine` also builds the engine's OpenAI HTTP API (``--openai-port``):
+for ``--engine vllm`` ``vllm serve``'s own app over the engine
+(:mod:`preheat.engine.vllm_openai`), its options parsed by vLLM's own CLI parser here, so a
+bad one is an :class:`EngineUnavailable` (exit 2) before anything starts; the sim engine
+has none (``openai_port`` 0) and refuses the ``vllm serve`` options.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from preheat.core.errors import PreheatError
 from preheat.engine.base import Engine
+
+if TYPE_CHECKING:
+    from preheat.worker.openai_http import AppFactory
 
 ENGINES = ("sim", "vllm")
 
@@ -79,7 +88,75 @@ def _build_sim(args: argparse.Namespace) -> Engine:
     return SimEngine(config)
 
 
-def _build_vllm(args: argparse.Namespace) -> Engine:
+_SERVE_FLAGS = {  # argparse dest -> the flag (vllm serve options, --engine vllm only)
+    "chat_template": "--chat-template",
+    "enable_auto_tool_choice": "--enable-auto-tool-choice",
+    "tool_call_parser": "--tool-call-parser",
+    "reasoning_parser": "--reasoning-parser",
+    "served_model_name": "--served-model-name",
+    "vllm_serve_arg": "--vllm-serve-arg",
+}
+
+
+def openai_enabled(args: argparse.Namespace) -> bool:
+    """Does this worker serve the OpenAI HTTP API? (``--engine vllm``, ``--openai-port`` >= 0)"""
+    return getattr(args, "engine", "sim") == "vllm" and getattr(args, "openai_port", -1) >= 0
+
+
+def _serve_flags_given(args: argparse.Namespace) -> list[str]:
+    return [flag for dest, flag in _SERVE_FLAGS.items() if getattr(args, dest, None)]
+
+
+def build_worker_engine(args: argparse.Namespace) -> tuple[Engine, AppFactory | None]:
+    """The engine, and the factory of its OpenAI HTTP app (None: the worker serves none)."""
+    kind = getattr(args, "engine", "sim")
+    given = _serve_flags_given(args)
+    if kind != "vllm" and given:
+        raise EngineUnavailable(
+            f"{', '.join(given)}: vllm serve options, for --engine vllm only (the {kind} "
+            "engine serves no OpenAI API)"
+        )
+    if kind != "vllm":
+        return build_engine(args), None
+    if not openai_enabled(args):
+        serve_only = [f for f in given if f != "--served-model-name"]
+        if serve_only:
+            raise EngineUnavailable(
+                f"{', '.join(serve_only)}: options of the OpenAI API, which "
+                "--openai-port -1 turns off"
+            )
+        return _build_vllm(args), None
+    try:
+        module = importlib.import_module("preheat.engine.vllm_openai")
+    except ImportError as e:
+        raise EngineUnavailable(
+            f"the vllm engine is not available here: {e}; or use --engine sim"
+        ) from e
+    options = module.ServeOptions(
+        model=args.model or "",
+        served_model_name=getattr(args, "served_model_name", None) or args.model or "",
+        chat_template=getattr(args, "chat_template", None),
+        enable_auto_tool_choice=bool(getattr(args, "enable_auto_tool_choice", False)),
+        tool_call_parser=getattr(args, "tool_call_parser", None),
+        reasoning_parser=getattr(args, "reasoning_parser", None),
+        extra=tuple(getattr(args, "vllm_serve_arg", None) or ()),
+    )
+    if not options.model:
+        raise EngineUnavailable("--engine vllm needs --model (a model name or a local path)")
+    try:
+        serve = module.serve_args(options)
+    except module.ServeArgsError as e:
+        raise EngineUnavailable(f"bad vllm serve option: {e}") from e
+    engine = _build_vllm(args, extra=tuple(serve.engine_overrides.items()))
+    vllm_engine: Any = engine  # a VllmEngine: its engine_client is the AsyncLLM, once loaded
+
+    async def factory() -> Any:
+        return await module.build_openai_app(vllm_engine.engine_client, serve.namespace)
+
+    return engine, factory
+
+
+def _build_vllm(args: argparse.Namespace, extra: tuple[tuple[str, Any], ...] = ()) -> Engine:
     if not getattr(args, "model", None):
         raise EngineUnavailable("--engine vllm needs --model (a model name or a local path)")
     try:
@@ -91,8 +168,10 @@ def _build_vllm(args: argparse.Namespace) -> Engine:
     fields = _given(args, _VLLM_FLAGS)
     if getattr(args, "vllm_enforce_eager", None) is not None:
         fields["enforce_eager"] = args.vllm_enforce_eager
+    if getattr(args, "served_model_name", None):
+        fields["served_model_name"] = args.served_model_name
     try:
-        config = module.VllmEngineConfig(model=args.model, **fields)
+        config = module.VllmEngineConfig(model=args.model, extra_args=extra, **fields)
     except (TypeError, ValueError) as e:
         raise EngineUnavailable(f"bad vllm engine options: {e}") from e
     engine: Engine = module.VllmEngine(config)

@@ -4,14 +4,17 @@ On start-up the worker logs ``worker_listening`` with its ports as soon as they 
 and once it is warm prints one JSON line to stdout that tests and tools parse::
 
     {"event": "worker_ready", "worker_id": "...", "grpc_port": 41234, "http_port": 41235,
-     "control_port": 41236}
+     "control_port": 41236, "openai_port": 41237}
 
 ``control_port`` is 0 when no control token was given (the control port is then not
-opened: Promote, Demote and Drain are served nowhere). See worker/README.md, "Ports".
+opened: Promote, Demote and Drain are served nowhere). ``openai_port`` is the port of the
+OpenAI HTTP API (vLLM's own, ``--engine vllm``), 0 when there is none (the sim engine, or
+``--openai-port -1``). See worker/README.md, "Ports" and "OpenAI API".
 
 SIGTERM or SIGINT drains (refuse new work, finish in-flight within ``--drain-grace-s``,
 abort the rest), stops gRPC with ``server.stop(grace)``, shuts the engine down and exits 0.
-A worker that a Drain RPC brought to ``stopped`` exits the same way. Exit status 1 means
+A worker that a Drain RPC brought to ``stopped`` exits the same way. The drain covers
+OpenAI HTTP requests too; uvicorn stops after it. Exit status 1 means
 the engine failed to load or warm up, 2 that it could not be built (bad flags, no vLLM).
 """
 
@@ -35,7 +38,8 @@ from preheat.process import aio
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging
 from preheat.wire.controltls import TLSFileError, tls_files
 from preheat.wire.tokens import TokenError, read_token
-from preheat.worker.engines import ENGINES, EngineUnavailable, build_engine
+from preheat.worker.engines import ENGINES, EngineUnavailable, build_worker_engine
+from preheat.worker.openai_http import AppFactory
 from preheat.worker.server import WorkerConfig, WorkerServer, describe
 
 log = logging.getLogger("preheat.worker")
@@ -159,6 +163,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     v.add_argument("--vllm-tensor-parallel-size", type=int, default=None)
 
+    o = parser.add_argument_group(
+        "OpenAI API (--engine vllm: vLLM's own OpenAI server, as `vllm serve`, over this engine)"
+    )
+    o.add_argument(
+        "--openai-port",
+        type=int,
+        default=8000,
+        help="port of the OpenAI HTTP API on --host (default 8000 like vllm serve; "
+        "0 = ephemeral; -1 = off). The sim engine serves none (openai_port 0)",
+    )
+    o.add_argument(
+        "--served-model-name",
+        default=None,
+        help="the model's name in requests, Status and metrics (default: --model)",
+    )
+    o.add_argument("--chat-template", default=None, help="as vllm serve's (a file or a template)")
+    o.add_argument(
+        "--enable-auto-tool-choice",
+        action="store_true",
+        default=False,
+        help="as vllm serve's (needs --tool-call-parser)",
+    )
+    o.add_argument("--tool-call-parser", default=None, help="as vllm serve's, e.g. hermes")
+    o.add_argument("--reasoning-parser", default=None, help="as vllm serve's, e.g. deepseek_r1")
+    o.add_argument(
+        "--vllm-serve-arg",
+        action="append",
+        metavar="FLAG[=VALUE]",
+        help="any other vllm serve flag, e.g. --vllm-serve-arg=--max-log-len=100 "
+        "(repeatable; checked by vLLM's own parser, an unknown one exits 2; engine flags "
+        "the worker sets itself are refused, naming the worker flag)",
+    )
+
 
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_format, level=args.log_level.upper(), worker_id=args.worker_id)
@@ -171,8 +208,14 @@ def run(args: argparse.Namespace) -> int:
     except (TokenError, TLSFileError) as e:
         log.error("bad_credentials", extra=fields(error=str(e)))
         return 2
+    if args.openai_port < -1 or args.openai_port > 65535:
+        log.error(
+            "bad_flags",
+            extra=fields(error=f"--openai-port {args.openai_port}: 0-65535, or -1 (off)"),
+        )
+        return 2
     try:
-        engine = build_engine(args)
+        engine, openai = build_worker_engine(args)
     except EngineUnavailable as e:
         log.error("engine_unavailable", extra=fields(error=str(e)))
         return 2
@@ -190,8 +233,9 @@ def run(args: argparse.Namespace) -> int:
         region=args.region,
         start_as=LifecycleState(args.start_as),
         drain_grace_s=args.drain_grace_s,
+        openai_port=max(0, args.openai_port),
     )
-    return aio.run(serve(engine, config))
+    return aio.run(serve(engine, config, openai=openai))
 
 
 async def _first(*coros: Coroutine[Any, Any, Any]) -> None:
@@ -207,11 +251,11 @@ async def _first(*coros: Coroutine[Any, Any, Any]) -> None:
                 await t
 
 
-async def serve(engine: Engine, config: WorkerConfig) -> int:
+async def serve(engine: Engine, config: WorkerConfig, *, openai: AppFactory | None = None) -> int:
     """Runs one worker until SIGTERM/SIGINT or a completed drain; returns the exit status."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    server = WorkerServer(engine, config)
+    server = WorkerServer(engine, config, openai=openai)
 
     def on_signal(signum: int) -> None:
         log.info("signal_received", extra=fields(signal=signal.Signals(signum).name))

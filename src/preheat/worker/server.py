@@ -3,7 +3,10 @@
 Ports: the data port serves Inference, health and the read-only WorkerControl RPCs
 (Status, WatchCache); the control port, opened only with ``config.control_token``, serves
 WorkerControl's state changes (Promote, Demote, Drain) to callers with that token
-(:mod:`preheat.worker.services`, worker/README.md "Ports").
+(:mod:`preheat.worker.services`, worker/README.md "Ports"). Given an app factory
+(``openai=``, the vllm engine's), it also serves the engine's OpenAI HTTP API on
+``config.openai_port`` (:mod:`preheat.worker.openai_http`): bound at start, serving once
+the engine is loaded, its requests admitted, drained and counted like ``Generate``'s.
 
 In-process use (tests, benchmarks)::
 
@@ -28,7 +31,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +66,7 @@ from preheat.wire.convert import checked_request
 from preheat.wire.errors import abort
 from preheat.worker.cache_hub import CacheHub
 from preheat.worker.metrics import WorkerMetrics, WorkerOutcome
+from preheat.worker.openai_http import AppFactory, OpenAIHttp
 from preheat.worker.stops import StopMatcher
 
 log = logging.getLogger(__name__)
@@ -124,6 +128,9 @@ class WorkerConfig:
     start_as: LifecycleState = LifecycleState.ACTIVE  # ACTIVE or STANDBY
     drain_grace_s: float = 30.0
     stop_grace_s: float = 5.0  # grpc server.stop(grace) after the drain
+    # The OpenAI HTTP API's port on ``host`` (0: ephemeral), served only when the server
+    # is given an app factory (WorkerServer's ``openai``; the sim engine has none).
+    openai_port: int = 0
     cache_queue_size: int = 1024  # WatchCache events a subscriber may fall behind
 
     def __post_init__(self) -> None:
@@ -142,6 +149,7 @@ class Ports:
     grpc: int
     http: int
     control: int = 0  # 0: no control port (no control token configured)
+    openai: int = 0  # 0: no OpenAI HTTP API (sim engine, or turned off)
 
 
 class _InFlight:
@@ -154,9 +162,10 @@ class _InFlight:
     disarmed before the stream yields.
     """
 
-    def __init__(self, request_id: str) -> None:
+    def __init__(self, request_id: str, on_abort: Callable[[], Any] | None = None) -> None:
         self.request_id = request_id
         self.abort_requested = False
+        self._on_abort = on_abort  # OpenAI HTTP requests: cancels the request's task
         self.waiting = False  # awaiting the engine's next output
         self._timeout: asyncio.Timeout | None = None
 
@@ -165,16 +174,25 @@ class _InFlight:
 
     def abort(self) -> None:
         self.abort_requested = True
+        if self._on_abort is not None:
+            self._on_abort()
         if self.waiting and self._timeout is not None and not self._timeout.expired():
             self._timeout.reschedule(asyncio.get_running_loop().time())
 
 
 class WorkerServer:
     def __init__(
-        self, engine: Engine, config: WorkerConfig, *, metrics: WorkerMetrics | None = None
+        self,
+        engine: Engine,
+        config: WorkerConfig,
+        *,
+        metrics: WorkerMetrics | None = None,
+        openai: AppFactory | None = None,
     ) -> None:
         self.engine = engine
         self.config = config
+        self._openai_factory = openai
+        self._openai: OpenAIHttp | None = None
         self.metrics = metrics if metrics is not None else WorkerMetrics()
         self._state = LifecycleState.LOADING
         self._target = config.start_as
@@ -234,6 +252,16 @@ class WorkerServer:
         await self._health.set(CONTROL_SERVICE, health_pb2.HealthCheckResponse.SERVING)
 
         cfg = self.config
+        openai_port = 0
+        if self._openai_factory is not None:
+            self._openai = OpenAIHttp(
+                self,
+                self._openai_factory,
+                host=cfg.host,
+                port=cfg.openai_port,
+                stop_grace_s=cfg.stop_grace_s,
+            )
+            openai_port = self._openai.bind()
         server = grpc.aio.server()
         inference_pb2_grpc.add_InferenceServicer_to_server(InferenceService(self), server)
         cache_tokens = (cfg.cache_token, cfg.control_token) if cfg.cache_token else ()
@@ -264,12 +292,13 @@ class WorkerServer:
         if self._control is not None:
             await self._control.start()
         self._http, http_port = await start_http(self, cfg.host, cfg.http_port)
-        self.ports = Ports(grpc=grpc_port, http=http_port, control=control_port)
+        self.ports = Ports(grpc=grpc_port, http=http_port, control=control_port, openai=openai_port)
         log.info(
             "worker_listening",
             extra=fields(
                 grpc_port=grpc_port,
                 http_port=http_port,
+                openai_port=openai_port,
                 host=cfg.host,
                 control_port=control_port,
                 control_host=cfg.control_address if control_port else "",
@@ -330,6 +359,8 @@ class WorkerServer:
                 await self._grpc.stop(self.config.stop_grace_s)
             if self._control is not None:
                 await self._control.stop(self.config.stop_grace_s)
+            if self._openai is not None:
+                await self._openai.stop()
             if self._http is not None:
                 await self._http.cleanup()  # cancels background tasks (cleanup context)
             await self._cancel_tasks()
@@ -364,6 +395,7 @@ class WorkerServer:
             zone=self.config.zone,
             region=self.config.region,
             tokenizer=info.tokenizer,
+            openai_port=self.ports.openai if self.ports is not None else 0,
         )
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -400,6 +432,8 @@ class WorkerServer:
         try:
             t0 = time.monotonic()
             await self.engine.load()
+            if self._openai is not None:
+                await self._openai.start()  # the engine's app needs the loaded engine
             self._seed_hub()
             await self._set_state(LifecycleState.WARMING)
             t1 = time.monotonic()
@@ -471,13 +505,21 @@ class WorkerServer:
                 f"worker is {self._state.value}; it takes requests only when active",
             )
 
-    def _admit(self, request_id: str) -> _InFlight:
+    def admit(self, request_id: str, on_abort: Callable[[], Any] | None = None) -> _InFlight:
+        """Admits one request (active only): it counts as in flight until :meth:`release`,
+        and a drain whose grace runs out calls ``on_abort`` (the OpenAI HTTP path's hook)."""
+        return self._admit(request_id, on_abort)
+
+    def release(self, handle: _InFlight) -> None:
+        self._release(handle)
+
+    def _admit(self, request_id: str, on_abort: Callable[[], Any] | None = None) -> _InFlight:
         self._check_active()
         if request_id in self._in_flight:
             raise PreheatError(
                 ErrorCode.INVALID_ARGUMENT, f"request id {request_id!r} is already in flight"
             )
-        handle = _InFlight(request_id)
+        handle = _InFlight(request_id, on_abort)
         self._in_flight[request_id] = handle
         self._idle.clear()
         self.metrics.in_flight.set(len(self._in_flight))
@@ -807,4 +849,5 @@ def describe(ports: Ports, worker_id: str) -> Mapping[str, Any]:
         "grpc_port": ports.grpc,
         "http_port": ports.http,
         "control_port": ports.control,
+        "openai_port": ports.openai,
     }
