@@ -77,7 +77,8 @@ test: lint test-vllm test-main
 # time). A test that mixes an injected clock with time.monotonic() fails in one of them.
 # .ci/run runs this after `make test`.
 CLOCK_TESTS := tests/core tests/autoscaler tests/engine tests/router tests/worker \
-	tests/simulate tests/load tests/report tests/operator $(wildcard tests/test_*.py)
+	tests/simulate tests/load tests/report tests/operator tests/control tests/process tests/wire \
+	tests/workload tests/bench/test_fidelity.py $(wildcard tests/test_*.py)
 test-clocks: venv $(HELM) prometheus
 	scripts/test_clocks.sh $(PY) -q $(CLOCK_TESTS)
 
