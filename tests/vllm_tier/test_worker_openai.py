@@ -281,6 +281,77 @@ async def test_counted_in_worker_metrics(worker: Running) -> None:
     assert await ok_count() == before + 1
 
 
+async def test_logit_bias_and_stop_are_applied(worker: Running) -> None:
+    """vLLM's sampling parameters reach the engine: a +100 bias makes every token the
+    biased one; a stop string cuts the text (finish_reason stop)."""
+    probe = await worker.client.completions.create(
+        model=MODEL, prompt="the model", max_tokens=1, temperature=0, logprobs=1
+    )
+    assert probe.choices[0].logprobs is not None
+    assert probe.choices[0].logprobs.tokens is not None
+    plain = await worker.client.completions.create(
+        model=MODEL,
+        prompt="the model",
+        max_tokens=5,
+        temperature=0,
+        extra_body={"return_token_ids": True},
+    )
+    plain_ids: Any = plain.choices[0].model_extra["token_ids"]
+    biased_id = next(i for i in range(10, 400) if i not in plain_ids)
+    biased = await worker.client.completions.create(
+        model=MODEL,
+        prompt="the model",
+        max_tokens=5,
+        temperature=0,
+        logit_bias={str(biased_id): 100},
+        extra_body={"return_token_ids": True},
+    )
+    assert biased.choices[0].model_extra["token_ids"] == [biased_id] * 5
+    text = plain.choices[0].text
+    assert len(text) >= 2, text
+    stopped = await worker.client.completions.create(
+        model=MODEL, prompt="the model", max_tokens=5, temperature=0, stop=[text[1:]]
+    )
+    assert stopped.choices[0].finish_reason == "stop"
+    assert stopped.choices[0].text == text[:1]
+
+
+async def test_an_aborted_stream_ends_with_an_error_event_and_frees_the_engine(
+    worker: Running,
+) -> None:
+    """What a drain does to a stream once its grace is over (here: the handle's abort)."""
+    async with worker.http.post(
+        worker.base_url + "/chat/completions",
+        json={
+            "model": MODEL,
+            "messages": messages(),
+            "max_tokens": 400,
+            "ignore_eos": True,
+            "stream": True,
+        },
+    ) as resp:
+        assert resp.status == 200
+        first = await resp.content.readline()
+        assert first.startswith(b"data: {")
+        (handle,) = worker.server._in_flight.values()
+        handle.abort()
+        events = [e for e in (await resp.read()).decode().split("\n\n") if e.strip()]
+    assert events[-1] == "data: [DONE]"
+    err = json.loads(events[-2].removeprefix("data: "))["error"]
+    assert err["code"] == 503
+    assert "draining" in err["message"]
+    assert worker.server.in_flight == 0
+    engine: Any = worker.server.engine
+    async with asyncio.timeout(10):  # vLLM's generator closed: the engine aborted it
+        while True:
+            if engine.stats().num_running == 0:
+                break
+            await asyncio.sleep(0.05)
+    # still serving
+    r = await worker.client.completions.create(model=MODEL, prompt="again", max_tokens=2)
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
 async def test_standby_refuses_with_503(worker: Running) -> None:
     await worker.server.demote()
     try:
