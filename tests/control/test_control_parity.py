@@ -19,7 +19,7 @@ from preheat.core.autoscaling import Decision, PolicyTuning, Signals, SignalValu
 from preheat.core.control import ControlState, RolePlan, step
 from preheat.core.manifests import LABEL_ROLE, BuildOptions, Owner, build_deployment
 from preheat.core.pool import PoolConfig, Signal
-from preheat.local import plan as local_plan
+from preheat.local import workers as local_workers
 from preheat.operator.observe import observation, role_plan
 from preheat.simulate.options import SimOptions
 from preheat.simulate.world import _Pod, _World
@@ -92,15 +92,17 @@ def via_operator(config: PoolConfig, row: Row) -> tuple[Decision | None, RolePla
 
 
 def via_local(config: PoolConfig, row: Row) -> tuple[Decision | None, RolePlan, int]:
-    state = {"warming": local_plan.WARMING, "draining": local_plan.DRAINING}
+    state = {"warming": local_workers.WARMING, "draining": local_workers.DRAINING}
     workers = [
-        local_plan.WorkerView(p.name, state.get(p.state, p.state), started_at=float(T0 + p.created))
+        local_workers.WorkerView(
+            p.name, state.get(p.state, p.state), started_at=float(T0 + p.created)
+        )
         for p in row.pods
     ]
     desired = config.replicas.desired
-    obs = local_plan.observe(NOW, config, desired, workers, signals(row.ttft_ms))
+    obs = local_workers.observe(NOW, config, desired, workers, signals(row.ttft_ms))
     decision, plan, _ = step(obs, ControlState(decided=row.decided), tuning=PolicyTuning())
-    actions = local_plan.actions(workers, plan)
+    actions = local_workers.actions(workers, plan)
     running = sum(1 for w in workers if w.bucket != "draining") - len(actions.drain)
     return decision, plan, running + actions.start
 

@@ -1,7 +1,7 @@
 """Start bounds, how a worker's exit is recorded, and demote order (issue 12, E).
 
-Pure tables for :func:`preheat.local.plan.starts_allowed` and
-:func:`preheat.local.plan.exit_kind`; the runtime's reconcile with fake processes and a
+Pure tables for :func:`preheat.local.workers.starts_allowed` and
+:func:`preheat.local.workers.exit_kind`; the runtime's reconcile with fake processes and a
 recorded role RPC for the demote order and the bounded start burst.
 """
 
@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from preheat.local import plan
+from preheat.local import workers as local_workers
 
 
 @pytest.mark.parametrize(
@@ -27,7 +27,7 @@ from preheat.local import plan
     ],
 )
 def test_starts_allowed(want, starting, alive, max_starting, max_workers, allowed):
-    got = plan.starts_allowed(
+    got = local_workers.starts_allowed(
         want, starting=starting, alive=alive, max_starting=max_starting, max_workers=max_workers
     )
     assert got == allowed
@@ -36,16 +36,16 @@ def test_starts_allowed(want, starting, alive, max_starting, max_workers, allowe
 @pytest.mark.parametrize(
     ("code", "told", "killed_because", "kind"),
     [
-        (0, False, "", plan.STOP),  # an outside SIGTERM or Drain RPC: drained, exit 0
-        (-signal.SIGTERM, False, "", plan.STOP),  # SIGTERM before its handler was set
-        (-signal.SIGINT, False, "", plan.STOP),
-        (-signal.SIGKILL, False, "", plan.CRASH),  # OOM killer, kill -9
-        (-signal.SIGSEGV, False, "", plan.CRASH),
-        (1, False, "", plan.CRASH),
-        (-signal.SIGKILL, False, "not warm 2 s after start", plan.CRASH),
-        (0, True, "", plan.STOP),
-        (1, True, "", plan.STOP),  # told to drain: its exit is the stop asked for
+        (0, False, "", local_workers.STOP),  # an outside SIGTERM or Drain RPC: drained, exit 0
+        (-signal.SIGTERM, False, "", local_workers.STOP),  # SIGTERM before its handler was set
+        (-signal.SIGINT, False, "", local_workers.STOP),
+        (-signal.SIGKILL, False, "", local_workers.CRASH),  # OOM killer, kill -9
+        (-signal.SIGSEGV, False, "", local_workers.CRASH),
+        (1, False, "", local_workers.CRASH),
+        (-signal.SIGKILL, False, "not warm 2 s after start", local_workers.CRASH),
+        (0, True, "", local_workers.STOP),
+        (1, True, "", local_workers.STOP),  # told to drain: its exit is the stop asked for
     ],
 )
 def test_exit_kind(code, told, killed_because, kind):
-    assert plan.exit_kind(code, told_to_stop=told, killed_because=killed_because) == kind
+    assert local_workers.exit_kind(code, told_to_stop=told, killed_because=killed_because) == kind

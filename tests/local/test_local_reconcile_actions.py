@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from preheat.api.poolfile import parse_pool
-from preheat.local import plan
+from preheat.local import workers as local_workers
 from preheat.local.runtime import LocalPool, LocalWorker, UpOptions
 from preheat.process.children import Child
 
@@ -71,7 +71,7 @@ async def test_demote_leaves_the_routers_set_before_its_rpc(tmp_path, monkeypatc
     goes out (issue 12, E: a just-demoted worker was sent a request and returned 503)."""
     lp = _pool(tmp_path)
     for i, name in enumerate(("w-1", "w-2", "w-3")):
-        lp.workers[name] = _worker(name, plan.ACTIVE, 1000 + i, 40000 + 3 * i)
+        lp.workers[name] = _worker(name, local_workers.ACTIVE, 1000 + i, 40000 + 3 * i)
     lp.desired = 1  # scaled down: 1 active + 1 standby of 3 actives: one drains, one demotes
     lp._write_discovery(force=True)
     seen: list[tuple[str, str, dict[str, Any]]] = []
@@ -91,10 +91,10 @@ async def test_demote_leaves_the_routers_set_before_its_rpc(tmp_path, monkeypatc
     demotes = [(n, entry) for n, role, entry in seen if role == "standby"]
     assert len(demotes) == 1, seen
     name, entry = demotes[0]
-    assert entry["role"] != plan.ACTIVE, entry  # not routable when the RPC went out
+    assert entry["role"] != local_workers.ACTIVE, entry  # not routable when the RPC went out
     after = _discovered(lp.out)[name]
-    assert after["role"] == plan.STANDBY
-    assert lp.workers[name].view().state == plan.STANDBY
+    assert after["role"] == local_workers.STANDBY
+    assert lp.workers[name].view().state == local_workers.STANDBY
 
 
 async def test_a_start_burst_is_bounded(tmp_path, monkeypatch):
@@ -105,7 +105,7 @@ async def test_a_start_burst_is_bounded(tmp_path, monkeypatch):
     started: list[str] = []
 
     async def fake_start(name: str, *, restarts: int = 0) -> LocalWorker:
-        w = _worker(name, plan.STARTING, 2000 + len(started), 41000 + 3 * len(started))
+        w = _worker(name, local_workers.STARTING, 2000 + len(started), 41000 + 3 * len(started))
         w.ready_seen = w.answered = False
         lp.workers[name] = w
         started.append(name)
@@ -117,7 +117,7 @@ async def test_a_start_burst_is_bounded(tmp_path, monkeypatch):
     await lp._reconcile(0.5)
     assert len(started) == 2  # both still starting
     for w in lp.workers.values():
-        w.state, w.ready_seen = plan.STANDBY, True
+        w.state, w.ready_seen = local_workers.STANDBY, True
     await lp._reconcile(1.0)
     assert len(started) == 4
 
@@ -126,7 +126,7 @@ def test_a_second_stop_kills_every_child_at_once(tmp_path):
     """A second Ctrl-C while draining: SIGKILL to every worker (and the router), no wait."""
     lp = _pool(tmp_path)
     for i, name in enumerate(("w-1", "w-2")):
-        lp.workers[name] = _worker(name, plan.ACTIVE, 3000 + i, 42000 + 3 * i)
+        lp.workers[name] = _worker(name, local_workers.ACTIVE, 3000 + i, 42000 + 3 * i)
     lp.stop()
     assert all(w.child.proc.signals == [] for w in lp.workers.values())
     lp.stop()

@@ -12,7 +12,7 @@ One loop, every ``tick_s``:
    or :class:`~preheat.autoscaler.prometheus.PrometheusSource`) into
    :func:`preheat.core.control.step` (``core.autoscaling.decide``) for the active target;
 4. **reconcile**: :func:`preheat.core.control.step` again, without signals
-   (``core.control.roles.assign_roles``), and :func:`preheat.local.plan.actions` into
+   (``core.control.roles.assign_roles``), and :func:`preheat.local.workers.actions` into
    actions: Promote/Demote over gRPC (:func:`preheat.wire.workerctl.set_role`), drain
    (out of the router's set, then SIGTERM: the worker finishes its streams and exits),
    start new workers (they come up as standby);
@@ -51,7 +51,7 @@ from preheat.core.autoscaling.standby import wanted
 from preheat.core.control import ControlState, signal_query, step
 from preheat.core.manifests import BuildOptions, startup_failure_threshold, worker_args
 from preheat.core.pool import EngineConfig, PoolConfig, Signal
-from preheat.local import plan
+from preheat.local import workers
 from preheat.local.stats import LiveStats, TrafficView, scrape_into
 from preheat.process.children import Child, preheat_argv, spawn
 from preheat.process.logs import fields
@@ -105,7 +105,7 @@ class LocalWorker:
     grpc_port: int
     http_port: int
     child: Child
-    state: str = plan.STARTING
+    state: str = workers.STARTING
     leaving: bool = False  # drained or stopping: out of the router's set
     answered: bool = False  # its Status answered at least once
     in_flight: int = 0
@@ -131,11 +131,11 @@ class LocalWorker:
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}/metrics"
 
-    def view(self) -> plan.WorkerView:
-        return plan.WorkerView(
+    def view(self) -> workers.WorkerView:
+        return workers.WorkerView(
             name=self.name,
             # a demotion under way counts as done: it is out of the router's set already
-            state=plan.STANDBY if self.demote_at is not None else self.state,
+            state=workers.STANDBY if self.demote_at is not None else self.state,
             leaving=self.leaving,
             in_flight=self.in_flight,
             started_at=self.child.started_at,
@@ -343,12 +343,12 @@ class LocalPool:
         )
         for w, answer in zip(live, answers, strict=True):
             if isinstance(answer, BaseException):
-                if w.answered and w.state not in (plan.DRAINING, plan.STOPPED):
-                    w.state = plan.UNREACHABLE
+                if w.answered and w.state not in (workers.DRAINING, workers.STOPPED):
+                    w.state = workers.UNREACHABLE
                 continue
             w.answered = True
             w.state = workerctl.state_name(answer.state)
-            if w.state in (plan.DRAINING, plan.STOPPED) and not w.leaving:
+            if w.state in (workers.DRAINING, workers.STOPPED) and not w.leaving:
                 # drained from outside (SIGTERM, a Drain RPC): on its way out, as if told to
                 w.leaving = True
                 w.demote_at = None
@@ -357,14 +357,14 @@ class LocalPool:
             w.running = answer.num_running
             w.waiting = answer.num_waiting
             w.kv_usage = answer.kv_cache_usage
-            if w.state in plan.WARM and not w.ready_seen:
+            if w.state in workers.WARM and not w.ready_seen:
                 w.ready_seen = True
                 self._event("ready", w.name, f"warm as {w.state} (pid {w.child.pid})")
 
     async def _supervise(self, now: float) -> None:
         for w in list(self.workers.values()):
             code = w.child.returncode
-            cold = w.state in plan.COLD and not w.ready_seen and not w.leaving
+            cold = w.state in workers.COLD and not w.ready_seen and not w.leaving
             late = now - w.child.started_at > self.startup_budget_s
             if code is None and cold and late and not w.killed_because:
                 # as a startup probe would: a worker not warm in time is restarted
@@ -376,8 +376,8 @@ class LocalPool:
             if w.leaving:
                 self._event("stop", w.name, f"exited ({code}) after draining")
                 continue
-            kind = plan.exit_kind(code, told_to_stop=False, killed_because=w.killed_because)
-            if kind == plan.STOP:
+            kind = workers.exit_kind(code, told_to_stop=False, killed_because=w.killed_because)
+            if kind == workers.STOP:
                 # stopped from outside (SIGTERM, a Drain RPC): it drained and exited; not a
                 # crash, and not restarted under its name: the reconcile replaces it
                 self._event(
@@ -425,7 +425,7 @@ class LocalPool:
         assert self.source is not None
         if self.config.autoscaling.objectives:
             self.signals = await self.source.read(signal_query(self.config.autoscaling))
-        obs = plan.observe(now, self.config, self.desired, self._views(), self.signals)
+        obs = workers.observe(now, self.config, self.desired, self._views(), self.signals)
         decision, _, self.control = step(obs, self.control, tuning=self.tuning)
         assert decision is not None
         self.decision = decision
@@ -440,11 +440,11 @@ class LocalPool:
             )
             self.desired = decision.active
 
-    def _views(self) -> list[plan.WorkerView]:
+    def _views(self) -> list[workers.WorkerView]:
         views = [w.view() for w in self.workers.values()]
         # a crashed worker waiting for its restart still holds its slot (as a pod would)
         views += [
-            plan.WorkerView(name=n, state=plan.STARTING, started_at=when)
+            workers.WorkerView(name=n, state=workers.STARTING, started_at=when)
             for n, (when, _) in self._restart_at.items()
         ]
         return views
@@ -457,8 +457,8 @@ class LocalPool:
         if self._stop.is_set():
             return
         views = self._views()
-        _, role_plan, _ = step(plan.observe(now, self.config, self.desired, views), self.control)
-        actions = plan.actions(views, role_plan)
+        _, role_plan, _ = step(workers.observe(now, self.config, self.desired, views), self.control)
+        actions = workers.actions(views, role_plan)
         for name in actions.drain:
             await self._drain(name, actions.plan.reason)
         for name in actions.demote:
@@ -498,8 +498,8 @@ class LocalPool:
     def _starts_allowed(self, want: int) -> int:
         """``want`` bounded by --max-starting and the worker process cap."""
         alive = [w for w in self.workers.values() if w.child.alive]
-        starting = sum(1 for w in alive if w.state in plan.COLD and not w.leaving)
-        return plan.starts_allowed(
+        starting = sum(1 for w in alive if w.state in workers.COLD and not w.leaving)
+        return workers.starts_allowed(
             want,
             starting=starting,
             alive=len(alive),
@@ -653,7 +653,7 @@ class LocalPool:
         return sorted(
             f"http://127.0.0.1:{w.http_port}"
             for w in self.workers.values()
-            if w.state in plan.WARM and not w.leaving and w.child.alive
+            if w.state in workers.WARM and not w.leaving and w.child.alive
         )
 
     async def _shutdown(self) -> None:
@@ -706,12 +706,12 @@ class LocalPool:
                 continue
             role = "draining" if w.leaving else w.state
             if w.demote_at is not None and not w.leaving:
-                role = plan.STANDBY  # out of the router's set before its Demote RPC
+                role = workers.STANDBY  # out of the router's set before its Demote RPC
             entries.append(
                 {
                     "address": w.address,
                     "id": w.name,
-                    "ready": w.state in plan.WARM and not w.leaving,
+                    "ready": w.state in workers.WARM and not w.leaving,
                     "role": role,
                     "metrics_url": w.metrics_url,
                 }
@@ -724,9 +724,9 @@ class LocalPool:
     def write_prometheus_targets(self) -> None:
         """``prometheus-targets.json`` (file_sd): the warm workers and the router, labelled
         ``pool`` and ``component`` (worker, router)."""
-        workers = [t.removeprefix("http://") for t in self._metric_targets()]
+        worker_targets = [t.removeprefix("http://") for t in self._metric_targets()]
         groups = [
-            {"targets": workers, "labels": {"pool": self.pool.name, "component": "worker"}},
+            {"targets": worker_targets, "labels": {"pool": self.pool.name, "component": "worker"}},
             {
                 "targets": [f"127.0.0.1:{self.router_http}"],
                 "labels": {"pool": self.pool.name, "component": "router"},
@@ -738,7 +738,7 @@ class LocalPool:
             self._targets = text
 
     def _write_state(self, *, stopped: bool = False) -> None:
-        counts = plan.counts(self._views())
+        counts = workers.counts(self._views())
         state = {
             "pid": os.getpid(),
             "pool": self.pool.name,
@@ -791,7 +791,7 @@ class LocalPool:
         self.view.event(line)
 
     def _sample(self) -> None:
-        c = plan.counts(self._views())
+        c = workers.counts(self._views())
         self.writer.replicas(
             ReplicaSample(
                 t_s=self.t_s(),
@@ -809,16 +809,16 @@ class LocalPool:
         targets = {
             w.name: w.metrics_url
             for w in self.workers.values()
-            if w.answered and w.child.alive and w.state not in (plan.STOPPED,)
+            if w.answered and w.child.alive and w.state not in (workers.STOPPED,)
         }
         targets["router"] = f"http://127.0.0.1:{self.router_http}/metrics"
         await scrape_into(self.stats, self._http, targets, now)
 
     def snapshot(self, *, stopping: bool = False) -> PoolSnapshot:
-        workers = tuple(
+        rows = tuple(
             {
                 "name": w.name,
-                "state": "draining" if w.leaving and w.state in plan.WARM else w.state,
+                "state": "draining" if w.leaving and w.state in workers.WARM else w.state,
                 "pid": w.child.pid,
                 "in_flight": w.in_flight,
                 "running": w.running,
@@ -835,8 +835,8 @@ class LocalPool:
             t_s=self.t_s(),
             desired=self.desired,
             standby_wanted=self._standby_wanted(),
-            counts=plan.counts(self._views()),
-            workers=workers,
+            counts=workers.counts(self._views()),
+            workers=rows,
             traffic=self.stats.view(self.clock()),
             signals=describe_signals(self.config.autoscaling, self.signals)
             if self.config.autoscaling.objectives

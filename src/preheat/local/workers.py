@@ -1,4 +1,4 @@
-"""The local pool's adapter to the control loop: pure functions of a snapshot.
+"""The local workers as the control loop sees them, and ``preheat up``'s adapter to it: pure.
 
 ``preheat up`` is one of the three drivers of :func:`preheat.core.control.step`:
 :func:`observe` turns the local workers (seen as pods) into the loop's

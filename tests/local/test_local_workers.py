@@ -14,8 +14,8 @@ from preheat.core.autoscaling import (
 )
 from preheat.core.control import ControlState, assign_roles, step
 from preheat.core.pool import Signal
-from preheat.local import plan
-from preheat.local.plan import WorkerView
+from preheat.local import workers as local_workers
+from preheat.local.workers import WorkerView
 
 
 def w(name: str, state: str, *, leaving: bool = False, in_flight: int = 0, t: float = 0.0):
@@ -79,7 +79,7 @@ CASES = [
 
 @pytest.mark.parametrize(("workers", "active", "standby", "want"), CASES)
 def test_actions(workers, active, standby, want):
-    got = plan.actions(workers, assign_roles([x.pod() for x in workers], active, standby))
+    got = local_workers.actions(workers, assign_roles([x.pod() for x in workers], active, standby))
     assert (got.promote, got.demote, got.drain, got.start) == want
 
 
@@ -92,7 +92,7 @@ def test_counts_by_bucket():
         w("e", "active", leaving=True),
         w("f", "draining"),
     ]
-    c = plan.counts(views)
+    c = local_workers.counts(views)
     assert (c.active, c.standby, c.warming, c.draining) == (1, 1, 2, 2)
 
 
@@ -123,7 +123,7 @@ def _decide(value: float | None, desired: int, *, stale: bool = False):
     config = parse_pool(POOL, "t.yaml").config
     now = 100.0
     workers = [w("w-1", "active"), w("w-2", "standby")][: desired + 1]
-    obs = plan.observe(now, config, desired, workers, _signals(value, now, stale=stale))
+    obs = local_workers.observe(now, config, desired, workers, _signals(value, now, stale=stale))
     decision, _, state = step(obs, ControlState(), tuning=PolicyTuning())
     assert decision is not None
     return decision, state.policy
