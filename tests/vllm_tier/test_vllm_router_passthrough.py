@@ -27,6 +27,10 @@ import aiohttp
 import openai
 import pytest_asyncio
 
+from preheat.core.metric_names import (
+    ROUTER_ACTUAL_CACHED_BLOCKS,
+    ROUTER_PREDICTED_CACHED_BLOCKS,
+)
 from preheat.router.app import RouterConfig, RouterServer
 from preheat.router.endpoints import DiscoveredEndpoint, StaticDiscovery
 from preheat.router.frontend.passthrough import PromptIds
@@ -70,6 +74,8 @@ def _flags(tiny_model: Path) -> argparse.Namespace:
             "4",
             "--vllm-dtype",
             "float32",
+            # usage.prompt_tokens_details.cached_tokens: vLLM's prefix-cache hits per request
+            "--vllm-serve-arg=--enable-prompt-tokens-details",
         ]
     )
 
@@ -218,6 +224,38 @@ async def test_routed_blocks_are_the_blocks_vllm_caches(running: Running) -> Non
             if cached is not None and set(ours) <= set(cached):
                 break
             await asyncio.sleep(0.05)
+
+
+async def test_multi_turn_predicted_blocks_are_vllms_hits(running: Running) -> None:
+    """A multi-turn chat replayed through the router: for every turn, the prefix blocks the
+    router predicted cached on the worker it chose equal the blocks vLLM reports as hits
+    (usage.prompt_tokens_details.cached_tokens), within one block."""
+    reg = running.router.metrics.registry
+
+    def counts() -> tuple[float, float]:
+        labels = {"pool": ""}
+        p = reg.get_sample_value(ROUTER_PREDICTED_CACHED_BLOCKS + "_total", labels)
+        a = reg.get_sample_value(ROUTER_ACTUAL_CACHED_BLOCKS + "_total", labels)
+        return p or 0.0, a or 0.0
+
+    messages: list[Any] = [{"role": "system", "content": "You keep the answers very short."}]
+    hits = []
+    for turn in range(5):
+        messages.append(
+            {"role": "user", "content": f"turn {turn}: " + "tell me about the prefix cache " * 6}
+        )
+        p0, a0 = counts()
+        r = await running.routed.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=6, temperature=0, user="session-1"
+        )
+        p1, a1 = counts()
+        assert r.usage is not None
+        assert r.usage.prompt_tokens_details is not None
+        predicted, actual = p1 - p0, a1 - a0
+        assert abs(predicted - actual) <= 1, (turn, predicted, actual)
+        hits.append(actual)
+        messages.append({"role": "assistant", "content": r.choices[0].message.content or ""})
+    assert min(hits[1:]) >= 2  # later turns do hit the cache: the comparison means something
 
 
 async def test_router_answers_unknown_model_and_context_window(running: Running) -> None:
