@@ -66,9 +66,15 @@ class SamplingOptions:
     structured_output: StructuredOutput | None = None
 
 
+NO_OPTIONS = SamplingOptions()
+"""Every option unset (shared: a request that sets none costs no allocation or check)."""
+
+
 def effective_fields(o: SamplingOptions) -> list[str]:
     """The ``sampling.*`` fields of ``o`` whose values change the output or the response
     (a zero penalty, a repetition penalty of 1 or an empty bias change nothing)."""
+    if o is NO_OPTIONS:
+        return []
     out: list[str] = []
     if o.top_k > 0:
         out.append("top_k")
@@ -97,6 +103,8 @@ def effective_fields(o: SamplingOptions) -> list[str]:
 
 def options_problems(o: SamplingOptions, max_tokens: int, vocab_size: int | None) -> list[str]:
     """Every out-of-bounds value of ``o``, as sentences naming the field; empty when fine."""
+    if o is NO_OPTIONS:
+        return []
     problems: list[str] = []
 
     def in_range(name: str, v: float | None, lo: float, hi: float, shown: str) -> None:

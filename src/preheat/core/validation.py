@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from preheat.core.errors import ErrorCode, PreheatError, Reason
-from preheat.core.sampling import SamplingOptions, options_problems
+from preheat.core.sampling import NO_OPTIONS, SamplingOptions, options_problems
 
 TEMPERATURE_MIN = 0.0
 TEMPERATURE_MAX = 2.0
@@ -58,7 +58,7 @@ class GenerateSpec:
     # the prompt has at least num_prompt_tokens tokens (counting stopped past the window)
     prompt_tokens_at_least: bool = False
     # penalties, biases, stop token ids, log probabilities, a structured-output constraint
-    options: SamplingOptions = field(default_factory=SamplingOptions)
+    options: SamplingOptions = NO_OPTIONS
     ignore_eos: bool = False
 
 

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
-from preheat.core.sampling import SamplingOptions
+from preheat.core.sampling import NO_OPTIONS, SamplingOptions
 
 
 class FinishReason(enum.Enum):
@@ -35,7 +35,7 @@ class Sampling:
     # penalties, biases, stop token ids, min_tokens, log probabilities, a structured-output
     # constraint; an engine that cannot honour one that is set refuses the request
     # (INVALID_ARGUMENT naming it) rather than ignore it
-    options: SamplingOptions = field(default_factory=SamplingOptions)
+    options: SamplingOptions = NO_OPTIONS
 
 
 @dataclass(frozen=True)

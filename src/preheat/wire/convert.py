@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from preheat.core.errors import ErrorCode, PreheatError
-from preheat.core.sampling import SamplingOptions, StructuredOutput
+from preheat.core.sampling import NO_OPTIONS, SamplingOptions, StructuredOutput
 from preheat.core.validation import GenerateSpec, ModelLimits, check_generate
 from preheat.proto.preheat.v1 import inference_pb2
 
@@ -31,6 +31,7 @@ class PromptTooLong(Exception):
 
 
 Tokenize = Callable[[str], Sequence[int]]
+_LAST_BASIC_FIELD = inference_pb2.SamplingParams.SEED_FIELD_NUMBER  # 1-5: not options
 
 
 def structured_output(so: inference_pb2.StructuredOutput) -> StructuredOutput:
@@ -51,6 +52,8 @@ def structured_output(so: inference_pb2.StructuredOutput) -> StructuredOutput:
 
 def sampling_options(s: inference_pb2.SamplingParams) -> SamplingOptions:
     """``SamplingParams`` fields 6-17 in core form (unset optional fields as ``None``)."""
+    if not any(f.number > _LAST_BASIC_FIELD for f, _ in s.ListFields()):
+        return NO_OPTIONS  # the common case: none set
 
     def opt(name: str) -> float | None:
         return float(getattr(s, name)) if s.HasField(name) else None
