@@ -538,7 +538,10 @@ def _routing_plot(
 
 
 @dataclass(frozen=True)
-class Autoscaler:
+class Contender:
+    """One autoscaler the autoscaling part compares (ours or a baseline), as the report names
+    and describes it."""
+
     name: str
     decide: DecideFn | None  # None: preheat.core.autoscaling.decide
     interval_s: float
@@ -550,12 +553,12 @@ def autoscalers(
     percentile: float = 99.0,
     target_ms: float | None = None,
     concurrency: float = 0.0,
-) -> dict[str, Autoscaler]:
+) -> dict[str, Contender]:
     """Ours and the baselines, with the parameters the report states."""
     per_pod = PER_POD
     conc = f", concurrency <= {concurrency:g}/replica" if concurrency > 0 else ""
     return {
-        "preheat": Autoscaler(
+        "preheat": Contender(
             "preheat",
             None,
             15.0,
@@ -564,7 +567,7 @@ def autoscalers(
             "cooldown 15 s (max +4), scale-down stabilization 300 s, cooldown 60 s (max -2); "
             "every 15 s",
         ),
-        "hpa": Autoscaler(
+        "hpa": Contender(
             "hpa",
             Hpa(target_utilization=0.7, slots_per_replica=int(PER_POD_SLOTS)),
             15.0,
@@ -572,14 +575,14 @@ def autoscalers(
             "(= 48 in flight/pod), tolerance 10%, scale-down stabilization 300 s, "
             "scale-up max(+100%, +4) per 15 s; sync every 15 s",
         ),
-        "keda": Autoscaler(
+        "keda": Contender(
             "keda",
             Keda(threshold=4.0),
             15.0,
             "waiting requests, threshold 4/replica (AverageValue), HPA behavior as above; "
             "polling every 30 s",
         ),
-        "kpa": Autoscaler(
+        "kpa": Contender(
             "kpa",
             Kpa(target_concurrency=per_pod / 0.7, target_utilization=0.7),
             2.0,
@@ -637,7 +640,7 @@ def autoscaling_part(args: argparse.Namespace, img_dir: Path | None) -> Autoscal
     conc = max(0.0, args.preheat_concurrency)
     # (label, policy, preheat's TTFT objective, its concurrency objective): one preheat per
     # target, the first is "preheat"; then, if asked, the first without concurrency
-    runs: list[tuple[str, Autoscaler, float, float]] = []
+    runs: list[tuple[str, Contender, float, float]] = []
     for name in names:
         if name == "preheat":
             for i, t in enumerate(targets):
@@ -764,7 +767,7 @@ def _run_autoscaler(
     args: argparse.Namespace,
     trace: Sequence[TraceRequest],
     label: str,
-    a: Autoscaler,
+    a: Contender,
     standby: int,
     target_ms: float,
     concurrency: float,
