@@ -15,7 +15,11 @@ with a named ``tool_choice`` (the arguments must validate), ``logit_bias``, ``st
 What must match: the whole response as the client parses it (token ids of the templated
 prompt and of every choice, text, ``finish_reason``, ``stop_reason``, ``usage``, ``model``,
 ``object``, ``system_fingerprint``, logprobs within 1e-4), and for errors the HTTP status, the
-client's exception class and the body's ``type``, ``code`` and ``param``.
+client's exception class and the body's ``type``, ``code`` and ``param``. Three refusals are
+the router's own (:data:`ROUTER_ANSWERS`: an unknown model, a prompt over the window): their
+status and exception class match ``vllm serve``'s; their body follows issue 13's Build 2
+(OpenAI's codes), not ``vllm serve``'s, and the full comparison of it is a strict xfail that
+names the fields (the issue asks both; they cannot both hold).
 
 What cannot match, and is left out of the comparison (:data:`oai_cases.UNMATCHABLE`):
 
@@ -60,7 +64,12 @@ from oai_cases import (
 )
 from oai_servers import EngineSettings, PreheatUp, preheat_up, vllm_serve
 
-pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="module")]
+# the module fixtures start two vLLM engines in turn (each up to START_TIMEOUT_S)
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.asyncio(loop_scope="module"),
+    pytest.mark.timeout(600),
+]
 
 SETTINGS = EngineSettings()
 
@@ -130,10 +139,7 @@ async def test_reference_answers_are_what_the_cases_ask_for(reference: dict[str,
     assert r["completion_over_context_window"]["error"]["status"] == 400
 
 
-@pytest.mark.parametrize("name", list(CASES))
-async def test_preheat_answers_as_vllm_serve(
-    name: str, reference: dict[str, Outcome], up: PreheatUp, ctx: Ctx
-) -> None:
+async def _preheat_outcome(up: PreheatUp, ctx: Ctx, name: str) -> Outcome:
     c = client(up.http)
     try:
         got = await CASES[name](c, ctx)
@@ -141,7 +147,49 @@ async def test_preheat_answers_as_vllm_serve(
         got = {"unexpected_error": error_outcome(e), "message": str(e)[:500]}
     finally:
         await c.close()
-    diff = differences(reference[name], got)
+    return got
+
+
+ROUTER_ANSWERS = ("unknown_model", "chat_over_context_window", "completion_over_context_window")
+"""Cases the router answers itself, with OpenAI's codes, as issue 13's Build 2 asks."""
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if n not in ROUTER_ANSWERS])
+async def test_preheat_answers_as_vllm_serve(
+    name: str, reference: dict[str, Outcome], up: PreheatUp, ctx: Ctx
+) -> None:
+    diff = differences(reference[name], await _preheat_outcome(up, ctx, name))
+    assert not diff, f"{name}: Preheat differs from vllm serve:\n" + "\n".join(diff)
+
+
+@pytest.mark.parametrize("name", ROUTER_ANSWERS)
+async def test_router_refusals_have_vllm_serves_status_and_exception(
+    name: str, reference: dict[str, Outcome], up: PreheatUp, ctx: Ctx
+) -> None:
+    """The refusals the router makes itself: the same HTTP status and ``openai`` exception
+    class as ``vllm serve``'s (the body's ``type``/``code``/``param``: next test)."""
+    got = await _preheat_outcome(up, ctx, name)
+    assert "error" in got, got
+    keep = ("status", "exception")
+    ref = {k: reference[name]["error"][k] for k in keep}
+    assert {k: got["error"][k] for k in keep} == ref
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 13 asks two things of these refusals that cannot both hold: its Build 2 has "
+    "the router answer them itself in OpenAI's shape, its Acceptance 1 wants vllm serve's "
+    "body. Measured: an unknown model is type invalid_request_error, code model_not_found "
+    "from the router, NotFoundError and '404' from vllm serve; a prompt over the window is "
+    "invalid_request_error, context_length_exceeded, param null from the router, "
+    "BadRequestError, '400', param 'input_text' from vllm serve. The router follows Build 2 "
+    "(OpenAI clients and litellm key on OpenAI's codes)",
+)
+@pytest.mark.parametrize("name", ROUTER_ANSWERS)
+async def test_router_refusals_have_vllm_serves_body(
+    name: str, reference: dict[str, Outcome], up: PreheatUp, ctx: Ctx
+) -> None:
+    diff = differences(reference[name], await _preheat_outcome(up, ctx, name))
     assert not diff, f"{name}: Preheat differs from vllm serve:\n" + "\n".join(diff)
 
 
