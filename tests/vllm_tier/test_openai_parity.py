@@ -270,7 +270,7 @@ async def test_litellm_raises_rate_limit_error_on_the_routers_429(up: PreheatUp)
     """A TTFT deadline no endpoint can meet (1 ms for a long prompt): the router's admission
     refuses it with 429 ``rate_limit_exceeded``, which litellm raises as RateLimitError."""
     litellm = _litellm()
-    prompt = " ".join(f"word {i}" for i in range(150))
+    prompt = " ".join(["the cache of the worker"] * 30)  # ~150 tokens: inside the window
     with pytest.raises(litellm.RateLimitError) as e:
         await litellm.acompletion(
             model="openai/" + SETTINGS.served_model_name,
@@ -286,7 +286,7 @@ async def test_litellm_raises_rate_limit_error_on_the_routers_429(up: PreheatUp)
 
 # --- routing: the router's predicted cached blocks against vLLM's hits ---------------------
 
-TURNS = 5
+TURNS = 4  # the whole chat stays well inside the 512-token window
 THINK_S = 1.0  # between turns: the worker's KV events reach the router meanwhile
 
 
@@ -337,7 +337,7 @@ async def test_predicted_cached_blocks_match_vllm_prefix_hits(up: PreheatUp, ctx
             messages.append(
                 {
                     "role": "user",
-                    "content": f"Turn {turn}: " + over_context_text()[: 100 + 10 * turn],
+                    "content": f"Turn {turn}: " + over_context_text()[: 60 + 10 * turn],
                 }
             )
             before_hits = await _prefix_hits(http, metrics_url)
@@ -345,7 +345,7 @@ async def test_predicted_cached_blocks_match_vllm_prefix_hits(up: PreheatUp, ctx
             r = await c.chat.completions.create(
                 model=SETTINGS.served_model_name,
                 messages=messages,  # type: ignore[arg-type]
-                max_tokens=24,
+                max_tokens=12,
                 temperature=0,
                 seed=SEED,
                 user="routing-check",
