@@ -358,6 +358,7 @@ async def test_predicted_cached_blocks_match_vllm_prefix_hits(up: PreheatUp, ctx
             predicted.append(logged[-1])
             actual.append(int(hits) // SETTINGS.block_size)
     await c.close()
+    print(f"per turn: router predicted {predicted} blocks, vLLM hit {actual}")  # -rP shows it
     assert sum(actual[1:]) > 0, f"no prefix-cache hits after the first turn: {actual}"
     off = [
         (t, p, a) for t, (p, a) in enumerate(zip(predicted, actual, strict=True)) if abs(p - a) > 1
