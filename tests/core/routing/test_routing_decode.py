@@ -91,7 +91,9 @@ def test_the_default_config_enables_it_with_a_small_weight() -> None:
 # w-busy holds the first half of the prompt (prefill 51.2 ms there against 102.4 ms on the
 # idle w-idle: a 51.2 ms TTFT win); each request decoding on w-busy pays
 # (51.2 - 8.8) + 256 * (0.0086 + 4.25e-5 * (1024 + 128)) = 57.1 ms for the placement, weighted
-# 0.05: 2.86 ms each, so 18 neighbours or more outweigh the cache win.
+# 0.05: 2.86 ms each; and a request reaching w-busy waits for the decode step in progress
+# (queue: half of 8.8 + 0.0576 ms per sequence, weighted 0.75: 3.3 ms + 0.02 ms each), so
+# 17 neighbours or more outweigh the cache win.
 
 
 def _pick(decoding: int, config: SchedulerConfig) -> str | None:
@@ -105,9 +107,9 @@ def _pick(decoding: int, config: SchedulerConfig) -> str | None:
     ("decoding", "expected"),
     [
         (0, "w-busy"),  # nobody to slow down: the cache wins
-        (10, "w-busy"),  # 29 ms of weighted neighbour latency < 51 ms of TTFT saved
-        (17, "w-busy"),  # 49 ms < 51 ms
-        (20, "w-idle"),  # 57 ms > 51 ms: the neighbours' cost outweighs the cache win
+        (10, "w-busy"),  # 29 + 3.5 ms of weighted neighbour latency and step < 51 ms saved
+        (16, "w-busy"),  # 46 + 3.6 ms < 51 ms
+        (17, "w-idle"),  # 49 + 3.7 ms > 51 ms: the neighbours' cost outweighs the cache win
         (200, "w-idle"),
     ],
 )

@@ -32,8 +32,12 @@ IDS = ("w-0", "w-1", "w-2")
 
 def run(ctx: RoutingContext, config: SchedulerConfig = CFG) -> RouteDecision:
     d, state = schedule(ctx, config, COST, SchedulerState())
-    # preheat carries one thing between decisions: the typical request's uncached tokens
-    assert dataclasses.replace(state, new_tokens_ewma=0.0) == SchedulerState()
+    # preheat carries two things between decisions: the typical request's uncached tokens,
+    # and which endpoint it picked when (for ties)
+    picks = {d.endpoint.id: 1} if d.endpoint is not None else {}
+    assert dataclasses.replace(state, new_tokens_ewma=0.0) == SchedulerState(
+        decisions=len(picks), last_picked=picks
+    )
     return d
 
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import bisect
 import functools
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.hashing import hash64, load, load_capacity, rendezvous
@@ -37,6 +37,10 @@ class SchedulerState:
     # EWMA of the uncached prompt tokens of routed requests: what "a typical request ahead
     # in the queue" costs (the queue scorer); 0 = none routed yet (typical_prompt_tokens)
     new_tokens_ewma: float = 0.0
+    # preheat: decisions made so far, and endpoint id -> the decision that last picked it
+    # (ties go to the endpoint picked least recently; see scheduler._break_ties)
+    decisions: int = 0
+    last_picked: Mapping[str, int] = field(default_factory=dict)
 
 
 Pick = tuple[Endpoint, SchedulerState, str]

@@ -62,6 +62,21 @@ class SchedulerConfig:
     #: sessions only: the load bound never drops below this many requests per endpoint, so
     #: a lightly loaded pool keeps every session in place (the margin rule guards latency).
     session_load_floor: int = 4
+    #: rtt scorer: differences in RTT up to this many ms from the closest endpoint's are not
+    #: a reason to prefer one endpoint over another (its ranking term is the closest RTT plus
+    #: only the excess beyond the band; the predicted TTFT keeps the measured RTT). Measured
+    #: RTTs between endpoints of one zone differ by the measurement's noise, not by distance:
+    #: on loopback on a loaded 2-core machine they read 3-8 ms and moved by 1-2 ms
+    #: (docs/benchmarks.md, vLLM's serving benchmark), which outweighed the decode-interference
+    #: term and sent more requests to whichever worker pinged fastest. Zones of a region
+    #: differ by about 1-2 ms, less than one engine step; regions (tens of ms) still count.
+    rtt_deadband_ms: float = 5.0
+    #: the preheat policy: candidates whose weighted totals are within this many ms of the
+    #: best are tied, and a tie goes to the one picked least recently (so identical endpoints
+    #: take turns, as round-robin, instead of the first of a hash order taking the burst). Half
+    #: a millisecond is below anything the cost model resolves (one decoding sequence adds
+    #: 0.01-0.06 ms per step, a prefill step is 20 ms or more).
+    tie_margin_ms: float = 0.5
     #: RTT assumed when it is neither measured nor in ``region_rtt_ms`` (same region).
     default_rtt_ms: float = 1.0
     #: RTT assumed between two different zones of one region when not measured.
@@ -76,6 +91,13 @@ class SchedulerConfig:
     typical_prompt_alpha: float = 0.05
     #: ms one running sequence adds to every engine step our prefill shares (decode work).
     running_seq_ms: float = 0.05
+    #: queue: share of the engine step in progress a new request waits for, on average,
+    #: before its prefill can start, when this router has requests decoding on the endpoint
+    #: and none waiting for a first token (arrivals are independent of the step's phase: half
+    #: of it). An idle engine starts at once; so between an idle and a decoding endpoint the
+    #: queue term differs by half a decode step (``chunk_shared_ms`` + the decoding
+    #: sequences' share, ``decode_seq_ms`` and ``decode_kv_ms_per_token`` each).
+    step_residual: float = 0.5
     #: ms to wait for a free sequence slot, per request beyond ``max_num_seqs``.
     slot_wait_ms: float = 50.0
     #: decode-interference: most prompt tokens one engine step prefills (vLLM's

@@ -5,8 +5,11 @@ snapshot, config and state give the same decision on every router replica.
 
 The ``preheat`` policy (DESIGN.md, Routing): every scorer gives each endpoint a cost in
 predicted milliseconds (``plugins/``; weights from the config), the picker takes the lowest
-total, ties broken by ``hash64(session id or request id, endpoint id)``. The predicted TTFT
-of an endpoint is the physical part: ``rtt + queue + prefill`` (+ the stale penalty);
+total. Totals within ``tie_margin_ms`` of the lowest are a tie, which goes to the endpoint
+this policy picked least recently (``SchedulerState.last_picked``), then by
+``hash64(session id or request id, endpoint id)``: identical endpoints take turns. The
+predicted TTFT of an endpoint is the physical part: ``rtt + queue + prefill`` (the measured
+RTT; the ``rtt`` scorer ranks with a dead-band, ``plugins/rtt.py``; + the stale penalty);
 ``kv-pressure``, ``decode-interference`` (the latency a placement adds to the requests
 already decoding there) and ``session`` only steer. With a TTFT deadline, only endpoints predicted
 within it are eligible; none: the request is rejected with a retry-after of
@@ -74,8 +77,9 @@ REASONS: tuple[str, ...] = (
     "no-endpoints",
 )
 
-# the physical terms of the predicted TTFT
-_PHYSICAL = ("rtt", "queue", "prefix")
+# the physical terms of the predicted TTFT besides the RTT (which is rtt_ms itself: the rtt
+# scorer's output is its dead-banded ranking term)
+_PHYSICAL = ("queue", "prefix")
 
 _Baseline = Callable[
     [Sequence[Endpoint], RequestInfo, SchedulerConfig, SchedulerState], baselines.Pick
@@ -121,7 +125,9 @@ def schedule(
     if not endpoints:
         return _no_endpoints(ctx, config), state
     if config.policy == "preheat":
-        decision = _preheat(ctx, config, cost, endpoints, config.scorers, state.new_tokens_ewma)
+        decision = _preheat(
+            ctx, config, cost, endpoints, config.scorers, state.new_tokens_ewma, state
+        )
         return decision, _observe(decision, ctx, config, state)
     if config.policy == "prefix-only":
         return _prefix_only(ctx, config, cost, endpoints), state
@@ -139,15 +145,25 @@ def _observe(
     decision: RouteDecision, ctx: RoutingContext, config: SchedulerConfig, state: SchedulerState
 ) -> SchedulerState:
     """The state after routing ``decision``: its uncached prompt tokens folded into the
-    running average the queue scorer prices a typical request ahead with."""
-    alpha = config.typical_prompt_alpha
-    if decision.endpoint is None or alpha <= 0:
+    running average the queue scorer prices a typical request ahead with, and the chosen
+    endpoint's turn recorded for tie-breaking (ids no longer in the snapshot are dropped
+    once the record holds twice as many as the snapshot)."""
+    e = decision.endpoint
+    if e is None:
         return state
-    req = ctx.request
-    new_tokens = max(1, req.prompt_tokens - decision.cached_blocks * req.block_size)
-    old = state.new_tokens_ewma
-    ewma = float(new_tokens) if old <= 0 else old + alpha * (new_tokens - old)
-    return dataclasses.replace(state, new_tokens_ewma=ewma)
+    turn = state.decisions + 1
+    picked = dict(state.last_picked)
+    picked[e.id] = turn
+    if len(picked) > 2 * len(ctx.endpoints):
+        live = {x.id for x in ctx.endpoints}
+        picked = {k: v for k, v in picked.items() if k in live}
+    ewma = state.new_tokens_ewma
+    alpha = config.typical_prompt_alpha
+    if alpha > 0:
+        req = ctx.request
+        new_tokens = max(1, req.prompt_tokens - decision.cached_blocks * req.block_size)
+        ewma = float(new_tokens) if ewma <= 0 else ewma + alpha * (new_tokens - ewma)
+    return dataclasses.replace(state, new_tokens_ewma=ewma, decisions=turn, last_picked=picked)
 
 
 # --- filters ---------------------------------------------------------------------------
@@ -198,6 +214,7 @@ def _preheat(
     endpoints: tuple[Endpoint, ...],
     scorers: Sequence[tuple[str, float]],
     typical_new_tokens: float = 0.0,
+    state: SchedulerState | None = None,
 ) -> RouteDecision:
     inp = ScoreInput(ctx, endpoints, cost, config, typical_new_tokens)
     raw: dict[str, Mapping[str, float]] = {}
@@ -219,10 +236,11 @@ def _preheat(
     physical = [raw[name] for name in _PHYSICAL]
     bound_id = bound.id if bound is not None else None
     now, staleness_s, penalty = ctx.now, config.staleness_s, config.stale_penalty_ms
+    rtt_of = {e.id: rtt_ms(e, ctx, config) for e in endpoints}
     for e in endpoints:
         eid = e.id
         terms = {name: w * r[eid] for name, w, r in weighted}
-        t = sum(r[eid] for r in physical)
+        t = sum(r[eid] for r in physical) + rtt_of[eid]
         if is_stale(e, now, staleness_s):
             terms["stale"] = penalty
             t += penalty
@@ -236,11 +254,15 @@ def _preheat(
         return (c.total_ms, not_bound, c.endpoint.id)
 
     keyed.sort(key=lambda kc: kc[0])
-    ranked = _break_ties(ctx, [c for _, c in keyed], rank)
+    turns = state.last_picked if state is not None else {}
+    margin = config.tie_margin_ms
+    ranked = _break_ties(ctx, [c for _, c in keyed], rank, margin, turns)
     deadline = ctx.request.ttft_deadline_ms
     eligible = ranked
     if deadline is not None:
-        eligible = _break_ties(ctx, [c for c in ranked if ttft[c.endpoint.id] <= deadline], rank)
+        eligible = _break_ties(
+            ctx, [c for c in ranked if ttft[c.endpoint.id] <= deadline], rank, margin, turns
+        )
     if not eligible:
         assert deadline is not None
         best = min(ranked, key=lambda c: (ttft[c.endpoint.id], c.endpoint.id))
@@ -252,7 +274,7 @@ def _preheat(
             reason="rejected",
             explanation=(
                 f"rejected: best predicted TTFT {best_t:.0f} ms on {best.endpoint.id} exceeds "
-                f"the deadline of {deadline:.0f} ms ({_breakdown(best, raw, ctx)}); "
+                f"the deadline of {deadline:.0f} ms ({_breakdown(best, raw, ctx, rtt_of)}); "
                 f"retry after {retry:.2f} s"
             ),
             candidates=tuple(ranked),
@@ -273,7 +295,9 @@ def _preheat(
     else:
         reason = "least-latency"
 
-    parts = [f"predicted TTFT {ttft[e.id]:.0f} ms on {e.id} ({_breakdown(chosen, raw, ctx)})"]
+    parts = [
+        f"predicted TTFT {ttft[e.id]:.0f} ms on {e.id} ({_breakdown(chosen, raw, ctx, rtt_of)})"
+    ]
     if reason == "session-yield" and bound is not None:
         bc = next((c for c in candidates if c.endpoint.id == bound.id), None)
         if bc is None:
@@ -315,24 +339,37 @@ def _break_ties(
     ctx: RoutingContext,
     ranked: list[Candidate],
     rank: Callable[[Candidate], tuple[float, bool, str]],
+    margin_ms: float = 0.0,
+    turns: Mapping[str, int] | None = None,
 ) -> list[Candidate]:
-    """``ranked`` with the candidates tied for first ordered by :func:`_tie_key` (hashing
-    only the tied ones: equal totals are rare except between idle, identical endpoints)."""
+    """``ranked`` (sorted by ``rank``) with the candidates tied for first moved to the front
+    in tie order. Tied: the same session binding as the first and a total within
+    ``margin_ms`` of its total (``tie_margin_ms``). Tie order: the endpoint picked least
+    recently first (``turns``: endpoint id -> the decision that last picked it; never picked
+    comes first), then :func:`_tie_key` (the hash of the session or request id), so equal
+    endpoints take turns. Only the tied ones are ordered: the rest keep their rank."""
     if len(ranked) < 2:
         return ranked
-    top = rank(ranked[0])[:2]
-    n = 1
-    while n < len(ranked) and rank(ranked[n])[:2] == top:
-        n += 1
-    if n == 1:
+    total, bound = rank(ranked[0])[:2]
+    limit = total + max(0.0, margin_ms)
+    tied = [c for c in ranked if rank(c)[1] == bound and c.total_ms <= limit]
+    if len(tied) == 1:
         return ranked
-    return sorted(ranked[:n], key=lambda c: _tie_key(ctx, c.endpoint)) + ranked[n:]
+    seen = {id(c) for c in tied}
+    t = turns or {}
+    tied.sort(key=lambda c: (t.get(c.endpoint.id, -1), *_tie_key(ctx, c.endpoint)))
+    return tied + [c for c in ranked if id(c) not in seen]
 
 
-def _breakdown(c: Candidate, raw: Mapping[str, Mapping[str, float]], ctx: RoutingContext) -> str:
+def _breakdown(
+    c: Candidate,
+    raw: Mapping[str, Mapping[str, float]],
+    ctx: RoutingContext,
+    rtt_of: Mapping[str, float],
+) -> str:
     eid = c.endpoint.id
     s = (
-        f"rtt {raw['rtt'][eid]:.0f}, queue {raw['queue'][eid]:.0f}, "
+        f"rtt {rtt_of[eid]:.0f}, queue {raw['queue'][eid]:.0f}, "
         f"prefill {raw['prefix'][eid]:.0f}; "
         f"{cached_blocks(c.endpoint, ctx)}/{len(ctx.request.block_hashes)} blocks cached"
     )

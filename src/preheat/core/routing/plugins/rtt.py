@@ -10,6 +10,17 @@ Formula, first that applies::
 
 Remote regions thus carry their RTT on every request and win only when the local
 endpoints' predicted TTFT is worse by more than that (spill-over).
+
+The score (the ranking term) applies a dead-band to that RTT: with ``lo`` the lowest RTT of
+the endpoints in play and ``band`` = ``rtt_deadband_ms`` (5)::
+
+    score(p) = lo + max(0, rtt(p) - lo - band)
+
+so RTT differences within the band are not a reason to prefer an endpoint: measured RTTs
+of endpoints in one zone differ by the measurement's noise (config.py gives the figures),
+and a fastest-pinging worker took more than its share of requests. An endpoint further by
+more than the band pays the excess (a remote region: nearly all of its RTT). The predicted
+TTFT (admission, logs) uses the RTT itself (:func:`rtt_ms`), not the score.
 Inputs: ``endpoint.rtt_ms``, ``region``, ``zone``; ``request.client_region``,
 ``client_zone``; ``ctx.region_rtt_ms``.
 """
@@ -45,4 +56,13 @@ class Rtt:
     name = "rtt"
 
     def score(self, inp: ScoreInput) -> Mapping[str, float]:
-        return {e.id: rtt_ms(e, inp.ctx, inp.config) for e in inp.endpoints}
+        return deadband({e.id: rtt_ms(e, inp.ctx, inp.config) for e in inp.endpoints}, inp.config)
+
+
+def deadband(rtts: Mapping[str, float], config: SchedulerConfig) -> dict[str, float]:
+    """The score of the module docstring from each endpoint's RTT."""
+    if not rtts:
+        return {}
+    lo = min(rtts.values())
+    band = max(0.0, config.rtt_deadband_ms)
+    return {eid: lo + max(0.0, r - lo - band) for eid, r in rtts.items()}
