@@ -77,11 +77,14 @@ class RoutingConfigSpec(_Spec):
     default_rtt_ms: float = _ms(_D.default_rtt_ms)
     cross_zone_rtt_ms: float = _ms(_D.cross_zone_rtt_ms)
     remote_region_rtt_ms: float = _ms(_D.remote_region_rtt_ms)
+    rtt_deadband_ms: float = _ms(_D.rtt_deadband_ms)
+    tie_margin_ms: float = _ms(_D.tie_margin_ms)
     typical_prompt_tokens: int = Field(default=_D.typical_prompt_tokens, ge=1)
     typical_prompt_alpha: float = Field(
         default=_D.typical_prompt_alpha, ge=0.0, le=1.0, allow_inf_nan=False
     )
     running_seq_ms: float = _ms(_D.running_seq_ms)
+    step_residual: float = Field(default=_D.step_residual, ge=0.0, le=1.0, allow_inf_nan=False)
     slot_wait_ms: float = _ms(_D.slot_wait_ms)
     chunk_tokens: int = Field(default=_D.chunk_tokens, ge=1, le=1 << 20)
     chunk_shared_ms: float = _ms(_D.chunk_shared_ms)
@@ -141,9 +144,12 @@ class RoutingConfigSpec(_Spec):
             default_rtt_ms=self.default_rtt_ms,
             cross_zone_rtt_ms=self.cross_zone_rtt_ms,
             remote_region_rtt_ms=self.remote_region_rtt_ms,
+            rtt_deadband_ms=self.rtt_deadband_ms,
+            tie_margin_ms=self.tie_margin_ms,
             typical_prompt_tokens=self.typical_prompt_tokens,
             typical_prompt_alpha=self.typical_prompt_alpha,
             running_seq_ms=self.running_seq_ms,
+            step_residual=self.step_residual,
             slot_wait_ms=self.slot_wait_ms,
             chunk_tokens=self.chunk_tokens,
             chunk_shared_ms=self.chunk_shared_ms,
