@@ -312,3 +312,51 @@ async def test_coalesced_stream_keeps_every_byte() -> None:
                 assert resp.status == 200
                 got = await resp.read()
             assert got == b"".join(stream_events(True))
+
+
+async def test_a_request_before_any_worker_answered_waits_for_the_pools_word() -> None:
+    """A router started beside its workers: a request that comes before any discovered
+    worker answered Status waits (like one in the queue) for one, then takes the path that
+    worker's pool speaks; and once the pool is at zero it keeps that path."""
+    async with fake_openai() as fake, workers([{"id": "w-1"}]) as ws:
+        serve_openai(ws[0], fake.port)
+        status = ws[0].server.status
+        late = asyncio.Event()
+
+        def held() -> Any:  # the worker does not answer Status until `late`
+            if not late.is_set():
+                raise RuntimeError("starting")
+            return status()
+
+        ws[0].server.status = held  # type: ignore[method-assign]
+        async with router([w.endpoint for w in ws], min_ready=0, queue_timeout_s=10) as r:
+            tools = [{"type": "function", "function": {"name": "f"}}]
+            body = {"messages": [{"role": "user", "content": "x"}], "tools": tools}
+            sent = asyncio.ensure_future(r.http.post(r.url + CHAT, json=body))
+            await asyncio.sleep(0.3)
+            assert not sent.done()
+            late.set()
+            async with asyncio.timeout(10):
+                resp = await sent
+            async with resp:
+                assert resp.status == 200  # passed through (the gRPC path refuses tools)
+            assert len(fake.bodies) == 1
+            # scaled to zero: no worker left, the pool keeps its kind (not the gRPC refusal)
+            r.server.store.source.set_endpoints([])
+            await eventually(lambda: not r.server.store.all_endpoints())
+            assert r.server.store.serves_openai() is True
+
+
+async def test_no_worker_answering_is_503_after_the_queue_timeout() -> None:
+    async with workers([{"id": "w-1"}]) as ws:
+
+        def silent() -> Any:
+            raise RuntimeError("starting")
+
+        ws[0].server.status = silent  # type: ignore[method-assign]
+        async with router([w.endpoint for w in ws], min_ready=0, queue_timeout_s=0.3) as r:
+            body = {"messages": [{"role": "user", "content": "x"}]}
+            async with r.http.post(r.url + CHAT, json=body) as resp:
+                assert resp.status == 503
+                assert resp.headers["Retry-After"] == "1"
+                assert "answered Status" in (await resp.json())["error"]["message"]

@@ -113,6 +113,7 @@ class EndpointStore:
         if refresh_interval_s <= 0:
             raise ValueError(f"refresh_interval_s must be > 0, got {refresh_interval_s}")
         self.source = source
+        self._openai_said: bool | None = None  # the workers' last word (serves_openai)
         self.pool = pool
         self.metric_names = metric_names if metric_names is not None else ModelServerMetricNames()
         self.refresh_interval_s = refresh_interval_s
@@ -340,15 +341,24 @@ class EndpointStore:
         return None if e is None else e.endpoint(self.pool)
 
     # --- accounting from the data path ----------------------------------------------------
-    def serves_openai(self) -> bool:
+    def serves_openai(self) -> bool | None:
         """Whether the pool's workers serve OpenAI HTTP (``WorkerStatus.openai_port``): the
-        routable ones' word, else (none routable yet) that of any that answered Status."""
+        routable ones' word, else (none routable) that of any that answered Status, else
+        what they said last (a pool scaled to zero keeps its kind); None while discovered
+        workers have not answered yet and none ever did; False with no worker ever known."""
         snap = self.snapshot()
         if snap:
-            return any(e.openai_port for e in snap)
-        return any(
-            e.status is not None and e.status.openai_port > 0 for e in self._entries.values()
-        )
+            said: bool | None = any(e.openai_port for e in snap)
+        else:
+            answered = [e.status for e in self._entries.values() if e.status is not None]
+            if answered:
+                said = any(st.openai_port > 0 for st in answered)
+            elif self._openai_said is not None or not self._entries:
+                return bool(self._openai_said)
+            else:
+                return None
+        self._openai_said = said
+        return said
 
     def request_started(self, endpoint_id: str) -> None:
         e = self._entries.get(endpoint_id)

@@ -257,7 +257,7 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
         if isinstance(raw, web.Response):
             fe.dispatcher.metrics.observe_outcome(api, RouterOutcome.INVALID)
             return raw
-        if fe.passthrough.active():
+        if await fe.passthrough.wait_active():
             return await _passthrough(request, fe, raw, chat, received)
         if chat:
             cbody, prompt = await fe.dispatcher.offload(

@@ -322,8 +322,34 @@ class Passthrough:
 
     def active(self) -> bool:
         """Whether the pool's workers serve OpenAI HTTP (the routable ones' word, else any
-        that answered Status)."""
-        return self.dispatcher.store.serves_openai()
+        that answered Status; False while none has)."""
+        return bool(self.dispatcher.store.serves_openai())
+
+    async def wait_active(self) -> bool:
+        """:meth:`active`, once a worker has said: while discovered workers have not
+        answered Status yet and none ever did (a router just started beside starting
+        workers) the request waits for one, as it would wait in the queue for a routable
+        endpoint (``queue_timeout_s``), then is refused (UNAVAILABLE, 503 + ``Retry-After``);
+        while the router drains, False (the gRPC path answers with the drain's refusal). A
+        pool scaled to zero keeps its workers' last word (the store remembers it)."""
+        d = self.dispatcher
+        store = d.store
+        said = store.serves_openai()
+        if said is not None:
+            return said
+        loop = asyncio.get_running_loop()
+        until = loop.time() + d.config.queue_timeout_s
+        while said is None and not d.draining and (left := until - loop.time()) > 0:
+            await store.wait_changed(left)
+            said = store.serves_openai()
+        if said is None and not d.draining:
+            raise PreheatError(
+                ErrorCode.UNAVAILABLE,
+                f"no routable endpoint within {d.config.queue_timeout_s:g}s: pool "
+                f"{d.pool!r}: no worker has answered Status yet",
+                retry_after_s=1.0,
+            )
+        return bool(said)
 
     @property
     def ids(self) -> PromptIds:
