@@ -18,19 +18,21 @@ from dataclasses import dataclass
 from preheat.core.autoscaling import ReplicaCounts, Signals
 from preheat.core.control import Observation, tally
 from preheat.core.control.roles import ROLE_ACTIVE, ROLE_DRAINING, ROLE_STANDBY, PodView, RolePlan
+from preheat.core.lifecycle import WARM_STATES, LifecycleState
 from preheat.core.pool import PoolConfig
 
-# A local worker's state: its lifecycle state from Status, or what the runtime knows of
-# the process before it answers ("starting") or after it stopped answering.
+# A local worker's state: its lifecycle state from Status (core.lifecycle's values), or
+# what the runtime knows of the process before it answers ("starting") or after it
+# stopped answering.
 STARTING = "starting"  # process started, Status not answered yet
-LOADING = "loading"
-WARMING = "warming"
-STANDBY = "standby"
-ACTIVE = "active"
-DRAINING = "draining"
-STOPPED = "stopped"
+LOADING = LifecycleState.LOADING.value
+WARMING = LifecycleState.WARMING.value
+STANDBY = LifecycleState.STANDBY.value
+ACTIVE = LifecycleState.ACTIVE.value
+DRAINING = LifecycleState.DRAINING.value
+STOPPED = LifecycleState.STOPPED.value
 UNREACHABLE = "unreachable"  # alive, but Status failed after it had answered
-WARM = frozenset({STANDBY, ACTIVE})
+WARM = frozenset(s.value for s in WARM_STATES)
 COLD = frozenset({STARTING, LOADING, WARMING, UNREACHABLE})
 
 
