@@ -364,3 +364,23 @@ def test_the_example_network_policy_selects_the_workers_and_their_named_ports() 
     assert router["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "preheat-router"
     kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed")
     kv.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("sent", "stored"),
+    [("0.5", "500m"), ("1024Mi", "1Gi"), ("2", "2000m"), ("1e3", "1k"), ("1.5Gi", "1536Mi")],
+)
+def test_quantities_the_api_server_stored_canonically_need_no_update(
+    sent: str, stored: str
+) -> None:
+    """The API server stores ``cpu: "0.5"`` as ``500m`` and ``1024Mi`` as ``1Gi``: a text
+    comparison patched every pool's Deployment (and posted an event) on every resync."""
+    desired = multi_zone_deployment()
+    c = desired["spec"]["template"]["spec"]["containers"][0]
+    c["resources"] = {"requests": {"cpu": sent, "memory": sent}, "limits": {"memory": sent}}
+    obs = observed_from(desired)
+    co = obs["spec"]["template"]["spec"]["containers"][0]
+    co["resources"] = {"requests": {"cpu": stored, "memory": stored}, "limits": {"memory": stored}}
+    assert diff(desired, obs) == []
+    co["resources"]["requests"]["cpu"] = "3"
+    assert diff(desired, obs) == ["spec.template.spec.containers[0].resources.requests.cpu"]

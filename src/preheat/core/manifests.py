@@ -35,6 +35,7 @@ from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.pool import (
     PoolConfig,
 )
+from preheat.core.quantity import same_quantity
 
 GROUP = "preheat.dev"
 VERSION = "v1alpha1"
@@ -598,6 +599,9 @@ def desired_children(
 
 EXACT_MAPS = frozenset({"nodeSelector", "requests", "limits", "matchLabels"})
 """Maps we own entirely: a key we no longer set must go, so they compare exactly."""
+QUANTITY_MAPS = frozenset({"requests", "limits"})
+"""Maps of resource quantities: compared by value (``0.5`` == ``500m``, as the API server
+stores them canonically; :mod:`preheat.core.quantity`)."""
 
 
 def diff(desired: Any, observed: Any, path: str = "") -> list[str]:
@@ -605,7 +609,8 @@ def diff(desired: Any, observed: Any, path: str = "") -> list[str]:
 
     Fields only the observed object has (``status``, ``uid``, ``resourceVersion``, fields
     the API server defaulted) are ignored, except inside :data:`EXACT_MAPS`. Lists compare
-    item by item. Scalars compare as text, so a quantity sent as ``1`` equals ``"1"``.
+    item by item. Scalars compare as text, so a quantity sent as ``1`` equals ``"1"``; in
+    ``requests`` and ``limits`` by value, so ``cpu: "0.5"`` equals the stored ``500m``.
     """
     if isinstance(desired, Mapping):
         if not isinstance(observed, Mapping):
@@ -618,6 +623,8 @@ def diff(desired: Any, observed: Any, path: str = "") -> list[str]:
             sub = f"{path}.{k}" if path else str(k)
             if k not in observed:
                 out.append(sub)
+            elif key in QUANTITY_MAPS and same_quantity(v, observed[k]):
+                continue
             else:
                 out += diff(v, observed[k], sub)
         return out
