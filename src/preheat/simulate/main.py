@@ -16,29 +16,34 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
 import os
 import shlex
 import sys
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from preheat.api.poolfile import PoolDocument
 from preheat.api.routing import load_routing_config
 from preheat.core.errors import PreheatError
 from preheat.core.routing.config import SchedulerConfig
 from preheat.report.record import Run, write_run
-from preheat.simulate import fromrun
+from preheat.simulate import compare, fromrun
 from preheat.simulate.options import (
     Network,
     SimInputError,
     SimOptions,
     Startup,
+    apply_overrides,
     load_network,
     parse_assignment,
     parse_sweep,
     pool_config,
     read_pool,
 )
+from preheat.simulate.pareto import Point
 from preheat.simulate.world import SimStats, simulate
 from preheat.workload.superpose import superpose
 from preheat.workload.traceargs import add_trace_arguments, read_requests, trace_options
@@ -74,6 +79,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="KEY=V1,V2,...",
         help="run once per value of one pool spec field and print the trade-off table",
+    )
+    p.add_argument(
+        "--compare",
+        default=None,
+        metavar="P1,P2,...",
+        help="compare policies on the trace, each swept over its knob: preheat (the pool's "
+        "own), hpa, keda, kpa, fixed, or all; writes the attainment/GPU-hours table and the "
+        "Pareto plot (compare.md, pareto.png) to --out",
+    )
+    p.add_argument(
+        "--knob",
+        action="append",
+        default=[],
+        metavar="POLICY=V1,V2,...",
+        help="--compare: the values to sweep a policy's knob over (repeatable; see README)",
+    )
+    p.add_argument(
+        "--target-attainment",
+        type=float,
+        default=0.99,
+        help="--compare: the attainment the costs are read at (default 0.99)",
     )
     p.add_argument("--routing", type=Path, default=None, help="routing config YAML (router's)")
     p.add_argument("--network", type=Path, default=None, help="RTT matrix YAML (see README)")
@@ -308,6 +334,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         overrides = tuple(parse_assignment(s) for s in args.set)
         sweep = parse_sweep(args.sweep) if args.sweep else None
+        if args.compare and sweep is not None:
+            raise SimInputError("--compare and --sweep: give one of them")
+        if args.compare and not 0 < args.target_attainment <= 1:
+            raise SimInputError(
+                f"--target-attainment must be within (0, 1], got {args.target_attainment}"
+            )
         args.pool = _pool_path(args)
         pool = read_pool(args.pool)
         base = pool_config(pool, overrides)  # every problem of the base pool, before any work
@@ -336,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
             write_plots(result.run, result.out)
 
     print(assumptions_text(assumptions, args.from_run))
-    if sweep is None:
+    if sweep is None and not args.compare:
         job = _Job(name, args.pool, overrides, replace(options, name=name), out, False)
         try:
             result = _run_job(job, trace)
@@ -348,6 +380,9 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"cannot write the run folder {out}: {e.strerror}")
         return _report(result, args)
 
+    if args.compare:
+        return _compare(args, pool, overrides, options, trace, out, name, with_meta)
+    assert sweep is not None
     key, values = sweep
     jobs = []
     for v in values:
@@ -386,6 +421,94 @@ def run(args: argparse.Namespace) -> int:
     print(sweep_table(results))
     print("")
     print("run folders: " + ", ".join(str(r.out) for r in results))
+    return 0
+
+
+def _compare(
+    args: argparse.Namespace,
+    pool: PoolDocument,
+    overrides: tuple[tuple[str, str], ...],
+    options: SimOptions,
+    trace: list[TraceRequest],
+    out: Path,
+    name: str,
+    with_meta: Callable[[_Result, bool], None],
+) -> int:
+    """``--compare``: every policy at every knob value on the trace; the table, the
+    Pareto plot and the hindsight-best fixed pool (:mod:`preheat.simulate.compare`)."""
+    try:
+        policies = compare.parse_compare(args.compare)
+        knobs = compare.parse_knobs(args.knob)
+        spec = apply_overrides(pool.spec or {}, overrides)
+        slo_ms = compare.slo_of(spec, args.ttft_objective_ms)
+        runs = compare.settings(policies, knobs, spec, slo_ms)
+        jobs = []
+        for st in runs:
+            ov = (*overrides, *st.overrides)
+            pool_config(pool, ov)  # every problem before any work
+            opts = replace(
+                options,
+                name=f"{name} {st.label}",
+                autoscale=st.autoscale,
+                ttft_objective_ms=slo_ms,
+                record_itl=False,
+            )
+            if st.interval_s is not None:
+                opts = replace(opts, autoscale_interval_s=st.interval_s)
+            jobs.append(_Job(st.label, args.pool, ov, opts, out / _slug(st.label), False))
+    except PreheatError as e:
+        return _fail(str(e))
+    n_jobs = args.jobs or min(len(jobs), os.cpu_count() or 1)
+    t0 = time.perf_counter()
+    print(f"comparing {len(jobs)} runs ({', '.join(policies)}) on {n_jobs} processes")
+    try:
+        results = _run_all(jobs, trace, n_jobs)
+    except PreheatError as e:
+        return _fail(str(e))
+    wall = time.perf_counter() - t0
+    from preheat.report.summary import summarize
+
+    points = []
+    for st, r in zip(runs, results, strict=True):
+        s = summarize(r.run)
+        gpu_h = float(r.run.meta.extra.get("gpu_hours", r.stats.gpu_seconds / 3600.0))
+        points.append(Point(st.policy, st.setting, s.ttft_attainment or 0.0, gpu_h))
+    target = args.target_attainment
+    lines = compare.summary_lines(points, target)
+    table = compare.table_markdown(points, target)
+    head = (
+        f"SIMULATED comparison on {args.trace} ({len(trace)} requests); SLO: TTFT <= "
+        f"{slo_ms:g} ms (attainment counts every request); {len(jobs)} runs in {wall:.0f} s wall"
+    )
+    print(head)
+    print(table)
+    print("")
+    print("\n".join(lines))
+    try:
+        for r in results:
+            with_meta(r, False)
+        out.mkdir(parents=True, exist_ok=True)
+        body = [f"# {head}", "", table, "", *(f"- {line}" for line in lines), ""]
+        if not args.no_plots:
+            png = compare.plot(points, target, out / "pareto.png")
+            body += [f"![pareto]({png.name})", ""]
+            print(f"plot: {png}")
+        (out / "compare.md").write_text("\n".join(body))
+        (out / "compare.json").write_text(
+            json.dumps(
+                {
+                    "trace": str(args.trace),
+                    "requests": len(trace),
+                    "slo_ms": slo_ms,
+                    "target_attainment": target,
+                    "points": [asdict(p) for p in points],
+                },
+                indent=1,
+            )
+        )
+    except OSError as e:
+        return _fail(f"cannot write the comparison under {out}: {e.strerror}")
+    print(f"comparison: {out / 'compare.md'}")
     return 0
 
 

@@ -1,0 +1,208 @@
+"""``preheat simulate --compare``: the runs each policy is swept over, and the command's
+table, plot and record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from preheat.core.autoscaling.baselines import Hpa, Keda, Kpa
+from preheat.report.record import read_run
+from preheat.simulate import SimInputError, pool_config, spec_document
+from preheat.simulate.compare import (
+    default_values,
+    parse_compare,
+    parse_knobs,
+    settings,
+    slo_of,
+    summary_lines,
+    table_markdown,
+)
+from preheat.simulate.pareto import Point
+
+SPEC: dict[str, Any] = {
+    "model": {"name": "m"},
+    "engine": {"kind": "sim"},
+    "replicas": {"min": 1, "max": 8, "warmStandby": 1},
+    "autoscaling": {
+        "objectives": [
+            {"signal": "ttft", "percentile": 95, "targetMs": 400},
+            {"signal": "concurrency", "perReplica": 64},
+        ]
+    },
+}
+
+
+def test_parse_compare_names_policies_once_and_all_means_every_one() -> None:
+    assert parse_compare("hpa, keda,hpa") == ("hpa", "keda")
+    assert parse_compare("all") == ("preheat", "hpa", "keda", "kpa", "fixed")
+    with pytest.raises(SimInputError, match="unknown policy hpx"):
+        parse_compare("hpx,kpa")
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ("hpa", "expected POLICY=V1,V2"),
+        ("nope=1", "expected POLICY=V1,V2"),
+        ("hpa=a,b", "values must be numbers"),
+        ("keda=0", "values > 0"),
+        ("fixed=1.5", "whole numbers"),
+    ],
+)
+def test_parse_knobs_says_what_is_wrong(item: str, message: str) -> None:
+    with pytest.raises(SimInputError, match=message):
+        parse_knobs([item])
+
+
+def test_slo_is_the_flag_else_the_pools_ttft_objective() -> None:
+    assert slo_of(SPEC, 500.0) == 500.0
+    assert slo_of(SPEC, 0.0) == 400.0
+    with pytest.raises(SimInputError, match="needs an SLO"):
+        slo_of({"replicas": {"max": 2}}, 0.0)
+
+
+def test_fixed_sizes_default_up_to_the_pools_max() -> None:
+    assert default_values("fixed", 500, 8) == (1, 2, 3, 4, 5, 6, 8)
+    assert default_values("preheat", 500, 8) == (200, 300, 400, 500)
+
+
+def test_each_policy_is_swept_over_its_knob() -> None:
+    runs = settings(
+        ("preheat", "hpa", "keda", "kpa", "fixed"),
+        parse_knobs(["preheat=300,200", "hpa=16,32", "keda=2", "kpa=24", "fixed=2,4"]),
+        SPEC,
+        500.0,
+    )
+    assert [r.label for r in runs] == [
+        "preheat ttft p95<=200ms",
+        "preheat ttft p95<=300ms",
+        "hpa 16/pod",
+        "hpa 32/pod",
+        "keda 2/pod",
+        "kpa 24/pod",
+        "fixed 2 pods",
+        "fixed 4 pods",
+    ]
+    by = {r.label: r for r in runs}
+    # preheat: the pool's own policy with its first latency objective's target changed
+    pre = by["preheat ttft p95<=200ms"]
+    assert pre.autoscale is None
+    cfg = pool_config(spec_document("p", SPEC), pre.overrides)
+    assert [o.target for o in cfg.autoscaling.objectives] == [200.0, 64.0]
+    # hpa: the target in flight per pod is utilization x slots
+    hpa = by["hpa 32/pod"].autoscale
+    assert isinstance(hpa, Hpa)
+    assert hpa.target_utilization * hpa.slots_per_replica == pytest.approx(32)
+    kpa = by["kpa 24/pod"].autoscale
+    assert isinstance(kpa, Kpa)
+    assert kpa.target_concurrency * kpa.target_utilization == pytest.approx(24)
+    assert by["kpa 24/pod"].interval_s == 2.0
+    keda = by["keda 2/pod"].autoscale
+    assert isinstance(keda, Keda)
+    assert keda.threshold == 2.0
+    # the baselines keep the pool's replicas and get a queueDepth signal to read
+    cfg = pool_config(spec_document("p", SPEC), by["keda 2/pod"].overrides)
+    assert cfg.replicas.warm_standby == 1
+    assert cfg.replicas.max == 8
+    assert "queueDepth" in [o.signal.value for o in cfg.autoscaling.objectives]
+    # fixed: that many pods, no standby, no autoscaling
+    cfg = pool_config(spec_document("p", SPEC), by["fixed 4 pods"].overrides)
+    assert (cfg.replicas.min, cfg.replicas.max, cfg.replicas.desired) == (4, 4, 4)
+    assert cfg.replicas.warm_standby == 0
+    assert cfg.autoscaling.objectives == ()
+
+
+def test_a_pool_without_a_latency_objective_gets_one_for_preheat() -> None:
+    spec = {**SPEC, "autoscaling": {"objectives": [{"signal": "queueDepth", "perReplica": 4}]}}
+    (run,) = settings(("preheat",), {"preheat": (250.0,)}, spec, 500.0)
+    cfg = pool_config(spec_document("p", spec), run.overrides)
+    assert [(o.signal.value, o.target) for o in cfg.autoscaling.objectives] == [
+        ("ttft", 250.0),
+        ("queueDepth", 4.0),
+    ]
+
+
+def test_summary_says_cost_at_target_and_where_ours_is_not_left_of_a_baseline() -> None:
+    pts = [
+        Point("preheat", "a", 0.995, 3.0),
+        Point("hpa", "x", 0.999, 2.5),
+        Point("hpa", "y", 0.90, 1.0),
+        Point("fixed", "2 pods", 0.98, 2.0),
+        Point("fixed", "3 pods", 0.995, 3.0),
+    ]
+    lines = summary_lines(pts, 0.99)
+    assert lines[0].startswith("hindsight-best fixed pool: 3 pods")
+    assert "preheat at 99.00%: a, 3.00 GPU-h (99.50%), 1.00x the hindsight fixed pool" in lines
+    assert "preheat NOT at or left of hpa at: x (99.90% on 2.50), y (90.00% on 1.00)" in lines
+    assert "preheat NOT at or left of fixed at: 2 pods (98.00% on 2.00)" in lines
+    table = table_markdown(pts, 0.99)
+    assert "| hpa | x | 99.90% | 2.50 | 0.83 | yes |" in table
+
+
+def _files(tmp_path: Path) -> tuple[Path, Path]:
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(
+        "apiVersion: preheat.dev/v1alpha1\nkind: InferencePool\nmetadata: {name: t}\n"
+        "spec: {model: {name: m}, engine: {kind: sim}, replicas: {min: 1, max: 2},\n"
+        "  autoscaling: {objectives: [{signal: ttft, percentile: 95, targetMs: 500}]}}\n"
+    )
+    trace = tmp_path / "trace.jsonl"
+    rows = [{"timestamp_ms": 250 * i, "input_tokens": 600, "output_tokens": 5} for i in range(12)]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return pool, trace
+
+
+def test_cli_compare_writes_table_plot_and_one_run_per_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from preheat.cli import main
+
+    pool, trace = _files(tmp_path)
+    out = tmp_path / "cmp"
+    rc = main(
+        [
+            "simulate", "--pool", str(pool), "--trace", str(trace), "--out", str(out),
+            "--compare", "preheat,hpa,fixed", "--knob", "preheat=500", "--knob", "hpa=16",
+            "--knob", "fixed=1,2", "--jobs", "1",
+        ]
+    )  # fmt: skip
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "hindsight-best fixed pool: 1 pod " in text
+    doc = json.loads((out / "compare.json").read_text())
+    assert [p["setting"] for p in doc["points"]] == ["ttft p95<=500ms", "16/pod", "1 pod", "2 pods"]
+    assert doc["slo_ms"] == 500.0
+    assert all(0 <= p["attainment"] <= 1 and p["gpu_hours"] > 0 for p in doc["points"])
+    assert (out / "pareto.png").stat().st_size > 0
+    assert "| fixed | 2 pods |" in (out / "compare.md").read_text()
+    run = read_run(out / "fixed_2_pods")
+    assert run.meta.simulated
+    assert len(run.requests) == 12
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--compare", "hpx"], "unknown policy hpx"),
+        (["--compare", "hpa", "--sweep", "replicas.max=1,2"], "give one of them"),
+        (["--compare", "hpa", "--knob", "hpa"], "expected POLICY=V1,V2"),
+        (["--compare", "fixed", "--target-attainment", "2"], "--target-attainment"),
+    ],
+)
+def test_cli_compare_bad_input_exits_2_with_one_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    from preheat.cli import main
+
+    pool, trace = _files(tmp_path)
+    argv = ["simulate", "--pool", str(pool), "--trace", str(trace), "--out", str(tmp_path / "x")]
+    rc = main([*argv, *flags])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert message in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "x").exists()
