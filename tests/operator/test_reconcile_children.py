@@ -194,6 +194,20 @@ def test_single_zone_spread_is_soft() -> None:
         "template"
     ]["spec"]
     assert pod["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "ScheduleAnyway"
+
+
+def test_zone_spread_is_hard_only_across_named_zones() -> None:
+    """No zones named (nodes may carry no zone label: kind, on-premises): ScheduleAnyway, or
+    every worker stays Pending; two or more named: DoNotSchedule, as ``balanced`` promises."""
+
+    def when(topology: dict[str, Any]) -> str:
+        dep = build_deployment(config(topology=topology), OWNER, BuildOptions())
+        spread = dep["spec"]["template"]["spec"]["topologySpreadConstraints"][0]
+        return str(spread["whenUnsatisfiable"])
+
+    assert when({}) == "ScheduleAnyway"
+    assert when({"spread": "balanced"}) == "ScheduleAnyway"
+    assert when({"zones": ["a", "b"]}) == "DoNotSchedule"
     none = build_deployment(config(topology={"spread": "none"}), OWNER, BuildOptions())
     assert "topologySpreadConstraints" not in none["spec"]["template"]["spec"]
 

@@ -217,8 +217,9 @@ class TopologySpec(_Model):
     spread: Literal["balanced", "bestEffort", "none"] = Field(
         default="balanced",
         description=(
-            "balanced: zones differ by at most one replica (pods wait otherwise); "
-            "bestEffort: prefer balance; none: no spreading."
+            "balanced: across two or more named zones, zones differ by at most one replica "
+            "(pods wait otherwise); with fewer zones named, as bestEffort (nodes may carry "
+            "no zone label); bestEffort: prefer balance; none: no spreading."
         ),
     )
 

@@ -375,7 +375,10 @@ def _scheduling(config: PoolConfig) -> dict[str, Any]:
             }
         }
     if config.topology.spread != "none":
-        hard = config.topology.spread == "balanced" and len(zones) != 1
+        # hard only across zones the pool names: on nodes without zone labels (kind, most
+        # on-premises GPU clusters) a DoNotSchedule spread on the zone key leaves every
+        # worker Pending
+        hard = config.topology.spread == "balanced" and len(zones) >= 2
         out["topologySpreadConstraints"] = [
             {
                 "maxSkew": 1,

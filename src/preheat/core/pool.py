@@ -66,7 +66,7 @@ class ResourcesConfig:
 @dataclass(frozen=True)
 class TopologyConfig:
     zones: tuple[str, ...]  # () = wherever the scheduler puts them
-    spread: str  # "balanced" (hard, maxSkew 1) | "bestEffort" | "none"
+    spread: str  # "balanced" (hard across 2+ named zones) | "bestEffort" | "none"
 
 
 @dataclass(frozen=True)
