@@ -217,3 +217,19 @@ def test_up_and_simulate_report_the_same_problems(tmp_path: Path, case: str) -> 
     assert "nothing was started" in up.stderr
     assert not (tmp_path / "up").exists()
     assert not (tmp_path / "sim").exists()
+
+
+@pytest.mark.parametrize(
+    "name", ["p" * 56, "v1.chat", "9chat"], ids=["56 characters", "a dot", "a leading digit"]
+)
+def test_a_name_its_service_cannot_carry_is_refused(name: str) -> None:
+    """The pool's Service is NAME-workers, a DNS-1035 label: a 59-character pool name gave a
+    67-character Service and PDB the API server refuses."""
+    spec = b"spec: {model: {name: m}, replicas: {max: 1}}\n"
+    data = HEAD + f"metadata: {{name: {name!r}}}\n".encode() + spec
+    with pytest.raises(PoolFileError) as err:
+        load_pool(data, source="p.yaml")
+    (problem,) = err.value.problems
+    assert problem.startswith(f"metadata.name: {name!r} cannot name a pool: its Service")
+    assert "at most 55 characters" in problem
+    load_pool(HEAD + b"metadata: {name: " + b"p" * 55 + b"}\n" + spec)

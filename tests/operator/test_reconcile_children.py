@@ -398,3 +398,15 @@ def test_quantities_the_api_server_stored_canonically_need_no_update(
     assert diff(desired, obs) == []
     co["resources"]["requests"]["cpu"] = "3"
     assert diff(desired, obs) == ["spec.template.spec.containers[0].resources.requests.cpu"]
+
+
+def test_a_pool_name_too_long_for_its_service_is_a_build_error() -> None:
+    """The operator shows a BuildError as Degraded with its message (reconciler.py)."""
+    long = to_config(
+        {"model": {"name": "m"}, "replicas": {"max": 1}}, name="p" * 59, namespace="ns"
+    )
+    with pytest.raises(BuildError) as info:
+        desired_children(long, OWNER, BuildOptions())
+    assert info.value.code is ErrorCode.FAILED_PRECONDITION
+    assert "its Service 'pppp" in info.value.message
+    assert "at most 55 characters (this one has 59)" in info.value.message

@@ -28,7 +28,7 @@ import yaml
 
 from preheat.api.pool import InferencePoolSpec, config_from_spec, validate_spec
 from preheat.core.errors import ErrorCode, PreheatError
-from preheat.core.manifests import API_VERSION, KIND
+from preheat.core.manifests import API_VERSION, KIND, pool_name_problem
 from preheat.core.pool import PoolConfig
 
 TOP_LEVEL_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
@@ -152,6 +152,9 @@ def document_from_object(
         problems.append(f"metadata: must be a mapping (got a YAML {type(meta).__name__})")
     else:
         bad = _name_problem("metadata.name", meta["name"], NAME_PATTERN, NAME_MAX)
+        if not bad:
+            derived = pool_name_problem(meta["name"])
+            bad = f"metadata.name: {derived}" if derived else ""
         if bad:
             problems.append(bad)
         else:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -148,9 +149,29 @@ class BuildError(PreheatError):
 # --- desired children --------------------------------------------------------------------
 
 
+WORKERS_SUFFIX = "-workers"
+POOL_NAME_MAX = 63 - len(WORKERS_SUFFIX)
+"""55: the pool's Service, ``NAME-workers``, is a DNS-1035 label (at most 63 characters), and
+the pool's name is also a label value (``preheat.dev/pool``, at most 63)."""
+POOL_NAME_PATTERN = r"[a-z]([-a-z0-9]*[a-z0-9])?"
+"""A DNS-1035 label: the Service named after the pool allows no dots and no leading digit."""
+
+
+def pool_name_problem(name: str) -> str:
+    """ "" when the objects named after pool ``name`` are valid Kubernetes names, else why not."""
+    if len(name) <= POOL_NAME_MAX and re.fullmatch(POOL_NAME_PATTERN, name):
+        return ""
+    return (
+        f"{name[:80]!r} cannot name a pool: its Service {name[:80] + WORKERS_SUFFIX!r} must be a "
+        f"DNS-1035 label (lowercase letters, digits and '-', starting with a letter, ending "
+        f"with a letter or digit), so the pool's name has at most {POOL_NAME_MAX} characters "
+        f"(this one has {len(name)})"
+    )
+
+
 def worker_name(config: PoolConfig) -> str:
     """Name of the pool's Deployment, Service, PodDisruptionBudget and ServiceMonitor."""
-    return f"{config.name}-workers"
+    return f"{config.name}{WORKERS_SUFFIX}"
 
 
 def selector_labels(config: PoolConfig) -> dict[str, str]:
@@ -586,6 +607,9 @@ def desired_children(
     The control-token Secret is not among them: its token is random, made once
     (:func:`build_control_secret`) and never patched back.
     """
+    bad_name = pool_name_problem(config.name)
+    if bad_name:
+        raise BuildError(f"metadata.name: {bad_name}; recreate the pool under a shorter name")
     children = [
         build_deployment(
             config, owner, options, active=active, control_token_digest=control_token_digest
