@@ -19,6 +19,10 @@ import pytest
 import yaml
 from poolkit import CHART_CRD_PATH, CRD_PATH, ROOT
 
+from preheat.api.pool import to_config
+from preheat.core.manifests import Owner, build_service_monitor
+from preheat.operator.options import parse_config
+
 CHART = ROOT / "charts" / "preheat"
 KUBERNETES_VERSION = "1.33.0"  # the chart says kubeVersion >=1.30; validate on a recent one
 ALL_ON = [
@@ -223,3 +227,30 @@ def test_the_operator_reads_prometheus_and_the_routers_when_configured() -> None
     assert on["PREHEAT_PROMETHEUS_URL"] == "http://prometheus.monitoring:9090"
     assert on["PREHEAT_PROMETHEUS_ROUTER_SELECTOR"] == 'namespace="{namespace}",pool="{pool}"'
     assert "PREHEAT_PROMETHEUS_SELECTOR" not in on  # the operator's default
+
+
+def test_worker_service_monitors_get_the_releases_labels() -> None:
+    """kube-prometheus-stack's Prometheus selects ServiceMonitors by its release label: the
+    chart's metrics.serviceMonitor.labels reach the operator's config, and from there every
+    pool's worker ServiceMonitor (its labels and the series' pool and role labels)."""
+
+    def config(values: list[str]) -> dict[str, Any]:
+        for doc in render(values):
+            if doc["kind"] == "ConfigMap" and doc["metadata"]["name"].endswith("-operator"):
+                loaded: dict[str, Any] = yaml.safe_load(doc["data"]["operator.yaml"])
+                return loaded
+        raise AssertionError("no operator ConfigMap")
+
+    assert config([])["workerServiceMonitorLabels"] == {}
+    on = config(["--set", "metrics.serviceMonitor.labels.release=kps"])
+    build, _, _ = parse_config(on)
+    assert build.service_monitor_labels == {"release": "kps"}
+    pool = to_config({"model": {"name": "m"}, "replicas": {"max": 1}}, name="p", namespace="ns")
+    monitor = build_service_monitor(pool, Owner("p", "u"), build)
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    assert monitor["metadata"]["labels"]["preheat.dev/pool"] == "p"
+    relabel = monitor["spec"]["endpoints"][0]["relabelings"]
+    assert {(r["sourceLabels"][0], r["targetLabel"]) for r in relabel} == {
+        ("__meta_kubernetes_service_label_preheat_dev_pool", "pool"),
+        ("__meta_kubernetes_pod_label_preheat_dev_role", "role"),
+    }

@@ -8,7 +8,13 @@ import sys
 
 import pytest
 
-from preheat.operator.options import DEFAULT_SELECTOR, OperatorOptions, options_from_env
+from preheat.operator.options import (
+    DEFAULT_SELECTOR,
+    OperatorConfigError,
+    OperatorOptions,
+    options_from_env,
+    parse_config,
+)
 
 
 def test_with_env_sets_the_periods_and_the_autoscaler() -> None:
@@ -37,3 +43,10 @@ def test_importing_the_handlers_reads_no_environment() -> None:
     assert done.returncode == 0, done.stderr.decode()
     with pytest.raises(ValueError, match="PREHEAT_OPERATOR_RESYNC_S must be a number"):
         options_from_env({"PREHEAT_OPERATOR_RESYNC_S": "not a number"})
+
+
+def test_worker_service_monitor_labels_must_be_a_mapping_of_strings() -> None:
+    build, _, _ = parse_config({"workerServiceMonitorLabels": {"release": "kps"}})
+    assert build.service_monitor_labels == {"release": "kps"}
+    with pytest.raises(OperatorConfigError, match="workerServiceMonitorLabels must map"):
+        parse_config({"workerServiceMonitorLabels": ["release"]})

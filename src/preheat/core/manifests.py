@@ -118,6 +118,9 @@ class BuildOptions:
     worker_image: str = "preheat-worker:latest"
     gpu_types: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: DEFAULT_GPU_TYPES)
     service_monitor: bool = False  # the monitoring.coreos.com/v1 API exists and is wanted
+    # labels on the workers' ServiceMonitors: what a Prometheus's serviceMonitorSelector
+    # matches (kube-prometheus-stack: {release: RELEASE})
+    service_monitor_labels: Mapping[str, str] = field(default_factory=dict)
     drain_grace_s: int = 30  # the worker's --drain-grace-s
     pre_stop_sleep_s: int = 5  # endpoints deregister before SIGTERM
     termination_margin_s: int = 15  # engine shutdown after the drain
@@ -580,16 +583,39 @@ def build_pdb(config: PoolConfig, owner: Owner) -> dict[str, Any]:
     }
 
 
-def build_service_monitor(config: PoolConfig, owner: Owner) -> dict[str, Any]:
-    """Prometheus Operator scrape config for the workers' /metrics."""
+def _meta_label(kind: str, label: str) -> str:
+    """Prometheus's discovery meta label for a Kubernetes label (``.``/``/`` become ``_``)."""
+    return f"__meta_kubernetes_{kind}_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
+
+
+SERIES_LABELS = (("service", LABEL_POOL, "pool"), ("pod", LABEL_ROLE, "role"))
+"""(object, Kubernetes label, series label): what every worker series carries, so the
+dashboard's and the autoscaler's ``pool="..."`` selectors find the workers' metrics."""
+
+
+def build_service_monitor(
+    config: PoolConfig, owner: Owner, options: BuildOptions | None = None
+) -> dict[str, Any]:
+    """Prometheus Operator scrape config for the workers' /metrics: labelled with
+    ``options.service_monitor_labels`` (so a kube-prometheus-stack Prometheus selects it),
+    every series labelled ``pool`` and ``role`` (:data:`SERIES_LABELS`)."""
+    meta = _metadata(config, owner)
+    extra = dict((options or BuildOptions()).service_monitor_labels)
+    if extra:
+        meta["labels"] = {**extra, **meta["labels"]}
+    relabel = [
+        {"action": "replace", "sourceLabels": [_meta_label(kind, k)], "targetLabel": target}
+        for kind, k, target in SERIES_LABELS
+    ]
+    endpoint = {"port": "http", "path": "/metrics", "interval": "15s", "relabelings": relabel}
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
-        "metadata": _metadata(config, owner),
+        "metadata": meta,
         "spec": {
             "selector": {"matchLabels": selector_labels(config)},
             "namespaceSelector": {"matchNames": [config.namespace]},
-            "endpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
+            "endpoints": [endpoint],
         },
     }
 
@@ -618,7 +644,7 @@ def desired_children(
         build_pdb(config, owner),
     ]
     if options.service_monitor:
-        children.append(build_service_monitor(config, owner))
+        children.append(build_service_monitor(config, owner, options))
     return children
 
 

@@ -147,6 +147,7 @@ _CONFIG_KEYS = frozenset(
         "drainGraceSeconds",
         "preStopSleepSeconds",
         "workerServiceMonitor",
+        "workerServiceMonitorLabels",
     }
 )
 
@@ -172,6 +173,15 @@ def parse_config(doc: Mapping[str, Any]) -> tuple[BuildOptions, tuple[str, ...],
     monitor = str(doc.get("workerServiceMonitor", "auto")).lower()
     if monitor not in ("auto", "true", "false"):
         problems.append(f"workerServiceMonitor must be auto, true or false, got {monitor!r}")
+    monitor_labels = doc.get("workerServiceMonitorLabels") or {}
+    if not isinstance(monitor_labels, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in monitor_labels.items()
+    ):
+        problems.append(
+            "workerServiceMonitorLabels must map label names to string values, got "
+            f"{monitor_labels!r:.80}"
+        )
+        monitor_labels = {}
     ints: dict[str, int] = {}
     for key, default in (("drainGraceSeconds", 30), ("preStopSleepSeconds", 5)):
         value = doc.get(key, default)
@@ -185,6 +195,7 @@ def parse_config(doc: Mapping[str, Any]) -> tuple[BuildOptions, tuple[str, ...],
         worker_image=str(doc.get("workerImage") or BuildOptions().worker_image),
         gpu_types={str(k): {str(a): str(b) for a, b in v.items()} for k, v in gpu_types.items()},
         service_monitor=monitor == "true",
+        service_monitor_labels=dict(monitor_labels),
         drain_grace_s=ints["drainGraceSeconds"],
         pre_stop_sleep_s=ints["preStopSleepSeconds"],
     )
