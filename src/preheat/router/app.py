@@ -38,11 +38,13 @@ from preheat.proto.preheat.v1 import inference_pb2_grpc, router_pb2_grpc
 from preheat.router.embedded import EmbeddedRouter
 from preheat.router.endpoints import DiscoverySource, EndpointStore
 from preheat.router.frontend.auth import KeySet, PickAuthInterceptor
-from preheat.router.frontend.dispatch import DispatchConfig
+from preheat.router.frontend.dispatch import DispatchConfig, Dispatcher
 from preheat.router.frontend.grpc_guard import InternalErrorGuard
 from preheat.router.frontend.grpc_service import InferenceProxy, RouterService
 from preheat.router.frontend.http import HttpFrontend, HttpLimits, start_http
 from preheat.router.frontend.metrics import RouterMetrics
+from preheat.router.pools import Pool, PoolSet, PoolSource
+from preheat.router.settings import RoutingBase
 from preheat.wire.coalesce import CoalesceConfig
 
 log = logging.getLogger("preheat.router")
@@ -87,6 +89,8 @@ class RouterConfig:
     first_token_timeout_s: float = 10.0  # see DispatchConfig.first_token_timeout_s
     http: HttpLimits = field(default_factory=HttpLimits)  # body size and HTTP timeouts
     drain_grace_s: float = 30.0  # SIGTERM: in-flight requests get this long (new ones: 503)
+    # what every pool's routing settings start from (the multi-pool sources' pools)
+    routing_base: RoutingBase = field(default_factory=RoutingBase)
 
     def __post_init__(self) -> None:
         if self.coalesce_at not in ("worker", "router"):
@@ -120,34 +124,66 @@ class RouterPorts:
 
 
 class RouterServer:
+    """The router: its pools (:class:`~preheat.router.pools.PoolSet`) behind gRPC and HTTP.
+
+    ``RouterServer(discovery, config)``: one pool over ``discovery`` (``store``,
+    ``dispatcher`` and ``embedded`` are its); ``RouterServer(None, config,
+    pool_source=source)``: every pool ``source`` reports, routed by the request's model.
+    """
+
     def __init__(
         self,
-        discovery: DiscoverySource,
+        discovery: DiscoverySource | None,
         config: RouterConfig,
         *,
         cost: PrefillCost | None = None,
         store: EndpointStore | None = None,
         metrics: RouterMetrics | None = None,
+        pool_source: PoolSource | None = None,
     ) -> None:
         self.config = config
-        # the view and the scheduler: what an embedded router is; the servers go around it
-        self.embedded = EmbeddedRouter(discovery, config, cost=cost, store=store, metrics=metrics)
-        self.store = self.embedded.store
-        self.metrics = self.embedded.metrics
-        self.dispatcher = self.embedded.dispatcher
+        if discovery is not None:
+            self.pools = PoolSet.single(discovery, config, cost=cost, store=store, metrics=metrics)
+        elif pool_source is not None:
+            self.pools = PoolSet.follow(pool_source, config, cost=cost, metrics=metrics)
+        else:
+            raise ValueError("RouterServer needs a discovery source or a pool source")
+        self.metrics = self.pools.metrics
         self._health = health_aio.HealthServicer()
         self._grpc: Any = None
         self._http: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self.ports: RouterPorts | None = None
 
+    def _only(self) -> Pool:
+        pool = self.pools.single_pool
+        if pool is None:
+            pools = self.pools.pools()
+            if len(pools) != 1:
+                raise AttributeError(f"the router has {len(pools)} pools, not one")
+            pool = pools[0]
+        return pool
+
+    @property
+    def embedded(self) -> EmbeddedRouter:
+        """The one pool's view and scheduler (single-pool use)."""
+        return self._only().embedded
+
+    @property
+    def store(self) -> EndpointStore:
+        return self._only().store
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        return self._only().dispatcher
+
     @property
     def store_task(self) -> asyncio.Task[None] | None:
-        """The view's task: it ends only if discovery fails."""
-        return self.embedded.store_task
+        """Discovery's task: it ends only if discovery fails."""
+        return self.pools.task
 
     def ready(self) -> bool:
-        return self.embedded.ready() and not self.dispatcher.draining
+        return self.pools.ready()
 
     def in_flight(self) -> int:
         """Requests being proxied now (the ``in_flight`` gauge)."""
@@ -158,7 +194,7 @@ class RouterServer:
         """Stops taking work: every request not yet routed is answered at once (HTTP 503
         with ``Retry-After``, gRPC UNAVAILABLE), readiness and health turn off, and this
         returns once the requests in flight have finished, or after ``grace_s``."""
-        self.dispatcher.begin_drain()
+        self.pools.begin_drain()
         for svc in ("", INFERENCE_SERVICE, ROUTER_SERVICE):
             await self._health.set(svc, health_pb2.HealthCheckResponse.NOT_SERVING)
         log.info("router_draining", extra=fields(in_flight=self.in_flight(), grace_s=grace_s))
@@ -171,16 +207,13 @@ class RouterServer:
         log.info("router_drained", extra=fields(in_flight=self.in_flight()))
 
     def models(self) -> list[str]:
-        """The served model: --model, else what the pool's workers report."""
-        if self.config.model:
-            return [self.config.model]
-        limits = self.store.model_limits()
-        return [limits.model] if limits is not None else []
+        """Every servable model name (single pool: --model, else what its workers report)."""
+        return [name for name, _ in self.pools.models()]
 
     async def start(self) -> RouterPorts:
-        """Starts the store, then binds gRPC and HTTP; returns the bound ports."""
+        """Starts discovery, then binds gRPC and HTTP; returns the bound ports."""
         loop = asyncio.get_running_loop()
-        self.embedded.start()
+        self.pools.start()
         for svc in ("", INFERENCE_SERVICE, ROUTER_SERVICE):
             await self._health.set(svc, health_pb2.HealthCheckResponse.NOT_SERVING)
         interceptors: list[Any] = [InternalErrorGuard()]
@@ -188,9 +221,9 @@ class RouterServer:
             interceptors.insert(0, PickAuthInterceptor(self.config.pick_tokens))
         server = grpc.aio.server(interceptors=interceptors)
         inference_pb2_grpc.add_InferenceServicer_to_server(
-            InferenceProxy(self.dispatcher, self.config.frontend_coalesce()), server
+            InferenceProxy(self.pools, self.config.frontend_coalesce()), server
         )
-        router_pb2_grpc.add_RouterServicer_to_server(RouterService(self.dispatcher), server)
+        router_pb2_grpc.add_RouterServicer_to_server(RouterService(self.pools), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         grpc_port = server.add_insecure_port(f"{self.config.host}:{self.config.grpc_port}")
         if grpc_port == 0:
@@ -198,15 +231,13 @@ class RouterServer:
         await server.start()
         self._grpc = server
         frontend = HttpFrontend(
-            self.dispatcher,
+            self.pools,
             self.config.frontend_coalesce(),
             ready=self.ready,
-            models=self.models,
             registries=[self.metrics.registry],
             api_keys=self.config.api_keys,
             tenant_header=self.config.tenant_header,
             limits=self.config.http,
-            passthrough_coalesce=self.config.coalesce,
         )
         self._http, http_port = await start_http(frontend, self.config.host, self.config.http_port)
         self.ports = RouterPorts(grpc=grpc_port, http=http_port)
@@ -234,7 +265,7 @@ class RouterServer:
             await asyncio.sleep(HEALTH_POLL_S)
 
     async def wait_ready(self, min_endpoints: int = 1, timeout_s: float = 30.0) -> None:
-        await self.embedded.wait_ready(min_endpoints, timeout_s)
+        await self.pools.wait_ready(min_endpoints, timeout_s)
 
     async def stop(self) -> None:
         """Stops gRPC (``stop(grace)``), HTTP, then the store and background tasks."""
@@ -251,7 +282,7 @@ class RouterServer:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        await self.embedded.stop()
+        await self.pools.stop()
         log.info("router_stopped")
 
 

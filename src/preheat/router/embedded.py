@@ -34,7 +34,7 @@ from preheat.router.endpoints import DiscoverySource, EndpointStore
 from preheat.router.frontend.dispatch import Dispatcher
 from preheat.router.frontend.grpc_service import pick_response
 from preheat.router.frontend.metrics import RouterMetrics
-from preheat.router.frontend.tokenizer import build_tokenizer
+from preheat.router.frontend.tokenizer import PromptTokenizer, build_tokenizer
 
 if TYPE_CHECKING:
     from preheat.core.routing.types import PrefillCost
@@ -52,6 +52,7 @@ class EmbeddedRouter:
         cost: PrefillCost | None = None,
         store: EndpointStore | None = None,
         metrics: RouterMetrics | None = None,
+        tokenizer: PromptTokenizer | None = None,
     ) -> None:
         self.config = config
         self.store = (
@@ -71,7 +72,7 @@ class EmbeddedRouter:
             self.store,
             config.scheduler,
             cost if cost is not None else CostModel.default(),
-            build_tokenizer(config.tokenizer),
+            tokenizer if tokenizer is not None else build_tokenizer(config.tokenizer),
             config.dispatch_config(),
             self.metrics,
         )

@@ -30,7 +30,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import math
 import os
 import signal
 import sys
@@ -40,26 +39,28 @@ from typing import Any
 
 import yaml
 
-from preheat.api.routing import load_routing_config
-from preheat.core.errors import PreheatError
 from preheat.core.routing.admission import AdmissionConfig
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.scheduler import POLICIES
 from preheat.process import aio
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging
 from preheat.router.app import RouterConfig, RouterServer, describe
-from preheat.router.endpoints import DiscoverySource, StaticDiscovery
+from preheat.router.endpoints import DiscoverySource, StaticDiscovery, StaticDiscoveryError
 from preheat.router.frontend.auth import CredentialFileError, KeySet
 from preheat.router.frontend.http import HttpLimits
 from preheat.router.frontend.tokenizer import build_tokenizer
+from preheat.router.pools import PoolSource, PoolSpec, StaticPools, is_multi_pool
+from preheat.router.pools.static import decode as decode_pools_file
+from preheat.router.settings import (
+    DEFAULT_TARGET_KEY,
+    MAX_IN_FLIGHT_KEY,
+    RoutingBase,
+    parse_routing,
+)
 from preheat.wire.coalesce import CoalesceConfig
 from preheat.wire.tokens import TokenError, read_token
 
 log = logging.getLogger("preheat.router")
-
-SLO_CLASSES_KEY = "sloClasses"
-DEFAULT_TARGET_KEY = "defaultTtftTargetMs"
-MAX_IN_FLIGHT_KEY = "maxInFlight"
 
 
 def _env(name: str, default: str = "") -> str:
@@ -258,40 +259,7 @@ def load_config_file_full(
     """:func:`load_config_file` plus the admission keys given (``defaultTtftTargetMs``,
     ``maxInFlight``), by key."""
     data: Any = yaml.safe_load(text) if text.strip() else {}
-    problems: list[str] = []
-    slo: dict[str, float] = {}
-    extra: dict[str, float] = {}
-    if isinstance(data, Mapping):
-        data = dict(data)
-        for key in (DEFAULT_TARGET_KEY, MAX_IN_FLIGHT_KEY):
-            if key not in data:
-                continue
-            v = data.pop(key)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
-                problems.append(f"{key}: expected a number >= 0, got {v!r}")
-            elif key == MAX_IN_FLIGHT_KEY and v != int(v):
-                problems.append(f"{key}: expected a whole number, got {v!r}")
-            else:
-                extra[key] = float(v)
-    if isinstance(data, Mapping) and SLO_CLASSES_KEY in data:
-        data = dict(data)
-        raw = data.pop(SLO_CLASSES_KEY)
-        if not isinstance(raw, Mapping):
-            problems.append(f"{SLO_CLASSES_KEY}: expected a mapping of class name -> ms")
-        else:
-            for k, v in raw.items():
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                    problems.append(f"{SLO_CLASSES_KEY}.{k}: expected a positive number of ms")
-                else:
-                    slo[str(k)] = float(v)
-    try:
-        sched = load_routing_config(data if data is not None else {})
-    except PreheatError as e:
-        problems.insert(0, e.message)
-        sched = SchedulerConfig()
-    if problems:
-        raise ValueError("; ".join(problems))
-    return sched, slo, extra
+    return parse_routing(data)
 
 
 def build_discovery(spec: str) -> DiscoverySource:
@@ -310,15 +278,38 @@ def build_discovery(spec: str) -> DiscoverySource:
     raise ValueError(f"--discovery must be static:FILE or kubernetes:NAMESPACE/SELECTOR: {spec!r}")
 
 
+def build_sources(
+    spec: str, pool: str = "", model: str = ""
+) -> tuple[DiscoverySource | None, PoolSource | None]:
+    """What ``--discovery`` names: one pool's endpoints (``kubernetes:NS/SELECTOR``, a
+    single-pool static file) or a source of pools (a multi-pool static file). ValueError
+    for a spec (or a static file) that is not right."""
+    kind, _, arg = spec.partition(":")
+    if kind == "static" and arg:
+        path = Path(arg)
+        try:
+            data = decode_pools_file(path, path.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise ValueError(f"--discovery {spec}: cannot read: {e}") from None
+        except StaticDiscoveryError as e:
+            raise ValueError(str(e)) from None
+        if is_multi_pool(data):
+            return None, StaticPools(path, PoolSpec(name=pool, model=model))
+    return build_discovery(spec), None
+
+
 def build_config(args: argparse.Namespace) -> RouterConfig:
     """RouterConfig from flags; ValueError naming every problem."""
     problems: list[str] = []
     sched = SchedulerConfig()
     slo: dict[str, float] = {}
     extra: dict[str, float] = {}
+    raw: Any = {}
     if args.routing_config:
         try:
-            sched, slo, extra = load_config_file_full(Path(args.routing_config).read_text())
+            text = Path(args.routing_config).read_text()
+            sched, slo, extra = load_config_file_full(text)
+            raw = yaml.safe_load(text) if text.strip() else {}
         except OSError as e:
             problems.append(f"--routing-config {args.routing_config}: cannot read: {e}")
         except (ValueError, yaml.YAMLError) as e:
@@ -410,6 +401,12 @@ def build_config(args: argparse.Namespace) -> RouterConfig:
         first_token_timeout_s=args.first_token_timeout_s,
         http=http,
         drain_grace_s=args.drain_grace_s,
+        routing_base=RoutingBase(
+            raw=dict(raw) if isinstance(raw, Mapping) else {},
+            policy=args.policy,
+            default_ttft_target_ms=args.default_ttft_target_ms,
+            max_in_flight=args.max_in_flight,
+        ),
     )
 
 
@@ -417,15 +414,20 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_format, level=args.log_level.upper(), component="router")
     try:
         config = build_config(args)
-        discovery = build_discovery(args.discovery)
+        discovery, pool_source = build_sources(args.discovery, args.pool, args.model)
     except ValueError as e:
         log.error("bad_configuration", extra=fields(error=str(e)))
         print(f"preheat router: {e}", file=sys.stderr)
         return 2
-    return aio.run(serve(discovery, config))
+    return aio.run(serve(discovery, config, pool_source=pool_source))
 
 
-async def serve(discovery: DiscoverySource, config: RouterConfig) -> int:
+async def serve(
+    discovery: DiscoverySource | None,
+    config: RouterConfig,
+    *,
+    pool_source: PoolSource | None = None,
+) -> int:
     """Runs the router until SIGTERM/SIGINT; returns the exit status."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -439,7 +441,7 @@ async def serve(discovery: DiscoverySource, config: RouterConfig) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
-    server = RouterServer(discovery, config)
+    server = RouterServer(discovery, config, pool_source=pool_source)
     status = 0
     try:
         ports = await server.start()

@@ -101,12 +101,12 @@ def _as_endpoint(item: DiscoveredEndpoint | str) -> DiscoveredEndpoint:
     return item if isinstance(item, DiscoveredEndpoint) else DiscoveredEndpoint(address=item)
 
 
-def _read_file(path: Path) -> tuple[tuple[int, int, int], str]:
+def read_file(path: Path) -> tuple[tuple[int, int, int], str]:
     st = path.stat()
     return (st.st_mtime_ns, st.st_size, st.st_ino), path.read_text(encoding="utf-8")
 
 
-def _signature(path: Path) -> tuple[int, int, int] | None:
+def file_signature(path: Path) -> tuple[int, int, int] | None:
     try:
         st = path.stat()
     except OSError:
@@ -165,7 +165,7 @@ class StaticDiscovery:
     async def _load(self) -> tuple[tuple[int, int, int], tuple[DiscoveredEndpoint, ...]]:
         assert self.path is not None
         try:
-            sig, text = await asyncio.to_thread(_read_file, self.path)
+            sig, text = await asyncio.to_thread(read_file, self.path)
         except OSError as e:
             raise StaticDiscoveryError(f"{self.path}: cannot read: {e}") from None
         return sig, self._parse(text)
@@ -180,7 +180,7 @@ class StaticDiscovery:
         yield self._current
         while True:
             await asyncio.sleep(self.poll_interval_s)
-            now_sig = await asyncio.to_thread(_signature, self.path)
+            now_sig = await asyncio.to_thread(file_signature, self.path)
             if now_sig is None or now_sig == sig:
                 if now_sig is None and not self.last_error:
                     self.last_error = f"{self.path}: file is missing; keeping the last good set"

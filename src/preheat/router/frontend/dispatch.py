@@ -200,6 +200,21 @@ class Dispatcher:
         return self.store.pool
 
     @property
+    def busy(self) -> int:
+        """Requests admitted and not finished, and requests waiting for an endpoint."""
+        return self._in_flight + self._waiting
+
+    def reconfigure(self, scheduler_config: SchedulerConfig, config: DispatchConfig) -> None:
+        """New settings for the pool (its InferencePool or file changed); the scheduler
+        state is kept, the admission state restarts when its settings changed."""
+        if config.admission != self.config.admission:
+            self._limit = admission.initial_state(config.admission)
+        self.scheduler_config = scheduler_config
+        self.config = config
+        uc = config.upstream_coalesce
+        self._upstream_coalesce = uc.to_pb() if uc is not None and uc.enabled else None
+
+    @property
     def draining(self) -> bool:
         return self._draining.is_set()
 
@@ -377,7 +392,7 @@ class Dispatcher:
             limit = min(limit, deadline)
         waited = max(0.0, limit - loop.time())  # the request's deadline may cut it short
         self._waiting += 1
-        self.metrics.queue_depth.set(self._waiting)
+        self.metrics.queue_depth.inc()
         try:
             while not endpoints:
                 remaining = limit - loop.time()
@@ -393,7 +408,7 @@ class Dispatcher:
             return endpoints
         finally:
             self._waiting -= 1
-            self.metrics.queue_depth.set(self._waiting)
+            self.metrics.queue_depth.dec()
 
     async def _wait_changed_or_drain(self, timeout_s: float) -> None:
         changed = asyncio.ensure_future(self.store.wait_changed(timeout_s))

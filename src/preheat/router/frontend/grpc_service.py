@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -30,6 +30,9 @@ from preheat.router.frontend.dispatch import Dispatcher
 from preheat.router.frontend.metrics import RouterOutcome
 from preheat.wire.coalesce import CoalesceConfig, coalesce
 from preheat.wire.errors import abort, grpc_status
+
+if TYPE_CHECKING:
+    from preheat.router.pools import Pool, PoolSet
 
 log = logging.getLogger("preheat.router")
 
@@ -67,9 +70,20 @@ def _with_session(req: inference_pb2.GenerateRequest, md: dict[str, str]) -> Any
     return req
 
 
+def _for_pool(pool: Pool, req: inference_pb2.GenerateRequest) -> inference_pb2.GenerateRequest:
+    """``req`` naming the model as the pool's workers do (an alias renamed)."""
+    model = pool.canonical(req.model)
+    if model == req.model:
+        return req
+    r = inference_pb2.GenerateRequest()
+    r.CopyFrom(req)
+    r.model = model
+    return r
+
+
 class InferenceProxy(inference_pb2_grpc.InferenceServicer):
-    def __init__(self, dispatcher: Dispatcher, coalesce_config: CoalesceConfig) -> None:
-        self._d = dispatcher
+    def __init__(self, pools: PoolSet, coalesce_config: CoalesceConfig) -> None:
+        self._pools = pools
         self._coalesce = coalesce_config
 
     async def Generate(
@@ -78,20 +92,24 @@ class InferenceProxy(inference_pb2_grpc.InferenceServicer):
         loop = asyncio.get_running_loop()
         received = loop.time()
         md = _metadata(context)
+        metrics = self._pools.metrics
         try:
-            prep = await self._d.prepare_async(
-                _with_session(request, md),
+            pool = self._pools.resolve(request.model)
+            d = pool.dispatcher
+            metrics = d.metrics
+            prep = await d.prepare_async(
+                _with_session(_for_pool(pool, request), md),
                 client_region=md.get(CLIENT_REGION_KEY, ""),
                 client_zone=md.get(CLIENT_ZONE_KEY, ""),
                 received=received,
-                tenant=_tenant(self._d, md),
+                tenant=_tenant(d, md),
             )
         except PreheatError as e:
-            self._d.metrics.observe_outcome("grpc", RouterOutcome.INVALID)
+            metrics.observe_outcome("grpc", RouterOutcome.INVALID)
             log.info("request_refused", extra=fields(code=e.code.value, reason=e.message))
             await abort(context, e)
         with request_context(prep.info.request_id):
-            stream = self._d.generate(prep, api="grpc", timeout_s=context.time_remaining())
+            stream = d.generate(prep, api="grpc", timeout_s=context.time_remaining())
             try:
                 if not self._coalesce.enabled:  # the common case: no extra layer per chunk
                     async with contextlib.aclosing(stream):
@@ -166,9 +184,27 @@ async def pick_response(
         d.metrics.observe_outcome("pick", outcome)
 
 
+async def pool_pick(
+    pools: PoolSet, request: router_pb2.PickRequest, md: dict[str, str], deadline: float | None
+) -> router_pb2.PickResponse:
+    """:func:`pick_response` in the pool that serves the request's model."""
+    try:
+        pool = pools.resolve(request.request.model)
+    except PreheatError as e:
+        pools.metrics.observe_outcome("pick", RouterOutcome.of_error(e.code))
+        raise
+    model = pool.canonical(request.request.model)
+    if model != request.request.model:
+        r = router_pb2.PickRequest()
+        r.CopyFrom(request)
+        r.request.model = model
+        request = r
+    return await pick_response(pool.dispatcher, request, md, deadline)
+
+
 class RouterService(router_pb2_grpc.RouterServicer):
-    def __init__(self, dispatcher: Dispatcher) -> None:
-        self._d = dispatcher
+    def __init__(self, pools: PoolSet) -> None:
+        self._pools = pools
 
     @staticmethod
     def _deadline(context: Any) -> float | None:
@@ -177,8 +213,8 @@ class RouterService(router_pb2_grpc.RouterServicer):
 
     async def Pick(self, request: router_pb2.PickRequest, context: Any) -> router_pb2.PickResponse:
         try:
-            return await pick_response(
-                self._d, request, _metadata(context), self._deadline(context)
+            return await pool_pick(
+                self._pools, request, _metadata(context), self._deadline(context)
             )
         except PreheatError as e:
             await abort(context, e)
@@ -205,7 +241,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
     ) -> router_pb2.PickResult:
         """One decision as an item of PickBatch or PickStream: a refusal is its answer."""
         try:
-            return router_pb2.PickResult(picked=await pick_response(self._d, request, md, deadline))
+            return router_pb2.PickResult(picked=await pool_pick(self._pools, request, md, deadline))
         except PreheatError as e:
             return router_pb2.PickResult(
                 error=router_pb2.PickError(

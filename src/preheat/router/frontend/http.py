@@ -40,7 +40,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -52,7 +52,7 @@ from preheat.process.logs import fields, request_context
 from preheat.proto.preheat.v1 import inference_pb2
 from preheat.router.endpoints.datastore import UNKNOWN_MODEL_LEN
 from preheat.router.frontend.auth import KeySet, api_key_middleware, http_tenant
-from preheat.router.frontend.dispatch import Dispatcher, StreamStats
+from preheat.router.frontend.dispatch import StreamStats
 from preheat.router.frontend.errors import JsonErrorAppRunner, json_errors, openai_error
 from preheat.router.frontend.metrics import RouterOutcome
 from preheat.router.frontend.openai_schema import (
@@ -65,9 +65,12 @@ from preheat.router.frontend.openai_schema import (
     parse_body,
     to_generate_request,
 )
-from preheat.router.frontend.passthrough import Passthrough
+from preheat.router.frontend.passthrough import PromptIds
 from preheat.router.frontend.vllm_routes import VllmRoutes, add_vllm_routes, model_object
 from preheat.wire.coalesce import CoalesceConfig, coalesce
+
+if TYPE_CHECKING:
+    from preheat.router.pools import Pool, PoolSet
 
 log = logging.getLogger("preheat.router")
 
@@ -111,40 +114,78 @@ class HttpLimits:
 class HttpFrontend:
     def __init__(
         self,
-        dispatcher: Dispatcher,
+        pools: PoolSet,
         coalesce_config: CoalesceConfig,
         *,
         ready: Callable[[], bool],
-        models: Callable[[], list[str]],
         registries: list[CollectorRegistry],
         api_keys: KeySet | None = None,
         tenant_header: str = "",
         limits: HttpLimits | None = None,
-        passthrough_coalesce: CoalesceConfig | None = None,
     ) -> None:
-        self.dispatcher = dispatcher
+        self.pools = pools
+        self.metrics = pools.metrics  # before a request's pool is known
         self.coalesce = coalesce_config
         self.ready = ready
-        self.models = models
         self.registries = registries
         self.api_keys = api_keys  # None: the API is open (see router/frontend/auth.py)
         self.tenant_header = tenant_header
         self.limits = limits if limits is not None else HttpLimits()
-        # OpenAI requests to workers that serve OpenAI HTTP (router/frontend/passthrough.py);
-        # the workers cannot be asked to coalesce there, so the router does
-        self.passthrough = Passthrough(
-            dispatcher,
-            passthrough_coalesce if passthrough_coalesce is not None else coalesce_config,
-            self.limits.request_timeout_s or None,
-        )
+        self.ids = PromptIds(pools.tokenizer)  # /tokenize's chat template
+
+    def models(self) -> list[str]:
+        return [name for name, _ in self.pools.models()]
 
     def model_len(self, model: str) -> int | None:
-        """The context window of ``model`` as the pool's workers report it (None: unknown).
-        One pool per router today; with several, this is the serving pool's."""
-        limits = self.dispatcher.store.model_limits()
-        if limits is None or limits.model != model or limits.max_model_len >= UNKNOWN_MODEL_LEN:
-            return None
-        return limits.max_model_len
+        """The context window of ``model`` as its pool's workers report it (None: unknown)."""
+        for name, pool in self.pools.models():
+            if name == model:
+                return pool.model_len()
+        return None
+
+    def max_model_len(self, model: str) -> int:
+        """The context window of the pool serving ``model`` ("": the default pool's);
+        unknown: no limit (the workers check)."""
+        try:
+            pool = self.pools.resolve(model)
+        except PreheatError:
+            return UNKNOWN_MODEL_LEN
+        return pool.dispatcher.pool_limits(model).max_model_len
+
+    async def pool_of(self, raw: bytes) -> Pool:
+        """The pool a request body is for (its ``model``); raises the request's PreheatError
+        (404 ``model_not_found`` for a model no pool serves)."""
+        if not self.pools.needs_model():
+            return self.pools.resolve("")
+        if len(raw) >= OFFLOAD_BYTES:
+            model = await asyncio.to_thread(model_of, raw)
+        else:
+            model = model_of(raw)
+        return self.pools.resolve(model)
+
+
+OFFLOAD_BYTES = 16 * 1024  # a body this large is parsed for its model off the event loop
+
+
+def model_of(raw: bytes) -> str:
+    """The ``model`` of an OpenAI request body ("": none); INVALID_ARGUMENT for a body
+    that is not a JSON object or a model that is not a string."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise PreheatError(
+            ErrorCode.INVALID_ARGUMENT, f"the request body is not valid JSON: {str(e)[:200]}"
+        ) from None
+    if not isinstance(data, dict):
+        raise PreheatError(ErrorCode.INVALID_ARGUMENT, "the request body must be a JSON object")
+    model = data.get("model")
+    if model is None:
+        return ""
+    if not isinstance(model, str):
+        raise PreheatError(
+            ErrorCode.INVALID_ARGUMENT, "invalid request: model: expected a string", param="model"
+        )
+    return model
 
 
 FRONTEND_KEY: web.AppKey[HttpFrontend] = web.AppKey("frontend", HttpFrontend)
@@ -252,23 +293,23 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
     fe = request.app[FRONTEND_KEY]
     received = asyncio.get_running_loop().time()
     api = "openai"
+    metrics = fe.metrics
     try:
         raw = await _read_body(request, fe.limits)
         if isinstance(raw, web.Response):
-            fe.dispatcher.metrics.observe_outcome(api, RouterOutcome.INVALID)
+            metrics.observe_outcome(api, RouterOutcome.INVALID)
             return raw
-        if await fe.passthrough.wait_active():
-            return await _passthrough(request, fe, raw, chat, received)
+        pool = await fe.pool_of(raw)
+        d = pool.dispatcher
+        metrics = d.metrics
+        if await pool.passthrough.wait_active():
+            return await _passthrough(request, fe, pool, raw, chat, received)
         if chat:
-            cbody, prompt = await fe.dispatcher.offload(
-                len(raw), functools.partial(_parse_chat, raw)
-            )
+            cbody, prompt = await d.offload(len(raw), functools.partial(_parse_chat, raw))
             body: Any = cbody
             max_tokens = cbody.max_completion_tokens or cbody.max_tokens or DEFAULT_CHAT_MAX_TOKENS
         else:
-            pbody, prompt = await fe.dispatcher.offload(
-                len(raw), functools.partial(_parse_completion, raw)
-            )
+            pbody, prompt = await d.offload(len(raw), functools.partial(_parse_completion, raw))
             body = pbody
             max_tokens = pbody.max_tokens or DEFAULT_MAX_TOKENS
         hdr_deadline = request.headers.get("x-ttft-deadline-ms")
@@ -279,7 +320,8 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
         greq = to_generate_request(
             body, prompt, max_tokens, session_id=_session(request, body), request_id=""
         )
-        prep = await fe.dispatcher.prepare_async(
+        greq.model = pool.canonical(greq.model)
+        prep = await d.prepare_async(
             greq,
             client_region=request.headers.get("x-client-region", ""),
             client_zone=request.headers.get("x-client-zone", ""),
@@ -287,17 +329,17 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
             tenant=http_tenant(request, fe.tenant_header),
         )
     except PreheatError as e:
-        fe.dispatcher.metrics.observe_outcome(api, RouterOutcome.of_error(e.code))
+        metrics.observe_outcome(api, RouterOutcome.of_error(e.code))
         log.info("request_refused", extra=fields(code=e.code.value, reason=e.message))
         return error_response(e)
 
     rid = prep.info.request_id
-    model = body.model or (fe.models() or [""])[0]
+    model = body.model or pool.spec.model or (fe.models() or [""])[0]
     created = int(time.time())
     obj_id = ("chatcmpl-" if chat else "cmpl-") + rid
     stats = StreamStats()
     with request_context(rid):
-        stream = fe.dispatcher.generate(
+        stream = d.generate(
             prep,
             api=api,
             stats=stats,
@@ -323,16 +365,21 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
 
 
 async def _passthrough(
-    request: web.Request, fe: HttpFrontend, raw: bytes, chat: bool, received: float
+    request: web.Request, fe: HttpFrontend, pool: Pool, raw: bytes, chat: bool, received: float
 ) -> web.StreamResponse:
     """The request, passed through to a worker's OpenAI API (router/frontend/passthrough.py)."""
-    pt = fe.passthrough
+    pt = pool.passthrough
     try:
         prep, body, stream = await pt.prepare(
-            request, raw, chat, received, http_tenant(request, fe.tenant_header)
+            request,
+            raw,
+            chat,
+            received,
+            http_tenant(request, fe.tenant_header),
+            rename=pool.canonical,
         )
     except PreheatError as e:
-        fe.dispatcher.metrics.observe_outcome("openai", RouterOutcome.of_error(e.code))
+        pool.metrics.observe_outcome("openai", RouterOutcome.of_error(e.code))
         log.info("request_refused", extra=fields(code=e.code.value, reason=e.message))
         return error_response(e)
     with request_context(prep.info.request_id):
@@ -474,7 +521,10 @@ async def _chat(request: web.Request) -> web.StreamResponse:
 
 async def _models(request: web.Request) -> web.Response:
     fe = request.app[FRONTEND_KEY]
-    data = [model_object(m, fe.model_len(m)) for m in fe.models()]
+    data = [
+        model_object(name, pool.model_len(), root=pool.spec.model or name)
+        for name, pool in fe.pools.models()
+    ]
     return web.json_response({"object": "list", "data": data})
 
 
@@ -501,10 +551,6 @@ def build_app(frontend: HttpFrontend) -> web.Application:
     )
     app[FRONTEND_KEY] = frontend
 
-    async def _close_upstream(_app: web.Application) -> None:
-        await frontend.passthrough.close()
-
-    app.on_cleanup.append(_close_upstream)
     app.router.add_post("/v1/completions", _completions)
     app.router.add_post("/v1/chat/completions", _chat)
     app.router.add_get("/v1/models", _models)
@@ -516,9 +562,9 @@ def build_app(frontend: HttpFrontend) -> web.Application:
         VllmRoutes(
             models=frontend.models,
             ready=frontend.ready,
-            tokenizer=lambda: frontend.dispatcher.tokenizer,
-            max_model_len=lambda: frontend.dispatcher.pool_limits("").max_model_len,
-            chat_text=lambda data, agp, cfm: frontend.passthrough.ids.chat_text(
+            tokenizer=lambda: frontend.pools.tokenizer,
+            max_model_len=frontend.max_model_len,
+            chat_text=lambda data, agp, cfm: frontend.ids.chat_text(
                 data, add_generation_prompt=agp, continue_final_message=cfm
             ),
             model_len=frontend.model_len,

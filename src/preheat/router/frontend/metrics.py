@@ -20,6 +20,7 @@ reads their rates over its window.
 
 from __future__ import annotations
 
+import copy
 import enum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -180,6 +181,36 @@ class RouterMetrics:
         self.arrivals.labels(pool)
         for reason in _REFUSED.values():
             self.refused.labels(pool, reason)
+
+    def for_pool(self, pool: str) -> RouterMetrics:
+        """A view for one of several pools: the same registry and metrics, its own
+        ``pool`` label on the demand counters."""
+        view = copy.copy(self)
+        view._bound = None
+        view.bind_pool(pool)
+        return view
+
+    def forget_pool(self, pool: str) -> None:
+        """Removes a pool's labelled series (a pool deleted from discovery)."""
+        for family in (
+            self.decisions,
+            self.ttft,
+            self.itl,
+            self.e2e,
+            self.predicted_ttft,
+            self.ttft_ratio,
+            self.ttft_error,
+            self.predicted_cached,
+            self.actual_cached,
+            self.retries,
+            self.arrivals,
+            self.refused,
+        ):
+            labelnames = family._labelnames
+            at = labelnames.index(mn.LABEL_POOL)
+            for values in list(family._metrics):
+                if values[at] == pool:
+                    family.remove(*values)
 
     def observe_arrival(self) -> None:
         """A valid request for the pool arrived (once per request, before it is routed)."""

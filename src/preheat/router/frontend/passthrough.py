@@ -48,11 +48,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -408,14 +409,28 @@ class Passthrough:
         return data, rf, ids
 
     async def prepare(
-        self, request: web.Request, raw: bytes, chat: bool, received: float, tenant: str
+        self,
+        request: web.Request,
+        raw: bytes,
+        chat: bool,
+        received: float,
+        tenant: str,
+        *,
+        rename: Callable[[str], str] | None = None,
     ) -> tuple[Prepared, bytes, bool]:
-        """The request ready to route, the body to send upstream, and whether it streams."""
+        """The request ready to route, the body to send upstream, and whether it streams.
+        ``rename``: the model name the workers serve for the one the body gives (a pool's
+        alias); a renamed body goes upstream with the workers' name."""
         d = self.dispatcher
         headers = {k.lower(): v for k, v in request.headers.items()}
         data, rf, ids = await d.offload(
             len(raw), functools.partial(self._prepare_sync, raw, chat, headers, tenant)
         )
+        renamed = False
+        if rename is not None and rf.model and (upstream := rename(rf.model)) != rf.model:
+            data["model"] = upstream
+            rf = dataclasses.replace(rf, model=upstream)
+            renamed = True
         limits = d.pool_limits(rf.model)
         if isinstance(ids, TooManyTokens):
             check_generate(  # the model's error first, else the context window's
@@ -452,6 +467,7 @@ class Passthrough:
                 data["cache_salt"] = tenant
             else:
                 data.pop("cache_salt", None)
+        if rf.tenant_salt_differs or renamed:
             raw = json.dumps(data, ensure_ascii=False).encode()
         return prep, raw, rf.stream
 

@@ -43,7 +43,7 @@ class VllmRoutes:
     models: Callable[[], list[str]]
     ready: Callable[[], bool]
     tokenizer: Callable[[], PromptTokenizer]
-    max_model_len: Callable[[], int]
+    max_model_len: Callable[[str], int]  # the context window of a model ("": the default)
     # a chat body's templated prompt (add_generation_prompt, continue_final_message given);
     # raises PreheatError for messages the template refuses
     chat_text: Callable[[dict[str, Any], bool, bool], str]
@@ -130,15 +130,16 @@ def _text_tokenizer(routes: VllmRoutes, path: str) -> Any:
     return tok
 
 
-def model_object(model: str, max_model_len: int | None = None) -> dict[str, Any]:
-    """OpenAI's model object (``/v1/models`` lists these), with vLLM's ``root`` and
-    ``max_model_len`` (when known)."""
+def model_object(model: str, max_model_len: int | None = None, *, root: str = "") -> dict[str, Any]:
+    """OpenAI's model object (``/v1/models`` lists these), with vLLM's ``root`` (the
+    served model an alias stands for; the model itself by default) and ``max_model_len``
+    (when known)."""
     obj: dict[str, Any] = {
         "id": model,
         "object": "model",
         "created": 0,
         "owned_by": "preheat",
-        "root": model,
+        "root": root or model,
         "parent": None,
     }
     if max_model_len is not None:
@@ -197,7 +198,7 @@ async def _tokenize(request: web.Request) -> web.Response:
     return web.json_response(
         {
             "count": len(ids),
-            "max_model_len": routes.max_model_len(),
+            "max_model_len": routes.max_model_len(body.model or ""),
             "tokens": ids,
             "token_strs": strs if body.return_token_strs else None,
         }
