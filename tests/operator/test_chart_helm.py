@@ -254,3 +254,21 @@ def test_worker_service_monitors_get_the_releases_labels() -> None:
         ("__meta_kubernetes_service_label_preheat_dev_pool", "pool"),
         ("__meta_kubernetes_pod_label_preheat_dev_role", "role"),
     }
+
+
+def test_a_change_to_the_operators_config_rolls_the_operator() -> None:
+    """The operator reads its config file once: the pod's checksum/config annotation hashes
+    the rendered file, so a new worker image (image.worker.tag, image.registry) or any other
+    value in it replaces the operator pod; values it does not carry leave it alone."""
+
+    def checksum(values: list[str]) -> str:
+        for doc in render(values):
+            if doc["kind"] == "Deployment" and doc["metadata"]["name"].endswith("-operator"):
+                return str(doc["spec"]["template"]["metadata"]["annotations"]["checksum/config"])
+        raise AssertionError("no operator Deployment")
+
+    base = checksum([])
+    assert checksum(["--set", "image.worker.tag=0.2.0"]) != base
+    assert checksum(["--set", "image.registry=registry.example.com"]) != base
+    assert checksum(["--set", "metrics.serviceMonitor.labels.release=kps"]) != base
+    assert checksum(["--set", "router.replicas=3"]) == base

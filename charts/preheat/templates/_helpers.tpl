@@ -72,3 +72,15 @@ app.kubernetes.io/name: preheat-{{ .component }}
   resources: [customresourcedefinitions]
   verbs: [get, list, watch]
 {{- end }}
+
+{{/* The operator's config file (`preheat operator --config`): cluster-wide settings, not per
+pool. Also hashed into the operator pod's checksum/config annotation. */}}
+{{- define "preheat.operatorConfig" -}}
+workerImage: {{ include "preheat.image" (dict "root" . "image" .Values.image.worker) }}
+watchNamespaces: {{ .Values.operator.watchNamespaces | toJson }}
+gpuTypes: {{ .Values.operator.gpuTypes | toJson }}
+drainGraceSeconds: {{ .Values.operator.worker.drainGraceSeconds }}
+preStopSleepSeconds: {{ .Values.operator.worker.preStopSleepSeconds }}
+workerServiceMonitor: {{ .Values.operator.workerServiceMonitor | toString | quote }}
+workerServiceMonitorLabels: {{ .Values.metrics.serviceMonitor.labels | toJson }}
+{{- end -}}
