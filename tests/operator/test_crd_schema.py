@@ -86,6 +86,23 @@ def test_schema_is_structural() -> None:
     walk(root_schema(), "")
 
 
+def test_every_field_has_a_description_for_kubectl_explain() -> None:
+    """``kubectl explain inferencepool.spec...`` prints a field's description: every property
+    of the schema, spec and status, nested ones included, has one."""
+    missing: list[str] = []
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        for name, sub in node.get("properties", {}).items():
+            if not sub.get("description"):
+                missing.append(f"{path}.{name}")
+            walk(sub, f"{path}.{name}")
+        if "items" in node:
+            walk(node["items"], f"{path}[]")
+
+    walk(root_schema(), "")
+    assert not missing, f"{len(missing)} fields without a description: {missing}"
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_examples_pass_schema_and_rules(path: Any) -> None:
     doc = load_example(path)

@@ -287,11 +287,31 @@ class ObjectiveSpec(_Model):
         )
     )
 
-    signal: Literal["ttft", "itl", "e2e", "queueDepth", "concurrency", "kvCacheUsage"]
-    percentile: float | None = Field(default=None, ge=50, le=99.99)
-    target_ms: float | None = Field(default=None, gt=0, le=3_600_000)
-    per_replica: float | None = Field(default=None, gt=0, le=100_000)
-    target_ratio: float | None = Field(default=None, gt=0, le=1)
+    signal: Literal["ttft", "itl", "e2e", "queueDepth", "concurrency", "kvCacheUsage"] = Field(
+        description=(
+            "What is measured: a latency (ttft, itl, e2e: with percentile and targetMs), "
+            "requests per replica (queueDepth: waiting, concurrency: running or waiting; "
+            "with perReplica) or the KV cache's use (kvCacheUsage: with targetRatio)."
+        )
+    )
+    percentile: float | None = Field(
+        default=None, ge=50, le=99.99, description="Latency signals: which percentile (50-99.99)."
+    )
+    target_ms: float | None = Field(
+        default=None,
+        gt=0,
+        le=3_600_000,
+        description="Latency signals: the percentile's target in milliseconds.",
+    )
+    per_replica: float | None = Field(
+        default=None,
+        gt=0,
+        le=100_000,
+        description="queueDepth and concurrency: the requests one replica should hold.",
+    )
+    target_ratio: float | None = Field(
+        default=None, gt=0, le=1, description="kvCacheUsage: the fraction of KV blocks in use."
+    )
 
 
 class ScaleUpSpec(_Model):
@@ -320,9 +340,15 @@ class AutoscalingSpec(_Model):
         description="Targets to hold. Empty: no autoscaling (replicas.desired, else min).",
     )
     window: Duration = _duration("60s", "Window over which percentiles are computed.")
-    scale_up: ScaleUpSpec = Field(default_factory=ScaleUpSpec, json_schema_extra={"default": {}})
+    scale_up: ScaleUpSpec = Field(
+        default_factory=ScaleUpSpec,
+        json_schema_extra={"default": {}},
+        description="How fast the pool grows: step size and cooldown.",
+    )
     scale_down: ScaleDownSpec = Field(
-        default_factory=ScaleDownSpec, json_schema_extra={"default": {}}
+        default_factory=ScaleDownSpec,
+        json_schema_extra={"default": {}},
+        description="How fast the pool shrinks: step size, cooldown and stabilization window.",
     )
     tolerance: float = Field(
         default=0.1, ge=0, lt=1, description="No change while within this ratio of target."
@@ -363,57 +389,88 @@ class InferencePoolSpec(_Model):
     model_config = ConfigDict(json_schema_extra=_validations(SPEC_TENSOR_PARALLEL_RULE))
 
     model: ModelSpec
-    engine: EngineSpec = Field(default_factory=EngineSpec, json_schema_extra={"default": {}})
+    engine: EngineSpec = Field(
+        default_factory=EngineSpec,
+        json_schema_extra={"default": {}},
+        description="The inference engine each worker runs (vllm or sim) and its settings.",
+    )
     resources: ResourcesSpec = Field(
-        default_factory=ResourcesSpec, json_schema_extra={"default": {}}
+        default_factory=ResourcesSpec,
+        json_schema_extra={"default": {}},
+        description="What one worker pod asks for: GPUs, their type, CPU and memory.",
     )
-    topology: TopologySpec = Field(default_factory=TopologySpec, json_schema_extra={"default": {}})
-    replicas: ReplicasSpec
+    topology: TopologySpec = Field(
+        default_factory=TopologySpec,
+        json_schema_extra={"default": {}},
+        description="Where workers may run (zones) and how they spread across them.",
+    )
+    replicas: ReplicasSpec = Field(
+        description="Bounds of the pool's active replicas, its warm standby and desired size."
+    )
     autoscaling: AutoscalingSpec = Field(
-        default_factory=AutoscalingSpec, json_schema_extra={"default": {}}
+        default_factory=AutoscalingSpec,
+        json_schema_extra={"default": {}},
+        description="The objectives the autoscaler sizes the pool on, and how fast it moves.",
     )
-    routing: RoutingSpec = Field(default_factory=RoutingSpec, json_schema_extra={"default": {}})
+    routing: RoutingSpec = Field(
+        default_factory=RoutingSpec,
+        json_schema_extra={"default": {}},
+        description="How the router picks a worker for each request of this pool.",
+    )
 
 
 # --- status ---------------------------------------------------------------------------
 
 
 class ReplicaStatus(_Model):
-    active: int = Field(default=0, ge=0)
-    standby: int = Field(default=0, ge=0)
+    active: int = Field(default=0, ge=0, description="Warm workers taking traffic.")
+    standby: int = Field(default=0, ge=0, description="Warm workers held ready for promotion.")
     warming: int = Field(default=0, ge=0, description="Loading or warming up.")
-    draining: int = Field(default=0, ge=0)
+    draining: int = Field(default=0, ge=0, description="Finishing their requests before they stop.")
 
 
 class Condition(_Model):
     type: str = Field(max_length=64, description="Ready, Scaling or Degraded.")
-    status: Literal["True", "False", "Unknown"]
-    reason: str = Field(default="", max_length=128)
-    message: str = Field(default="", max_length=4096)
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(
+        default="", max_length=128, description="A CamelCase word for the last transition."
+    )
+    message: str = Field(default="", max_length=4096, description="What happened, for people.")
     last_transition_time: str = Field(default="", description="RFC 3339.")
-    observed_generation: int = Field(default=0, ge=0)
+    observed_generation: int = Field(
+        default=0, ge=0, description="The pool's metadata.generation the condition is about."
+    )
 
 
 class LastScale(_Model):
     time: str = Field(description="RFC 3339.")
-    from_replicas: int = Field(alias="from", ge=0)
-    to_replicas: int = Field(alias="to", ge=0)
-    reason: str = Field(default="", max_length=1024)
+    from_replicas: int = Field(alias="from", ge=0, description="Active replicas before.")
+    to_replicas: int = Field(alias="to", ge=0, description="Active replicas after.")
+    reason: str = Field(
+        default="", max_length=1024, description="Why: the objective and figures that decided."
+    )
 
 
 class InferencePoolStatus(_Model):
     """What the operator observed; never desired state."""
 
-    replicas: ReplicaStatus = Field(default_factory=ReplicaStatus)
+    replicas: ReplicaStatus = Field(
+        default_factory=ReplicaStatus, description="The pool's workers by lifecycle state."
+    )
     desired_replicas: int = Field(default=0, ge=0, description="Active replicas being aimed at.")
     selector: str = Field(default="", description="Label selector of the pool's worker pods.")
     conditions: list[Condition] = Field(
         default_factory=list,
         max_length=16,
+        description="Ready, Scaling and Degraded, one of each at most.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    last_scale: LastScale | None = None
-    observed_generation: int = Field(default=0, ge=0)
+    last_scale: LastScale | None = Field(
+        default=None, description="The autoscaler's last change of the active count, and why."
+    )
+    observed_generation: int = Field(
+        default=0, ge=0, description="The pool's metadata.generation the operator last acted on."
+    )
 
 
 # --- validation and the internal config -------------------------------------------------
@@ -812,9 +869,15 @@ def crd() -> dict[str, Any]:
                             ),
                             "required": ["spec"],
                             "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
+                                "apiVersion": {
+                                    "type": "string",
+                                    "description": "preheat.dev/" + VERSION,
+                                },
+                                "kind": {"type": "string", "description": KIND},
+                                "metadata": {
+                                    "type": "object",
+                                    "description": "The object's name, namespace and labels.",
+                                },
                                 "spec": spec_schema,
                                 "status": status_schema,
                             },
