@@ -410,3 +410,15 @@ def test_a_pool_name_too_long_for_its_service_is_a_build_error() -> None:
     assert info.value.code is ErrorCode.FAILED_PRECONDITION
     assert "its Service 'pppp" in info.value.message
     assert "at most 55 characters (this one has 59)" in info.value.message
+
+
+def test_workers_run_without_privilege_escalation_or_capabilities() -> None:
+    """What vLLM tolerates (no escalation, every capability dropped, the runtime's default
+    seccomp profile); root and a writable root filesystem stay, see WORKER_SECURITY_CONTEXT."""
+    pod = build_deployment(config(), OWNER, BuildOptions())["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }

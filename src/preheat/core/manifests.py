@@ -359,6 +359,15 @@ def _resources(config: PoolConfig) -> dict[str, Any]:
     return out
 
 
+WORKER_SECURITY_CONTEXT: Mapping[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+"""The restrictive settings vLLM runs under. Not set, and why: ``runAsNonRoot`` (vLLM's
+official image runs as root and writes its caches under /root), ``readOnlyRootFilesystem``
+(vLLM, torch.compile and Triton write caches under $HOME and /tmp at start-up)."""
+
+
 def _volumes(config: PoolConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(volumes, volumeMounts) for the model and, for vLLM, shared memory."""
     volumes: list[dict[str, Any]] = []
@@ -509,6 +518,7 @@ def build_deployment(
             "failureThreshold": 3,
         },
         "lifecycle": {"preStop": {"sleep": {"seconds": options.pre_stop_sleep_s}}},
+        "securityContext": dict(WORKER_SECURITY_CONTEXT),
     }
     resources = _resources(config)
     if resources:
@@ -517,6 +527,7 @@ def build_deployment(
         container["volumeMounts"] = mounts
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "terminationGracePeriodSeconds": termination_grace_s(options),
         "containers": [container],
     }
