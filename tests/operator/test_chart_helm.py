@@ -272,3 +272,41 @@ def test_a_change_to_the_operators_config_rolls_the_operator() -> None:
     assert checksum(["--set", "image.registry=registry.example.com"]) != base
     assert checksum(["--set", "metrics.serviceMonitor.labels.release=kps"]) != base
     assert checksum(["--set", "router.replicas=3"]) == base
+
+
+def test_worker_pod_settings_and_image_digests_reach_the_operator() -> None:
+    """image.*.digest pins an image; operator.worker.pod (pull secrets from the top-level
+    imagePullSecrets when it names none) is the operator's workerPod, which its parser reads."""
+
+    def docs(values: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        rendered = render(values)
+        cm = next(
+            d
+            for d in rendered
+            if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-operator")
+        )
+        dep = next(
+            d
+            for d in rendered
+            if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-operator")
+        )
+        config: dict[str, Any] = yaml.safe_load(cm["data"]["operator.yaml"])
+        return config, dep
+
+    config, dep = docs(
+        [
+            "--set", "imagePullSecrets[0].name=regcred",
+            "--set", "image.worker.digest=sha256:" + "a" * 64,
+            "--set", "image.control.digest=sha256:" + "b" * 64,
+            "--set", "operator.worker.pod.runtimeClassName=nvidia",
+            "--set", "operator.worker.pod.envFrom[0].secretRef.name=hub",
+        ]
+    )  # fmt: skip
+    assert config["workerImage"] == "preheat-worker@sha256:" + "a" * 64
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"].endswith("b" * 64)
+    build, _, _ = parse_config(config)
+    assert build.worker_pod.image_pull_secrets == ("regcred",)
+    assert build.worker_pod.runtime_class == "nvidia"
+    assert build.worker_pod.env_from_secrets == ("hub",)
+    own, _ = docs(["--set", "operator.worker.pod.imagePullSecrets[0].name=workers"])
+    assert parse_config(own)[0].worker_pod.image_pull_secrets == ("workers",)

@@ -225,6 +225,28 @@ CEL_BAD: list[tuple[str, dict[str, Any], str, str]] = [
         "resources.gpuType (nvidia-l4) needs resources.gpus >= 1",
     ),
     (
+        "a variable the operator sets",
+        {"pod": {"env": [{"name": "PREHEAT_CONTROL_TOKEN", "value": "x"}]}},
+        "spec.pod.env[0]",
+        "pod.env: PREHEAT_CONTROL_TOKEN is set by the operator; choose another name",
+    ),
+    (
+        "a variable with both value and valueFrom",
+        {
+            "pod": {
+                "env": [
+                    {
+                        "name": "HF_TOKEN",
+                        "value": "x",
+                        "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}},
+                    }
+                ]
+            }
+        },
+        "spec.pod.env[0]",
+        "pod.env HF_TOKEN: set exactly one of value and valueFrom",
+    ),
+    (
         "tp > gpus",
         {"engine": {"args": {"tensorParallelSize": 8}}, "resources": {"gpus": 4}},
         "spec",

@@ -50,3 +50,22 @@ def test_worker_service_monitor_labels_must_be_a_mapping_of_strings() -> None:
     assert build.service_monitor_labels == {"release": "kps"}
     with pytest.raises(OperatorConfigError, match="workerServiceMonitorLabels must map"):
         parse_config({"workerServiceMonitorLabels": ["release"]})
+
+
+def test_worker_pod_settings_are_read_and_checked_with_the_pools_rules() -> None:
+    build, _, _ = parse_config(
+        {"workerPod": {"imagePullSecrets": [{"name": "regcred"}], "runtimeClassName": "nvidia"}}
+    )
+    assert build.worker_pod.image_pull_secrets == ("regcred",)
+    assert build.worker_pod.runtime_class == "nvidia"
+    with pytest.raises(OperatorConfigError) as err:
+        parse_config(
+            {
+                "workerPod": {
+                    "env": [{"name": "POD_NAME", "value": "x"}],
+                    "runtimeClass": "typo",
+                }
+            }
+        )
+    assert "workerPod.env: POD_NAME is set by the operator" in err.value.message
+    assert "workerPod.runtimeClass: unknown field" in err.value.message

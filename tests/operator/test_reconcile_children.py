@@ -422,3 +422,45 @@ def test_workers_run_without_privilege_escalation_or_capabilities() -> None:
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
     }
+
+
+def test_worker_pods_take_the_operators_pod_settings_and_the_pools_over_them() -> None:
+    """Pull secrets, ServiceAccount, runtime and priority classes, extra env and env-from
+    Secrets (a model hub's token): the operator's config for every pool, a pool's spec.pod
+    over it (by name for variables; secrets from both)."""
+    from preheat.core.pool import EnvVar, PodConfig
+
+    defaults = PodConfig(
+        image_pull_secrets=("regcred",),
+        service_account="workers",
+        runtime_class="nvidia",
+        env=(EnvVar("HF_HOME", value="/cache"), EnvVar("LOG", value="info")),
+        env_from_secrets=("hub",),
+    )
+    pool = config(
+        pod={
+            "imagePullSecrets": [{"name": "team-regcred"}],
+            "priorityClassName": "inference-high",
+            "env": [
+                {"name": "LOG", "value": "debug"},
+                {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "t"}}},
+            ],
+            "envFrom": [{"secretRef": {"name": "team"}}],
+        }
+    )
+    dep = build_deployment(pool, OWNER, BuildOptions(worker_pod=defaults))
+    spec = dep["spec"]["template"]["spec"]
+    assert spec["imagePullSecrets"] == [{"name": "regcred"}, {"name": "team-regcred"}]
+    assert spec["serviceAccountName"] == "workers"
+    assert spec["runtimeClassName"] == "nvidia"
+    assert spec["priorityClassName"] == "inference-high"
+    assert spec["automountServiceAccountToken"] is False
+    (c,) = spec["containers"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["HF_HOME"] == {"name": "HF_HOME", "value": "/cache"}
+    assert env["LOG"] == {"name": "LOG", "value": "debug"}
+    assert env["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf", "key": "t"}}
+    assert "PREHEAT_CONTROL_TOKEN" in env  # the operator's own stay
+    assert c["envFrom"] == [{"secretRef": {"name": "hub"}}, {"secretRef": {"name": "team"}}]
+    plain = build_deployment(config(), OWNER, BuildOptions())["spec"]["template"]["spec"]
+    assert not {"imagePullSecrets", "serviceAccountName", "runtimeClassName"} & set(plain)

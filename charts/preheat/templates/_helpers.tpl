@@ -23,7 +23,11 @@ app.kubernetes.io/name: preheat-{{ .component }}
 {{- define "preheat.image" -}}
 {{- $repo := .image.repository -}}
 {{- if .root.Values.image.registry -}}{{- $repo = printf "%s/%s" .root.Values.image.registry $repo -}}{{- end -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" $repo .image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" $repo (.image.tag | default .root.Chart.AppVersion) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Operator RBAC, least privilege: what it reads and writes, and nothing else. */}}
@@ -83,4 +87,7 @@ drainGraceSeconds: {{ .Values.operator.worker.drainGraceSeconds }}
 preStopSleepSeconds: {{ .Values.operator.worker.preStopSleepSeconds }}
 workerServiceMonitor: {{ .Values.operator.workerServiceMonitor | toString | quote }}
 workerServiceMonitorLabels: {{ .Values.metrics.serviceMonitor.labels | toJson }}
+{{- $pod := deepCopy .Values.operator.worker.pod }}
+{{- if not $pod.imagePullSecrets }}{{- $_ := set $pod "imagePullSecrets" .Values.imagePullSecrets }}{{- end }}
+workerPod: {{ $pod | toJson }}
 {{- end -}}

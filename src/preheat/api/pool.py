@@ -32,10 +32,12 @@ from preheat.core.manifests import GROUP, KIND, PLURAL, VERSION
 from preheat.core.pool import (
     AutoscalingConfig,
     EngineConfig,
+    EnvVar,
     ModelConfig,
     ModelSource,
     Objective,
     PanicConfig,
+    PodConfig,
     PoolConfig,
     ReplicasConfig,
     ResourcesConfig,
@@ -383,6 +385,137 @@ SPEC_TENSOR_PARALLEL_RULE = _cel(
 )
 
 
+RESERVED_ENV = ("POD_NAME", "PREHEAT_POOL", "PREHEAT_CONTROL_TOKEN", "PREHEAT_CACHE_TOKEN")
+"""Variables the operator sets on every worker (core/manifests.py): a pool may not set them."""
+_K8S_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+_ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+ENV_RESERVED_RULE = _cel(
+    "!(self.name in " + "[" + ", ".join(f"'{n}'" for n in RESERVED_ENV) + "])",
+    "'pod.env: ' + self.name + ' is set by the operator; choose another name'",
+)
+ENV_ONE_SOURCE_RULE = _cel(
+    "has(self.value) != has(self.valueFrom)",
+    "'pod.env ' + self.name + ': set exactly one of value and valueFrom'",
+)
+
+
+class LocalObjectRef(_Model):
+    name: str = Field(max_length=253, pattern=_K8S_NAME, description="The object's name.")
+
+
+class SecretKeyRef(_Model):
+    name: str = Field(max_length=253, pattern=_K8S_NAME, description="The Secret's name.")
+    key: str = Field(max_length=253, min_length=1, description="The key within the Secret.")
+    optional: bool = Field(default=False, description="The Secret or its key may be missing.")
+
+
+class EnvValueFrom(_Model):
+    secret_key_ref: SecretKeyRef = Field(description="One key of a Secret in the namespace.")
+
+
+class EnvVarSpec(_Model):
+    model_config = ConfigDict(
+        json_schema_extra=_validations(ENV_RESERVED_RULE, ENV_ONE_SOURCE_RULE)
+    )
+
+    name: str = Field(max_length=256, pattern=_ENV_NAME, description="The variable's name.")
+    value: str | None = Field(default=None, max_length=32768, description="A literal value.")
+    value_from: EnvValueFrom | None = Field(
+        default=None, description="The value from a Secret (a model hub's token, say)."
+    )
+
+
+class EnvFromSpec(_Model):
+    secret_ref: LocalObjectRef = Field(
+        description="A Secret in the namespace: each of its keys becomes a variable."
+    )
+
+
+class PodSpec(_Model):
+    """The worker pod's settings besides the engine; the operator's config
+    (``workerPod``) gives every pool's defaults, these win."""
+
+    image_pull_secrets: list[LocalObjectRef] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Secrets to pull the worker image with (added to the operator's).",
+    )
+    service_account_name: str = Field(
+        default="",
+        max_length=253,
+        description="The workers' ServiceAccount. Empty: the operator's, else the default.",
+    )
+    runtime_class_name: str = Field(
+        default="", max_length=253, description="A RuntimeClass (e.g. nvidia). Empty: default."
+    )
+    priority_class_name: str = Field(
+        default="", max_length=253, description="A PriorityClass for the workers. Empty: default."
+    )
+    env: list[EnvVarSpec] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Extra environment variables of the worker container (by name over the "
+        "operator's).",
+    )
+    env_from: list[EnvFromSpec] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Secrets whose every key becomes a variable (added to the operator's).",
+    )
+
+
+def _env_problems(env: Any, where: str) -> list[str]:
+    """The env rules the CEL rules of :class:`EnvVarSpec` state, on the raw list."""
+    problems = []
+    for e in env if isinstance(env, list) else []:
+        name = e.get("name") if isinstance(e, Mapping) else None
+        if not isinstance(name, str):
+            continue
+        if name in RESERVED_ENV:
+            problems.append(f"{where}.env: {name} is set by the operator; choose another name")
+        has_from = e.get("valueFrom", e.get("value_from")) is not None
+        if (e.get("value") is not None) == has_from:
+            problems.append(f"{where}.env {name}: set exactly one of value and valueFrom")
+    return problems
+
+
+def read_pod(raw: Any, where: str) -> tuple[PodConfig, list[str]]:
+    """A ``pod`` section outside a pool (the operator config's ``workerPod``): its config
+    and every problem, each prefixed with ``where``."""
+    if raw is None:
+        return PodConfig(), []
+    if not isinstance(raw, Mapping):
+        return PodConfig(), [f"{where}: must be a mapping (got {type(raw).__name__})"]
+    problems = _env_problems(raw.get("env"), where)
+    try:
+        spec = PodSpec.model_validate(raw)
+    except ValidationError as e:
+        return PodConfig(), [f"{where}.{p}" for p in _pydantic_problems(e)] + problems
+    return (PodConfig(), problems) if problems else (pod_config(spec), [])
+
+
+def pod_config(spec: PodSpec) -> PodConfig:
+    """The internal form of a ``pod`` section (the pool's, or the operator's ``workerPod``)."""
+    return PodConfig(
+        image_pull_secrets=tuple(r.name for r in spec.image_pull_secrets),
+        service_account=spec.service_account_name,
+        runtime_class=spec.runtime_class_name,
+        priority_class=spec.priority_class_name,
+        env=tuple(
+            EnvVar(e.name, value=e.value or "")
+            if e.value_from is None
+            else EnvVar(
+                e.name,
+                secret_name=e.value_from.secret_key_ref.name,
+                secret_key=e.value_from.secret_key_ref.key,
+                optional=e.value_from.secret_key_ref.optional,
+            )
+            for e in spec.env
+        ),
+        env_from_secrets=tuple(e.secret_ref.name for e in spec.env_from),
+    )
+
+
 class InferencePoolSpec(_Model):
     """What a platform team writes."""
 
@@ -416,6 +549,12 @@ class InferencePoolSpec(_Model):
         default_factory=RoutingSpec,
         json_schema_extra={"default": {}},
         description="How the router picks a worker for each request of this pool.",
+    )
+    pod: PodSpec = Field(
+        default_factory=PodSpec,
+        json_schema_extra={"default": {}},
+        description="The worker pod's pull secrets, ServiceAccount, runtime and priority "
+        "classes and extra environment, over the operator's defaults.",
     )
 
 
@@ -616,6 +755,8 @@ def _cross_field_problems(raw: Mapping[str, Any]) -> list[str]:
                 + "; keep one"
             )
         seen.add(key)
+    pod = _section(raw, spec, "pod")
+    problems += _env_problems(_lookup(pod, PodSpec, "env") if pod is not None else [], "pod")
     topology = _section(raw, spec, "topology")
     zones = _lookup(topology, TopologySpec, "zones") if topology is not None else []
     if isinstance(zones, list):
@@ -727,6 +868,7 @@ def config_from_spec(spec: InferencePoolSpec, *, name: str, namespace: str) -> P
             session_ttl_s=parse_duration(spec.routing.session_ttl),
             hotspot_margin_ms=spec.routing.hotspot_margin_ms,
         ),
+        pod=pod_config(spec.pod),
     )
 
 

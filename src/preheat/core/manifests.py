@@ -33,9 +33,7 @@ from typing import Any
 
 from preheat.core.autoscaling.standby import wanted
 from preheat.core.errors import ErrorCode, PreheatError
-from preheat.core.pool import (
-    PoolConfig,
-)
+from preheat.core.pool import EnvVar, PodConfig, PoolConfig, merge_pod
 from preheat.core.quantity import same_quantity
 
 GROUP = "preheat.dev"
@@ -121,6 +119,9 @@ class BuildOptions:
     # labels on the workers' ServiceMonitors: what a Prometheus's serviceMonitorSelector
     # matches (kube-prometheus-stack: {release: RELEASE})
     service_monitor_labels: Mapping[str, str] = field(default_factory=dict)
+    # every worker pod's pull secrets, ServiceAccount, classes and extra env (a pool's
+    # spec.pod wins: core.pool.merge_pod)
+    worker_pod: PodConfig = field(default_factory=PodConfig)
     drain_grace_s: int = 30  # the worker's --drain-grace-s
     pre_stop_sleep_s: int = 5  # endpoints deregister before SIGTERM
     termination_margin_s: int = 15  # engine shutdown after the drain
@@ -359,6 +360,15 @@ def _resources(config: PoolConfig) -> dict[str, Any]:
     return out
 
 
+def _env_var(e: EnvVar) -> dict[str, Any]:
+    if not e.secret_name:
+        return {"name": e.name, "value": e.value}
+    ref: dict[str, Any] = {"name": e.secret_name, "key": e.secret_key}
+    if e.optional:
+        ref["optional"] = True
+    return {"name": e.name, "valueFrom": {"secretKeyRef": ref}}
+
+
 WORKER_SECURITY_CONTEXT: Mapping[str, Any] = {
     "allowPrivilegeEscalation": False,
     "capabilities": {"drop": ["ALL"]},
@@ -465,6 +475,7 @@ def build_deployment(
     want_active = min(max(want_active, config.replicas.min), config.replicas.max)
     volumes, mounts = _volumes(config)
     image = config.engine.image or options.worker_image
+    pod = merge_pod(options.worker_pod, config.pod)
 
     def ready_probe() -> dict[str, Any]:
         return {"httpGet": {"path": "/ready", "port": "http"}}
@@ -495,6 +506,7 @@ def build_deployment(
                     }
                 },
             },
+            *(_env_var(e) for e in pod.env),
         ],
         "ports": [
             {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
@@ -520,6 +532,8 @@ def build_deployment(
         "lifecycle": {"preStop": {"sleep": {"seconds": options.pre_stop_sleep_s}}},
         "securityContext": dict(WORKER_SECURITY_CONTEXT),
     }
+    if pod.env_from_secrets:
+        container["envFrom"] = [{"secretRef": {"name": n}} for n in pod.env_from_secrets]
     resources = _resources(config)
     if resources:
         container["resources"] = resources
@@ -531,6 +545,15 @@ def build_deployment(
         "terminationGracePeriodSeconds": termination_grace_s(options),
         "containers": [container],
     }
+    if pod.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in pod.image_pull_secrets]
+    for key, value in (
+        ("serviceAccountName", pod.service_account),
+        ("runtimeClassName", pod.runtime_class),
+        ("priorityClassName", pod.priority_class),
+    ):
+        if value:
+            pod_spec[key] = value
     node_selector = _node_selector(config, options)
     if node_selector:
         pod_spec["nodeSelector"] = node_selector

@@ -8,7 +8,7 @@ autoscaling policy read it.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # --- the pool's internal config (frozen, no Optionals) ------------------------------------
 
@@ -115,6 +115,48 @@ class RoutingConfig:
 
 
 @dataclass(frozen=True)
+class EnvVar:
+    """One environment variable of the worker container: a literal value, or one key of a
+    Secret (a model hub's token)."""
+
+    name: str
+    value: str = ""
+    secret_name: str = ""  # set: the value is this Secret's key ``secret_key``
+    secret_key: str = ""
+    optional: bool = False  # the Secret (or its key) may be missing
+
+
+@dataclass(frozen=True)
+class PodConfig:
+    """What a worker pod runs with besides the engine: from the operator's config for every
+    pool, and from a pool's ``spec.pod`` (:func:`merge_pod`)."""
+
+    image_pull_secrets: tuple[str, ...] = ()
+    service_account: str = ""  # "" = the namespace's default ServiceAccount
+    runtime_class: str = ""  # "" = the cluster's default runtime
+    priority_class: str = ""  # "" = the cluster's default priority
+    env: tuple[EnvVar, ...] = ()
+    env_from_secrets: tuple[str, ...] = ()  # every key of these Secrets becomes a variable
+
+
+def merge_pod(defaults: PodConfig, pool: PodConfig) -> PodConfig:
+    """The pool's settings over the operator's: a name the pool sets wins, pull secrets and
+    env-from Secrets are both kept (the operator's first), variables merge by name."""
+    env = {e.name: e for e in defaults.env}
+    env.update((e.name, e) for e in pool.env)
+    return PodConfig(
+        image_pull_secrets=tuple(
+            dict.fromkeys(defaults.image_pull_secrets + pool.image_pull_secrets)
+        ),
+        service_account=pool.service_account or defaults.service_account,
+        runtime_class=pool.runtime_class or defaults.runtime_class,
+        priority_class=pool.priority_class or defaults.priority_class,
+        env=tuple(env.values()),
+        env_from_secrets=tuple(dict.fromkeys(defaults.env_from_secrets + pool.env_from_secrets)),
+    )
+
+
+@dataclass(frozen=True)
 class PoolConfig:
     """One pool, validated and with every default applied."""
 
@@ -127,3 +169,4 @@ class PoolConfig:
     replicas: ReplicasConfig
     autoscaling: AutoscalingConfig
     routing: RoutingConfig
+    pod: PodConfig = field(default_factory=PodConfig)

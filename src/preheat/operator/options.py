@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from preheat.api.pool import read_pod
 from preheat.autoscaler.prometheus import PrometheusSource
 from preheat.autoscaler.scrape import DirectScrapeSource
 from preheat.autoscaler.source import MetricSource
@@ -148,6 +149,7 @@ _CONFIG_KEYS = frozenset(
         "preStopSleepSeconds",
         "workerServiceMonitor",
         "workerServiceMonitorLabels",
+        "workerPod",
     }
 )
 
@@ -182,6 +184,8 @@ def parse_config(doc: Mapping[str, Any]) -> tuple[BuildOptions, tuple[str, ...],
             f"{monitor_labels!r:.80}"
         )
         monitor_labels = {}
+    worker_pod, pod_problems = read_pod(doc.get("workerPod"), "workerPod")
+    problems += pod_problems
     ints: dict[str, int] = {}
     for key, default in (("drainGraceSeconds", 30), ("preStopSleepSeconds", 5)):
         value = doc.get(key, default)
@@ -196,6 +200,7 @@ def parse_config(doc: Mapping[str, Any]) -> tuple[BuildOptions, tuple[str, ...],
         gpu_types={str(k): {str(a): str(b) for a, b in v.items()} for k, v in gpu_types.items()},
         service_monitor=monitor == "true",
         service_monitor_labels=dict(monitor_labels),
+        worker_pod=worker_pod,
         drain_grace_s=ints["drainGraceSeconds"],
         pre_stop_sleep_s=ints["preStopSleepSeconds"],
     )
