@@ -173,6 +173,8 @@ def test_rbac_is_least_privilege(values: list[str]) -> None:
     assert _allowed(operator, "", "secrets") == {"get", "create", "patch"}
     assert _allowed(operator, "preheat.dev", "inferencepools/status") >= {"patch"}
     assert _allowed(operator, "preheat.dev", "inferencepools/scale") >= {"patch", "update"}
+    # blockOwnerDeletion on the children's ownerReferences (OwnerReferencesPermissionEnforcement)
+    assert _allowed(operator, "preheat.dev", "inferencepools/finalizers") == {"update"}
     assert _allowed(operator, "", "pods") == {"get", "list", "watch", "patch"}
     assert _allowed(operator, "", "nodes") == {"get", "list", "watch"}
     for group, resource in (

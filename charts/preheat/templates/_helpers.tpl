@@ -39,6 +39,12 @@ app.kubernetes.io/name: preheat-{{ .component }}
 - apiGroups: [preheat.dev]
   resources: [inferencepools/status, inferencepools/scale]
   verbs: [get, patch, update]
+# Children carry an ownerReference to their pool with blockOwnerDeletion: where the
+# OwnerReferencesPermissionEnforcement admission plugin is on (OpenShift), setting it needs
+# update on the owner's finalizers subresource.
+- apiGroups: [preheat.dev]
+  resources: [inferencepools/finalizers]
+  verbs: [update]
 # The children of a pool.
 - apiGroups: [apps]
   resources: [deployments]
