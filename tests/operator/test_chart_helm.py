@@ -31,6 +31,8 @@ ALL_ON = [
     "--set",
     "grafana.dashboard.enabled=true",
     "--set",
+    "networkPolicy.enabled=true",
+    "--set",
     "operator.watchNamespaces={serving,batch}",
     "--set",
     "router.service.type=LoadBalancer",
@@ -312,3 +314,26 @@ def test_worker_pod_settings_and_image_digests_reach_the_operator() -> None:
     assert build.worker_pod.env_from_secrets == ("hub",)
     own, _ = docs(["--set", "operator.worker.pod.imagePullSecrets[0].name=workers"])
     assert parse_config(own)[0].worker_pod.image_pull_secrets == ("workers",)
+
+
+def test_network_policy_value_reaches_the_operator_and_its_rbac() -> None:
+    """networkPolicy.enabled: the operator's config asks for a NetworkPolicy per pool that
+    admits this release's namespace, and the operator may make them."""
+    docs = render(
+        ["--set", "networkPolicy.enabled=true", "--set", "networkPolicy.metricsNamespaces={mon}"]
+    )
+    cm = next(
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-operator")
+    )
+    build, _, _ = parse_config(yaml.safe_load(cm["data"]["operator.yaml"]))
+    assert build.network_policy.enabled
+    assert build.network_policy.control_plane_namespace == "preheat"
+    assert build.network_policy.metrics_namespaces == ("mon",)
+    operator = _rules(docs, "pre-preheat-operator")
+    assert _allowed(operator, "networking.k8s.io", "networkpolicies") == {"get", "create", "patch"}
+    off = next(
+        d
+        for d in render([])
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-operator")
+    )
+    assert not parse_config(yaml.safe_load(off["data"]["operator.yaml"]))[0].network_policy.enabled

@@ -69,3 +69,14 @@ def test_worker_pod_settings_are_read_and_checked_with_the_pools_rules() -> None
         )
     assert "workerPod.env: POD_NAME is set by the operator" in err.value.message
     assert "workerPod.runtimeClass: unknown field" in err.value.message
+
+
+def test_worker_network_policy_settings_are_checked() -> None:
+    build, _, _ = parse_config(
+        {"workerNetworkPolicy": {"enabled": True, "controlPlaneNamespace": "preheat"}}
+    )
+    assert build.network_policy.enabled
+    with pytest.raises(OperatorConfigError) as err:
+        parse_config({"workerNetworkPolicy": {"enabled": "yes", "from": []}})
+    assert "workerNetworkPolicy: unknown key 'from'" in err.value.message
+    assert "workerNetworkPolicy.enabled must be true or false" in err.value.message

@@ -25,6 +25,7 @@ from preheat.core.manifests import (
     LABEL_ROLE,
     BuildError,
     BuildOptions,
+    NetworkPolicyOptions,
     Owner,
     build_control_secret,
     build_deployment,
@@ -37,6 +38,7 @@ from preheat.core.manifests import (
     needs_update,
     read_cache_token,
     read_control_secret,
+    selector_labels,
     selector_string,
     termination_grace_s,
     worker_args,
@@ -75,6 +77,9 @@ def test_children_match_golden(path: Path) -> None:
 def test_children_pass_kubernetes_validate_strict(path: Path) -> None:
     kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed")
     for child in desired_children(config_of(path), OWNER, BuildOptions()):
+        kv.validate(child, KUBERNETES_VERSION, strict=True)
+    every = BuildOptions(network_policy=NetworkPolicyOptions(True, "preheat", ("monitoring",)))
+    for child in desired_children(config_of(path), OWNER, every):
         kv.validate(child, KUBERNETES_VERSION, strict=True)
 
 
@@ -464,3 +469,35 @@ def test_worker_pods_take_the_operators_pod_settings_and_the_pools_over_them() -
     assert c["envFrom"] == [{"secretRef": {"name": "hub"}}, {"secretRef": {"name": "team"}}]
     plain = build_deployment(config(), OWNER, BuildOptions())["spec"]["template"]["spec"]
     assert not {"imagePullSecrets", "serviceAccountName", "runtimeClassName"} & set(plain)
+
+
+def test_a_pools_network_policy_admits_the_control_plane_and_the_scrapers_only() -> None:
+    """networkPolicy.enabled: the pool's workers take every port from the release's operator
+    and routers, the metrics port from the scrapers' namespaces, and nothing else."""
+    options = NetworkPolicyOptions(True, "preheat", ("monitoring",))
+    assert not any(
+        c["kind"] == "NetworkPolicy" for c in desired_children(config(), OWNER, BuildOptions())
+    )
+    children = desired_children(config(), OWNER, BuildOptions(network_policy=options))
+    (policy,) = [c for c in children if c["kind"] == "NetworkPolicy"]
+    assert policy["metadata"]["name"] == "p-workers"
+    spec = policy["spec"]
+    assert spec["podSelector"] == {"matchLabels": selector_labels(config())}
+    assert spec["policyTypes"] == ["Ingress"]
+    control, scrape = spec["ingress"]
+    assert control["from"] == [
+        {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/part-of": "preheat"}},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "preheat"}},
+        }
+    ]
+    assert sorted(p["port"] for p in control["ports"]) == [8000, 8080, 50051, 50052]
+    assert scrape["ports"] == [{"protocol": "TCP", "port": 8080}]
+    assert scrape["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["monitoring"]
+    sim = config(engine={"kind": "sim"})
+    (sim_policy,) = [
+        c
+        for c in desired_children(sim, OWNER, BuildOptions(network_policy=options))
+        if c["kind"] == "NetworkPolicy"
+    ]
+    assert 8000 not in [p["port"] for p in sim_policy["spec"]["ingress"][0]["ports"]]

@@ -58,6 +58,10 @@ app.kubernetes.io/name: preheat-{{ .component }}
 - apiGroups: [monitoring.coreos.com]
   resources: [servicemonitors]
   verbs: [get, list, watch, create, patch, update, delete]
+# A pool's NetworkPolicy (networkPolicy.enabled): read, made, patched like its other children.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create, patch]
 # Worker pods: roles (preheat.dev/role) and pod-deletion-cost are labels/annotations.
 - apiGroups: [""]
   resources: [pods]
@@ -96,4 +100,8 @@ workerServiceMonitorLabels: {{ .Values.metrics.serviceMonitor.labels | toJson }}
 {{- $pod := deepCopy .Values.operator.worker.pod }}
 {{- if not $pod.imagePullSecrets }}{{- $_ := set $pod "imagePullSecrets" .Values.imagePullSecrets }}{{- end }}
 workerPod: {{ $pod | toJson }}
+workerNetworkPolicy:
+  enabled: {{ .Values.networkPolicy.enabled }}
+  controlPlaneNamespace: {{ .Release.Namespace }}
+  metricsNamespaces: {{ .Values.networkPolicy.metricsNamespaces | toJson }}
 {{- end -}}

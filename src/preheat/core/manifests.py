@@ -110,6 +110,19 @@ WORKER_FLAGS: Mapping[str, Mapping[str, str]] = {
 
 
 @dataclass(frozen=True)
+class NetworkPolicyOptions:
+    """A NetworkPolicy per pool (off by default): only the control plane reaches the
+    workers' ports, and scrapers their metrics port."""
+
+    enabled: bool = False
+    # where the operator and routers run (the chart's release namespace); their pods carry
+    # app.kubernetes.io/part-of: preheat
+    control_plane_namespace: str = ""
+    # namespaces whose pods may scrape the metrics port (8080); () = any namespace
+    metrics_namespaces: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class BuildOptions:
     """Cluster-wide settings of the operator (Helm values), not of one pool."""
 
@@ -122,6 +135,7 @@ class BuildOptions:
     # every worker pod's pull secrets, ServiceAccount, classes and extra env (a pool's
     # spec.pod wins: core.pool.merge_pod)
     worker_pod: PodConfig = field(default_factory=PodConfig)
+    network_policy: NetworkPolicyOptions = field(default_factory=NetworkPolicyOptions)
     drain_grace_s: int = 30  # the worker's --drain-grace-s
     pre_stop_sleep_s: int = 5  # endpoints deregister before SIGTERM
     termination_margin_s: int = 15  # engine shutdown after the drain
@@ -654,6 +668,55 @@ def build_service_monitor(
     }
 
 
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace
+
+
+def build_network_policy(
+    config: PoolConfig, owner: Owner, options: NetworkPolicyOptions
+) -> dict[str, Any]:
+    """Ingress to the pool's workers: every worker port from the control plane's pods (the
+    router: gRPC and the OpenAI port; the operator: the control port and /metrics), the
+    metrics port from the scrapers' namespaces; nothing else. Egress is left open (model
+    downloads, the hub)."""
+
+    def port(n: int) -> dict[str, Any]:
+        return {"protocol": "TCP", "port": n}
+
+    worker_ports = [GRPC_PORT, HTTP_PORT, CONTROL_PORT]
+    if config.engine.kind == "vllm":
+        worker_ports.append(OPENAI_PORT)
+    control_plane: dict[str, Any] = {"podSelector": {"matchLabels": {PART_OF_LABEL: "preheat"}}}
+    if options.control_plane_namespace:
+        control_plane["namespaceSelector"] = {
+            "matchLabels": {NAMESPACE_NAME_LABEL: options.control_plane_namespace}
+        }
+    scrapers: dict[str, Any] = {"namespaceSelector": {}}
+    if options.metrics_namespaces:
+        scrapers["namespaceSelector"] = {
+            "matchExpressions": [
+                {
+                    "key": NAMESPACE_NAME_LABEL,
+                    "operator": "In",
+                    "values": list(options.metrics_namespaces),
+                }
+            ]
+        }
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(config, owner),
+        "spec": {
+            "podSelector": {"matchLabels": selector_labels(config)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [control_plane], "ports": [port(n) for n in worker_ports]},
+                {"from": [scrapers], "ports": [port(HTTP_PORT)]},
+            ],
+        },
+    }
+
+
 def desired_children(
     config: PoolConfig,
     owner: Owner,
@@ -679,6 +742,8 @@ def desired_children(
     ]
     if options.service_monitor:
         children.append(build_service_monitor(config, owner, options))
+    if options.network_policy.enabled:
+        children.append(build_network_policy(config, owner, options.network_policy))
     return children
 
 

@@ -56,6 +56,7 @@ KINDS: Mapping[str, Kind] = {
     "Service": Kind("v1", "services"),
     "PodDisruptionBudget": Kind("policy/v1", "poddisruptionbudgets"),
     "ServiceMonitor": Kind("monitoring.coreos.com/v1", "servicemonitors"),
+    "NetworkPolicy": Kind("networking.k8s.io/v1", "networkpolicies"),
     "Pod": Kind("v1", "pods"),
     "Secret": Kind("v1", "secrets"),
 }

@@ -36,7 +36,7 @@ from preheat.autoscaler.scrape import DirectScrapeSource
 from preheat.autoscaler.source import MetricSource
 from preheat.core.autoscaling import PolicyTuning
 from preheat.core.errors import ErrorCode, PreheatError
-from preheat.core.manifests import DEFAULT_GPU_TYPES, BuildOptions
+from preheat.core.manifests import DEFAULT_GPU_TYPES, BuildOptions, NetworkPolicyOptions
 from preheat.wire.tokens import read_token
 
 ENV_RESYNC_S = "PREHEAT_OPERATOR_RESYNC_S"
@@ -150,6 +150,7 @@ _CONFIG_KEYS = frozenset(
         "workerServiceMonitor",
         "workerServiceMonitorLabels",
         "workerPod",
+        "workerNetworkPolicy",
     }
 )
 
@@ -186,6 +187,8 @@ def parse_config(doc: Mapping[str, Any]) -> tuple[BuildOptions, tuple[str, ...],
         monitor_labels = {}
     worker_pod, pod_problems = read_pod(doc.get("workerPod"), "workerPod")
     problems += pod_problems
+    network_policy, policy_problems = _network_policy(doc.get("workerNetworkPolicy"))
+    problems += policy_problems
     ints: dict[str, int] = {}
     for key, default in (("drainGraceSeconds", 30), ("preStopSleepSeconds", 5)):
         value = doc.get(key, default)
@@ -201,10 +204,37 @@ def parse_config(doc: Mapping[str, Any]) -> tuple[BuildOptions, tuple[str, ...],
         service_monitor=monitor == "true",
         service_monitor_labels=dict(monitor_labels),
         worker_pod=worker_pod,
+        network_policy=network_policy,
         drain_grace_s=ints["drainGraceSeconds"],
         pre_stop_sleep_s=ints["preStopSleepSeconds"],
     )
     return build, tuple(namespaces), monitor
+
+
+def _network_policy(raw: Any) -> tuple[NetworkPolicyOptions, list[str]]:
+    """``workerNetworkPolicy: {enabled, controlPlaneNamespace, metricsNamespaces}``."""
+    if raw is None:
+        return NetworkPolicyOptions(), []
+    where = "workerNetworkPolicy"
+    if not isinstance(raw, Mapping):
+        return NetworkPolicyOptions(), [f"{where} must be a mapping, got {raw!r:.60}"]
+    problems = [
+        f"{where}: unknown key {k!r}"
+        for k in raw
+        if k not in ("enabled", "controlPlaneNamespace", "metricsNamespaces")
+    ]
+    enabled = raw.get("enabled", False)
+    if not isinstance(enabled, bool):
+        problems.append(f"{where}.enabled must be true or false, got {enabled!r:.60}")
+    namespace = raw.get("controlPlaneNamespace") or ""
+    if not isinstance(namespace, str):
+        problems.append(f"{where}.controlPlaneNamespace must be a namespace name")
+    scrapers = raw.get("metricsNamespaces") or []
+    if not isinstance(scrapers, list) or not all(isinstance(n, str) for n in scrapers):
+        problems.append(f"{where}.metricsNamespaces must be a list of namespace names")
+    if problems:
+        return NetworkPolicyOptions(), problems
+    return NetworkPolicyOptions(enabled, namespace, tuple(scrapers)), []
 
 
 def load_build_options(path: str) -> BuildOptions:
