@@ -10,9 +10,11 @@
   and pools are read from kopf's indexes, ``pools_index`` and ``pods_index``: no extra API
   call).
 - deletion: children carry ``ownerReferences`` to the pool (``controller: true``), so
-  Kubernetes' garbage collector removes them; no finalizer is needed for that, and an
-  uninstalled operator never blocks a pool's deletion. ``on.delete`` (optional) only
-  forgets the pool's metrics.
+  Kubernetes' garbage collector removes them. kopf puts its finalizer
+  (``preheat.dev/operator``) on every pool because of the two daemons (kopf requires one
+  for daemons and timers) and removes it once they stopped: while the operator is not
+  running, a deleted pool waits for it (uninstall order: charts/preheat/README.md).
+  ``on.delete`` (optional) only forgets the pool's metrics.
 
 ``memo`` holds ``options`` (:class:`~preheat.operator.options.OperatorOptions`),
 ``reconciler`` and ``autoscaler``, made once by ``preheat operator``
