@@ -23,6 +23,10 @@ The figures:
 - **usable memory**: ``MEMORY_FRACTION`` of ``MemAvailable`` (the rest stays with the
   machine's other processes); the router takes ``ROUTER_BYTES`` of it.
 
+Several pools (``preheat up -f a.yaml -f b.yaml``) are checked together
+(:func:`fits_pools`): each pool's peak takes its share of its engine's worker limit, the
+shares must add up to at most the machine, and their memory plus one router's must fit.
+
 ``--allow-oversubscribe`` turns a refusal into a warning.
 """
 
@@ -32,6 +36,7 @@ import math
 import os
 import re
 import resource
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,6 +186,82 @@ def fits(needs: PoolNeeds, machine: Machine, limits: Limits = Limits()) -> Verdi
     return Verdict(False, reason, limit, need, usable)
 
 
+@dataclass(frozen=True)
+class PoolsVerdict:
+    """:class:`Verdict` for several pools behind one router."""
+
+    fits: bool
+    reason: str
+    worker_limits: tuple[int, ...]  # per pool, in the order given: its process cap
+    need_bytes: int
+    usable_bytes: int | None
+
+
+def fits_pools(
+    pools: Sequence[tuple[str, PoolNeeds]], machine: Machine, limits: Limits = Limits()
+) -> PoolsVerdict:
+    """Whether every pool of ``pools`` (name, needs) fits ``machine`` at once, their peaks
+    counted together: each pool's peak is a share of its engine's worker limit
+    (:func:`worker_limit`; ``--max-workers`` is one limit for all), the shares add up to at
+    most 1; the workers' memory plus one router's fits the usable memory. Each pool's
+    process cap is its share of the machine scaled to fill it (at least its peak when the
+    pools fit). Every reason at once."""
+    shares = []
+    parts = []
+    for name, needs in pools:
+        limit, limit_why = worker_limit(needs.engine, machine, limits)
+        shares.append((needs.workers / limit, limit))
+        parts.append(
+            f"{name}: {needs.workers} ({needs.workers_why}) of at most {limit} ({limit_why})"
+        )
+    total = sum(share for share, _ in shares)
+    need = sum(n.workers * n.worker_bytes for _, n in pools) + ROUTER_BYTES
+    usable = (
+        None
+        if machine.mem_available_bytes is None
+        else int(machine.mem_available_bytes * MEMORY_FRACTION)
+    )
+    caps = tuple(
+        max(needs.workers, math.floor(share / total * limit + 1e-9) if total > 0 else 0)
+        for (share, limit), (_, needs) in zip(shares, pools, strict=True)
+    )
+    workers = sum(n.workers for _, n in pools)
+    problems = []
+    if total > 1 + 1e-9:
+        problems.append(
+            f"{len(pools)} pools need up to {workers} workers together, {total:.0%} of what "
+            f"this machine runs ({'; '.join(parts)})"
+        )
+    memory = (
+        " + ".join(
+            f"{n.workers} x {human_bytes(n.worker_bytes)} ({name}: {n.worker_bytes_why})"
+            for name, n in pools
+        )
+        + f" + {human_bytes(ROUTER_BYTES)} for the router = {human_bytes(need)}"
+    )
+    if usable is not None and need > usable:
+        assert machine.mem_available_bytes is not None
+        problems.append(
+            f"{memory} but {human_bytes(usable)} is usable "
+            f"({MEMORY_FRACTION:.0%} of MemAvailable {human_bytes(machine.mem_available_bytes)})"
+        )
+    if not problems:
+        have = "memory unknown" if usable is None else f"{human_bytes(usable)} usable"
+        return PoolsVerdict(
+            True, f"{memory}; {have}; workers {total:.0%} of the machine", caps, need, usable
+        )
+    reason = "; ".join(problems)
+    if limits.allow_oversubscribe:
+        return PoolsVerdict(
+            True,
+            f"oversubscribed (--allow-oversubscribe): {reason}",
+            caps,
+            need,
+            usable,
+        )
+    return PoolsVerdict(False, reason, caps, need, usable)
+
+
 # --- adapters -------------------------------------------------------------------------------
 
 
@@ -284,6 +365,23 @@ def check(
     machine: Machine | None = None,
 ) -> Verdict:
     """:func:`fits` for ``config`` on this machine (the adapters' reads included)."""
+    return fits(needs_here(config, declared_bytes), machine or read_machine(), limits)
+
+
+def check_pools(
+    configs: Sequence[tuple[str, PoolConfig]],
+    limits: Limits,
+    *,
+    declared_bytes: int = 0,
+    machine: Machine | None = None,
+) -> PoolsVerdict:
+    """:func:`fits_pools` for ``configs`` (name, config) on this machine."""
+    needs = [(name, needs_here(c, declared_bytes)) for name, c in configs]
+    return fits_pools(needs, machine or read_machine(), limits)
+
+
+def needs_here(config: PoolConfig, declared_bytes: int = 0) -> PoolNeeds:
+    """:func:`pool_needs` with the weights and KV cache size read from this machine."""
     weights, weights_why = (0, "")
     kv_gib = VLLM_DEFAULT_KV_GIB
     if config.engine.kind != "sim" and not declared_bytes and not config.resources.memory:
@@ -294,24 +392,27 @@ def check(
             kv_gib = VLLM_DEFAULT_KV_GIB
         if not math.isfinite(kv_gib) or kv_gib < 0:
             kv_gib = VLLM_DEFAULT_KV_GIB
-    needs = pool_needs(
+    return pool_needs(
         config,
         declared_bytes=declared_bytes,
         weights_bytes=weights,
         weights_why=weights_why,
         kv_gib=kv_gib,
     )
-    return fits(needs, machine if machine is not None else read_machine(), limits)
 
 
 __all__ = [
     "Limits",
     "Machine",
     "PoolNeeds",
+    "PoolsVerdict",
     "Verdict",
     "check",
+    "check_pools",
     "fits",
+    "fits_pools",
     "human_bytes",
+    "needs_here",
     "parse_bytes",
     "pool_needs",
     "read_machine",

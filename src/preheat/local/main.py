@@ -1,7 +1,10 @@
 """``preheat up -f POOL.yaml``: run an InferencePool on this machine.
 
+``-f`` more than once runs every pool given behind one router (:mod:`preheat.local.fleet`):
+each in its own folder of the run folder; two pools serving the same model are refused.
+
 Exit status: 0 after a clean drain (Ctrl-C / SIGTERM; a second one kills the children at
-once), 2 for a bad pool file or flags, or a pool that does not fit this machine (one
+once), 2 for a bad pool file or flags, or pools that do not fit this machine together (one
 message listing every problem; nothing is started).
 """
 
@@ -16,10 +19,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
-from preheat.api.poolfile import PoolFileError, load_pool
+from preheat.api.poolfile import PoolFile, PoolFileError, load_pool
 from preheat.local import capacity
+from preheat.local.fleet import LocalFleet, SharedRouter, model_clashes, pool_out
 from preheat.local.runtime import LocalPool, UpOptions, local_config
 from preheat.local.settings import up_settings
 from preheat.local.view import LiveView, LogView
@@ -31,7 +36,13 @@ log = logging.getLogger("preheat.local")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-f", "--file", required=True, metavar="POOL.yaml", help="the InferencePool file"
+        "-f",
+        "--file",
+        required=True,
+        action="append",
+        metavar="POOL.yaml",
+        help="the InferencePool file; again for more pools behind one router (each its own "
+        "model; their run records in RUN_DIR/POOL/)",
     )
     parser.add_argument(
         "--out",
@@ -156,6 +167,20 @@ def _prometheus_ok(url: str) -> str:
         return str(getattr(e, "reason", e))
 
 
+def _load(files: list[str]) -> tuple[list[PoolFile], list[str]]:
+    """Every pool file, and every problem of every file (and of the pools together)."""
+    pools: list[PoolFile] = []
+    errors: list[str] = []
+    for f in files:
+        try:
+            pools.append(load_pool(f))
+        except PoolFileError as e:
+            errors.append(e.describe())
+    if not errors and len(pools) > 1:
+        errors += model_clashes(pools)
+    return pools, errors
+
+
 def run(args: argparse.Namespace) -> int:
     ui = not args.no_ui and sys.stdout.isatty()
     if ui:
@@ -163,33 +188,65 @@ def run(args: argparse.Namespace) -> int:
     else:
         setup_logging(args.log_format, level=logging.INFO)
     problems = _problems(args)
-    try:
-        pool = load_pool(args.file)
-    except PoolFileError as e:
-        print(f"preheat up: {e.describe('nothing was started')}", file=sys.stderr)
-        if problems:
-            print("  and the flags: " + "; ".join(problems), file=sys.stderr)
-        return 2
+    files: list[str] = args.file
+    if len(files) > 1 and args.prometheus:
+        problems.append(
+            "--prometheus takes one pool (its file_sd targets); with several -f each pool "
+            "scrapes its workers and the router directly"
+        )
+    if len(files) == 1:
+        try:
+            pool = load_pool(files[0])
+        except PoolFileError as e:
+            print(f"preheat up: {e.describe('nothing was started')}", file=sys.stderr)
+            if problems:
+                print("  and the flags: " + "; ".join(problems), file=sys.stderr)
+            return 2
+        pools = [pool]
+    else:
+        pools, errors = _load(files)
+        if errors:
+            print(
+                "preheat up: the pools cannot run together; nothing was started:\n  "
+                + "\n  ".join(errors),
+                file=sys.stderr,
+            )
+            if problems:
+                print("  and the flags: " + "; ".join(problems), file=sys.stderr)
+            return 2
     if problems:
         print("preheat up: " + "; ".join(problems) + "; nothing was started", file=sys.stderr)
         return 2
-    verdict = capacity.check(
-        local_config(pool.config, args.engine),
-        capacity.Limits(max_workers=args.max_workers, allow_oversubscribe=args.allow_oversubscribe),
-        declared_bytes=capacity.parse_bytes(args.worker_memory) if args.worker_memory else 0,
+    limits = capacity.Limits(
+        max_workers=args.max_workers, allow_oversubscribe=args.allow_oversubscribe
     )
-    if not verdict.fits:
+    declared = capacity.parse_bytes(args.worker_memory) if args.worker_memory else 0
+    if len(pools) == 1:
+        verdict = capacity.check(
+            local_config(pool.config, args.engine), limits, declared_bytes=declared
+        )
+        fits, reason, caps = verdict.fits, verdict.reason, [verdict.worker_limit]
+        where = f"{files[0]}: the pool does not fit"
+    else:
+        together = capacity.check_pools(
+            [(p.name, local_config(p.config, args.engine)) for p in pools],
+            limits,
+            declared_bytes=declared,
+        )
+        fits, reason, caps = together.fits, together.reason, list(together.worker_limits)
+        where = f"{', '.join(files)}: the pools do not fit together on"
+    if not fits:
         print(
-            f"preheat up: {args.file}: the pool does not fit this machine: {verdict.reason}; "
+            f"preheat up: {where} this machine: {reason}; "
             "nothing was started. Lower replicas.max (or warmStandby), or pass --max-workers "
             "N, --worker-memory SIZE or --allow-oversubscribe to run it anyway.",
             file=sys.stderr,
         )
         return 2
     log.log(
-        logging.WARNING if verdict.reason.startswith("oversubscribed") else logging.INFO,
+        logging.WARNING if reason.startswith("oversubscribed") else logging.INFO,
         "capacity_checked",
-        extra=fields(pool=pool.name, verdict=verdict.reason),
+        extra=fields(pool=",".join(p.name for p in pools), verdict=reason),
     )
     prometheus = args.prometheus
     if prometheus:
@@ -214,22 +271,22 @@ def run(args: argparse.Namespace) -> int:
         prometheus_url=prometheus,
         command=shlex.join(["preheat", "up", *sys.argv[2:]]),
         max_starting=args.max_starting,
-        max_workers=verdict.worker_limit,
+        max_workers=caps[0],
     )
     view: LiveView | LogView = LiveView() if ui else LogView()
     try:
-        runtime = LocalPool(pool, options, view)
-        write_settings(  # for `preheat simulate --from-run` (the same settings, simulated)
-            out,
-            up_settings(
-                runtime.config,
-                pool_file=str(Path(args.file).resolve()),
-                engine=options.engine,
-                autoscale_interval_s=options.interval_s,
-                worker_args=options.worker_args,
-                router_args=options.router_args,
-            ),
-        )
+        if len(pools) == 1:
+            single = LocalPool(pool, options, view)
+            _write_settings(pool.path, single, options)
+            runtime: LocalPool | LocalFleet = single
+        else:
+            host = SharedRouter(pools, options)
+            members = []
+            for p, cap in zip(pools, caps, strict=True):
+                own = replace(options, out=pool_out(out, p), max_workers=cap)
+                members.append(LocalPool(p, own, view, host=host))
+                _write_settings(p.path, members[-1], own)
+            runtime = LocalFleet(members, host)
     except OSError as e:
         print(f"preheat up: cannot write the run folder {out}: {e.strerror or e}", file=sys.stderr)
         return 2
@@ -237,13 +294,28 @@ def run(args: argparse.Namespace) -> int:
         return asyncio.run(_serve(runtime, prometheus))
 
 
-async def _serve(runtime: LocalPool, prometheus: str) -> int:
+def _write_settings(path: str, runtime: LocalPool, options: UpOptions) -> None:
+    """For `preheat simulate --from-run` (the same settings, simulated)."""
+    write_settings(
+        options.out,
+        up_settings(
+            runtime.config,
+            pool_file=str(Path(path).resolve()),
+            engine=options.engine,
+            autoscale_interval_s=options.interval_s,
+            worker_args=options.worker_args,
+            router_args=options.router_args,
+        ),
+    )
+
+
+async def _serve(runtime: LocalPool | LocalFleet, prometheus: str) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, runtime.stop)
     log.info(
         "up_started",
-        extra=fields(pool=runtime.pool.name, router=runtime.router_address, out=str(runtime.out)),
+        extra=fields(pool=_names(runtime), router=runtime.router_address, out=str(runtime.out)),
     )
     try:
         code = await runtime.run()
@@ -253,4 +325,10 @@ async def _serve(runtime: LocalPool, prometheus: str) -> int:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        log.info("up_stopped", extra=fields(pool=runtime.pool.name, out=str(runtime.out)))
+        log.info("up_stopped", extra=fields(pool=_names(runtime), out=str(runtime.out)))
+
+
+def _names(runtime: LocalPool | LocalFleet) -> str:
+    if isinstance(runtime, LocalPool):
+        return runtime.pool.name
+    return ",".join(p.pool.name for p in runtime.pools)

@@ -150,6 +150,7 @@ class EventLine:
     kind: str
     worker: str
     reason: str
+    pool: str = ""
 
 
 @dataclass(frozen=True)
@@ -180,8 +181,26 @@ class View(Protocol):
     def event(self, line: EventLine) -> None: ...
 
 
+class RouterHost(Protocol):
+    """A router in front of several pools (:class:`preheat.local.fleet.SharedRouter`): a
+    pool it hosts publishes its endpoints to it instead of running a router of its own."""
+
+    @property
+    def grpc_port(self) -> int: ...
+
+    @property
+    def http_port(self) -> int: ...
+
+    @property
+    def cache_token(self) -> str: ...
+
+    def publish(self, pool: str, endpoints: list[dict[str, Any]]) -> None: ...
+
+
 class LocalPool:
-    """Runs one pool until :meth:`stop` (or a signal) and drains it."""
+    """Runs one pool until :meth:`stop` (or a signal) and drains it. With ``host``, the pool
+    is one of several behind a router it does not run: it publishes its endpoints to
+    ``host``, and reads only its own series from the router's metrics."""
 
     def __init__(
         self,
@@ -190,6 +209,7 @@ class LocalPool:
         view: View,
         *,
         clock: Callable[[], float] = time.monotonic,
+        host: RouterHost | None = None,
     ) -> None:
         self.pool = pool
         self.config: PoolConfig = local_config(pool.config, options.engine)
@@ -202,13 +222,17 @@ class LocalPool:
         # Ports are reserved, not picked and let go: each stays held (see preheat.process.ports)
         # while its child may bind it, so nothing else on the machine can take it first.
         self._ports: dict[str, list[ReservedPort]] = {}
-        self.router_grpc = options.router_grpc_port or self._reserve_port(_ROUTER_PORTS)
-        self.router_http = options.router_http_port or self._reserve_port(_ROUTER_PORTS)
+        self.host = host
+        if host is not None:
+            self.router_grpc, self.router_http = host.grpc_port, host.http_port
+        else:
+            self.router_grpc = options.router_grpc_port or self._reserve_port(_ROUTER_PORTS)
+            self.router_http = options.router_http_port or self._reserve_port(_ROUTER_PORTS)
         # this run's control token: its workers get it in their environment, and only
         # this runtime can change their role (Promote/Demote/Drain on the control port)
         self.control_token = secrets.token_urlsafe(32)
         # and its cache token: only its router may follow the workers' WatchCache
-        self.cache_token = secrets.token_urlsafe(32)
+        self.cache_token = secrets.token_urlsafe(32) if host is None else host.cache_token
         self.desired = self.config.replicas.desired
         # the operator's startup probe budget for this engine (load + warm-up, seconds)
         self.startup_budget_s = float(
@@ -263,6 +287,14 @@ class LocalPool:
             self._kill_all("asked to stop again")
         self._stop.set()
 
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def ready(self) -> bool:
+        """At least its desired count of active workers (one at least) is serving."""
+        return workers.counts(self._views()).active >= max(self.desired, 1)
+
     def _kill_all(self, why: str) -> None:
         children = [w.child for w in self.workers.values()]
         if self.router is not None:
@@ -280,9 +312,10 @@ class LocalPool:
         """Runs until stopped; returns 0 after a clean drain."""
         self._http = aiohttp.ClientSession()
         try:
-            self._write_routing()
+            if self.host is None:
+                self._write_routing()
             self._write_discovery(force=True)
-            if await self._unless_stopped(self._start_router()):
+            if self.host is not None or await self._unless_stopped(self._start_router()):
                 self.source = self._make_source()
                 while await self._unless_stopped(self._tick()):
                     with contextlib.suppress(TimeoutError):
@@ -381,16 +414,16 @@ class LocalPool:
                 # stopped from outside (SIGTERM, a Drain RPC): it drained and exited; not a
                 # crash, and not restarted under its name: the reconcile replaces it
                 self._event(
-                    "stop", w.name, f"pid {w.child.pid} {_exit_text(code)}: stopped from outside"
+                    "stop", w.name, f"pid {w.child.pid} {exit_text(code)}: stopped from outside"
                 )
                 continue
-            how = _exit_text(code)
+            how = exit_text(code)
             if w.killed_because:
                 how = f"{how}: {w.killed_because}"
             self._event("crash", w.name, f"pid {w.child.pid} {how} while {w.state}")
             if code == BAD_FLAGS_EXIT and not w.answered:
                 # a worker that rejects its flags will reject them again: say why and stop
-                tail = _tail(w.child.log_path)
+                tail = log_tail(w.child.log_path)
                 self.fatal = self.fatal or f"worker {w.name} could not start (exit {code}): {tail}"
                 self._stop.set()
                 continue
@@ -407,11 +440,11 @@ class LocalPool:
                 self._event("restart", name, f"restart #{restarts} as pid {w.child.pid}")
         if self.router is not None and not self.router.alive and not self._stop.is_set():
             code = self.router.returncode or 0
-            self._event("crash", "router", f"router pid {self.router.pid} {_exit_text(code)}")
+            self._event("crash", "router", f"router pid {self.router.pid} {exit_text(code)}")
             self._router_crashes = [t for t in self._router_crashes if now - t < 60.0] + [now]
             if code == BAD_FLAGS_EXIT or len(self._router_crashes) > MAX_ROUTER_CRASHES:
                 why = "rejected its flags" if code == BAD_FLAGS_EXIT else "keeps crashing"
-                tail = _tail(self.router.log_path)
+                tail = log_tail(self.router.log_path)
                 self.fatal = self.fatal or f"the router {why} (exit {code}): {tail}"
                 self._stop.set()
                 return
@@ -538,9 +571,11 @@ class LocalPool:
     # --- processes -----------------------------------------------------------------------
 
     def _new_name(self) -> str:
+        # behind a shared router, a worker's name says its pool (the router's ids stay unique)
+        prefix = "w" if self.host is None else f"{self.pool.name}-w"
         while True:
             self._counter += 1
-            name = f"w-{self._counter}"
+            name = f"{prefix}-{self._counter}"
             if name not in self.workers and name not in self._restart_at:
                 return name
 
@@ -634,6 +669,7 @@ class LocalPool:
         if url:
             self.source_name = f"prometheus {url}"
             pool = f'pool="{self.pool.name}"'
+            assert self.host is None, "several pools behind one router: no --prometheus"
             return PrometheusSource(
                 url,
                 selector=f'{pool},component="worker"',
@@ -647,6 +683,7 @@ class LocalPool:
             clock=self.clock,
             stale_after_s=self.options.stale_after_s,
             routers=lambda: [f"http://127.0.0.1:{self.router_http}"],
+            pool=None if self.host is None else self.pool.name,
         )
 
     def _metric_targets(self) -> list[str]:
@@ -692,12 +729,8 @@ class LocalPool:
     # --- publishing ----------------------------------------------------------------------
 
     def _write_routing(self) -> None:
-        text = f"hotspotMarginMs: {self.config.routing.hotspot_margin_ms:g}\n"
-        # the router admits requests that name no deadline against the pool's TTFT objective
-        ttft = [o.target for o in self.config.autoscaling.objectives if o.signal is Signal.TTFT]
-        if ttft:
-            text += f"defaultTtftTargetMs: {min(ttft):g}\n"
-        _atomic_write(self.out / ROUTING_FILE, text)
+        text = "".join(f"{k}: {v:g}\n" for k, v in routing_settings(self.config).items())
+        atomic_write(self.out / ROUTING_FILE, text)
 
     def _write_discovery(self, *, force: bool = False) -> None:
         entries = []
@@ -716,9 +749,12 @@ class LocalPool:
                     "metrics_url": w.metrics_url,
                 }
             )
+        if self.host is not None:
+            self.host.publish(self.pool.name, entries)
+            return
         text = json.dumps(entries, indent=1) + "\n"
         if force or text != self._discovery:
-            _atomic_write(self.out / DISCOVERY_FILE, text)
+            atomic_write(self.out / DISCOVERY_FILE, text)
             self._discovery = text
 
     def write_prometheus_targets(self) -> None:
@@ -734,7 +770,7 @@ class LocalPool:
         ]
         text = json.dumps(groups) + "\n"
         if text != self._targets:
-            _atomic_write(self.out / PROMETHEUS_TARGETS_FILE, text)
+            atomic_write(self.out / PROMETHEUS_TARGETS_FILE, text)
             self._targets = text
 
     def _write_state(self, *, stopped: bool = False) -> None:
@@ -747,7 +783,7 @@ class LocalPool:
                 "http": f"http://127.0.0.1:{self.router_http}",
                 "pid": self.router.pid if self.router is not None else 0,
             },
-            "ready": (not stopped) and counts.active >= max(self.desired, 1),
+            "ready": (not stopped) and self.ready(),
             "stopped": stopped,
             "desired": self.desired,
             "counts": asdict(counts),
@@ -761,7 +797,7 @@ class LocalPool:
         }
         text = json.dumps(state, indent=1) + "\n"
         if text != self._state:
-            _atomic_write(self.out / STATE_FILE, text)
+            atomic_write(self.out / STATE_FILE, text)
             self._state = text
 
     def _event(
@@ -786,7 +822,7 @@ class LocalPool:
             )
         )
         self.writer.flush()
-        line = EventLine(t, kind, worker, reason)
+        line = EventLine(t, kind, worker, reason, self.pool.name)
         self.events.append(line)
         self.view.event(line)
 
@@ -812,7 +848,8 @@ class LocalPool:
             if w.answered and w.child.alive and w.state not in (workers.STOPPED,)
         }
         targets["router"] = f"http://127.0.0.1:{self.router_http}/metrics"
-        await scrape_into(self.stats, self._http, targets, now)
+        pool = None if self.host is None else self.pool.name
+        await scrape_into(self.stats, self._http, targets, now, pool=pool)
 
     def snapshot(self, *, stopping: bool = False) -> PoolSnapshot:
         rows = tuple(
@@ -862,7 +899,7 @@ ROUTER_DRAIN_MARGIN_S = 5.0  # the router's --drain-grace-s: the workers' plus t
 ROUTER_STOP_MARGIN_S = 15.0  # SIGKILL the router this long past the workers' drain grace
 
 
-def _tail(path: Path | None, lines: int = 3) -> str:
+def log_tail(path: Path | None, lines: int = 3) -> str:
     if path is None:
         return "(no log)"
     try:
@@ -872,7 +909,7 @@ def _tail(path: Path | None, lines: int = 3) -> str:
     return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
 
 
-def _exit_text(code: int) -> str:
+def exit_text(code: int) -> str:
     if code < 0:
         try:
             return f"killed by {signal.Signals(-code).name}"
@@ -881,10 +918,21 @@ def _exit_text(code: int) -> str:
     return f"exited with status {code}"
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def routing_settings(config: PoolConfig) -> dict[str, float]:
+    """The router's settings for the pool (its routing config file, or its ``routing`` in a
+    several-pool discovery file): the hotspot margin, and the TTFT objective as the target
+    of requests that name no deadline."""
+    out = {"hotspotMarginMs": config.routing.hotspot_margin_ms}
+    ttft = [o.target for o in config.autoscaling.objectives if o.signal is Signal.TTFT]
+    if ttft:
+        out["defaultTtftTargetMs"] = min(ttft)
+    return out
 
 
 def _ttft_objective(config: PoolConfig) -> float:
@@ -991,7 +1039,14 @@ __all__ = [
     "EventLine",
     "LocalPool",
     "PoolSnapshot",
+    "RouterHost",
     "UpOptions",
     "View",
+    "atomic_write",
     "describe_counts",
+    "exit_text",
+    "local_config",
+    "log_tail",
+    "routing_settings",
+    "worker_argv",
 ]

@@ -39,8 +39,12 @@ def _counter(samples: Iterable[Sample], name: str) -> list[Sample]:
     return [s for s in samples if s.name in (name, f"{name}_total")]
 
 
-def parse_point(t: float, text: str) -> Point:
+def parse_point(t: float, text: str, pool: str | None = None) -> Point:
+    """One scrape's counters; with ``pool``, a series labelled with another pool (a router
+    in front of several) is left out."""
     samples = parse_samples(text)
+    if pool is not None:
+        samples = [s for s in samples if s.labels.get(mn.LABEL_POOL, pool) == pool]
     requests: dict[str, float] = {}
     for s in _counter(samples, mn.ROUTER_REQUESTS):
         key = s.labels.get(mn.LABEL_OUTCOME, "")
@@ -142,15 +146,17 @@ async def scrape_into(
     targets: Mapping[str, str],
     now: float,
     timeout_s: float = 1.0,
+    pool: str | None = None,
 ) -> None:
-    """One scrape of every ``{target: metrics URL}``; targets not listed are forgotten."""
+    """One scrape of every ``{target: metrics URL}``; targets not listed are forgotten.
+    ``pool``: only that pool's series (:func:`parse_point`)."""
     names = sorted(targets)
     texts = await asyncio.gather(*(scrape_text(session, targets[n], timeout_s) for n in names))
     for name, text in zip(names, texts, strict=True):
         if text is None:
             continue
         try:
-            stats.add(name, parse_point(now, text))
+            stats.add(name, parse_point(now, text, pool))
         except PromTextError:
             continue
     stats.forget(names)

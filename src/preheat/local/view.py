@@ -120,11 +120,13 @@ def render(s: PoolSnapshot) -> Group:
 
 
 class LiveView:
-    """A rich ``Live`` display, refreshed at each tick."""
+    """A rich ``Live`` display, refreshed at each tick; several pools (one router in front
+    of them) are shown one under the other, in the order they first reported."""
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console()
         self._live: Live | None = None
+        self._pools: dict[str, PoolSnapshot] = {}
 
     def __enter__(self) -> LiveView:
         self._live = Live(console=self.console, refresh_per_second=4, transient=False)
@@ -137,8 +139,10 @@ class LiveView:
             self._live = None
 
     def update(self, snapshot: PoolSnapshot) -> None:
+        self._pools[snapshot.pool] = snapshot
         if self._live is not None:
-            self._live.update(render(snapshot))
+            views = [render(s) for s in self._pools.values()]
+            self._live.update(views[0] if len(views) == 1 else Group(*views))
 
     def event(self, line: EventLine) -> None:
         return None
@@ -150,7 +154,7 @@ class LogView:
     def __init__(self, every_s: float = 5.0, clock: Any = time.monotonic) -> None:
         self.every_s = every_s
         self.clock = clock
-        self._next = 0.0
+        self._next: dict[str, float] = {}  # by pool: several may share the view
 
     def __enter__(self) -> LogView:
         return self
@@ -160,9 +164,9 @@ class LogView:
 
     def update(self, s: PoolSnapshot) -> None:
         now = self.clock()
-        if now < self._next and not s.stopping:
+        if now < self._next.get(s.pool, 0.0) and not s.stopping:
             return
-        self._next = now + self.every_s
+        self._next[s.pool] = now + self.every_s
         t = s.traffic
         log.info(
             "pool_status",
@@ -184,7 +188,13 @@ class LogView:
     def event(self, line: EventLine) -> None:
         log.info(
             "pool_event",
-            extra=fields(t_s=line.t_s, kind=line.kind, worker=line.worker, reason=line.reason),
+            extra=fields(
+                pool=line.pool,
+                t_s=line.t_s,
+                kind=line.kind,
+                worker=line.worker,
+                reason=line.reason,
+            ),
         )
 
 
