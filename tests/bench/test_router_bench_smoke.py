@@ -42,6 +42,7 @@ def test_bench_router_all_parts_tiny(tmp_path: Path):
             "--token-scale", "1", "--gpu-blocks", "1024",
             "--max-output-tokens", "4", "--policy-time-scale", "0.1",
             "--openai-requests", "4", "--openai-coalesce", "1:0,8:5",
+            "--pool-counts", "1,3", "--pools-requests", "4",
             "--write", str(out),
         ],
         capture_output=True,
@@ -52,7 +53,7 @@ def test_bench_router_all_parts_tiny(tmp_path: Path):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     text = out.read_text()
     sections = ("router-overhead", "router-throughput", "router-pick", "router-policies",
-                "router-openai")  # fmt: skip
+                "router-openai", "router-pools")  # fmt: skip
     for section in sections:
         assert f"<!-- bench:{section} -->" in text
     assert "Failed requests: 0." in text
@@ -115,3 +116,16 @@ def test_bench_router_all_parts_tiny(tmp_path: Path):
         assert int(cells[2]) > 0  # streams done
         assert cells[-1] == "0"  # none failed
     assert any(line.endswith("Failed requests: 0.") for line in openai)
+    pools = _section(text, "router-pools")
+    pool_rows = [[c.strip() for c in line.split("|")[1:-1]] for line in pools
+                 if line.startswith(("| 1 |", "| 3 |"))]  # fmt: skip
+    # the single-pool file, then the several-pool form with 1 and 3 pools
+    assert [(r[0], r[1]) for r in pool_rows] == [
+        ("1", "list + `--pool`/`--model`"), ("1", "`pools:`"), ("3", "`pools:`")
+    ], pools  # fmt: skip
+    for cells in pool_rows:
+        assert cells[2] == "4"  # every request through each router
+        assert float(cells[3]) > 0  # p50 TTFT via the router
+        assert int(cells[7].replace(",", "")) > 0  # Pick decisions
+        assert cells[10] == "0"  # no Pick error, every pool's model found
+    assert any(line.endswith("Failed requests: 0.") for line in pools)

@@ -1,6 +1,6 @@
 """``preheat bench router``: what the router costs and what its routing buys.
 
-Four parts, each rerunnable alone (``--part``) and each written to its own section of
+Six parts, each rerunnable alone (``--part``) and each written to its own section of
 docs/benchmarks.md:
 
 ``overhead``
@@ -27,6 +27,10 @@ docs/benchmarks.md:
     A time-compressed slice of the Mooncake conversation trace replayed open loop against
     K sim workers (calibrated H100 speed, a small KV cache) behind one router per policy;
     fresh workers and router per policy, so every policy starts cold.
+``pools``
+    One router in front of 1, 4 or 16 pools (routing by ``model``) beside the single-pool
+    form: added TTFT at concurrency 1 and Pick decisions per router CPU-second
+    (:mod:`preheat.bench.router_pools`).
 
 Everything runs on this machine: client, router and workers share its cores; the per-core
 figures divide by the router's own CPU time, not by wall time.
@@ -74,7 +78,7 @@ from preheat.wire.pickclient import PickFailed, PickStream
 from preheat.workload.prompts import words
 from preheat.workload.traces import TraceOptions, TraceRequest, load_trace, prompt_text
 
-PARTS: tuple[str, ...] = ("overhead", "throughput", "pick", "policies", "openai")
+PARTS: tuple[str, ...] = ("overhead", "throughput", "pick", "policies", "openai", "pools")
 DEFAULT_POLICIES: tuple[str, ...] = (
     "preheat",
     "round-robin",
@@ -230,6 +234,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     w.add_argument("--max-input-tokens", type=int, default=32_000, help="clip prompt lengths")
     w.add_argument("--policy-time-scale", default="1", help="sim engine speed (1 = H100)")
+    from preheat.bench import router_pools  # it imports this module's helpers
+
+    router_pools.add_arguments(parser)
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -1584,12 +1591,20 @@ async def part_openai(args: argparse.Namespace) -> PartResult:
 
 # --- entry -----------------------------------------------------------------------------------
 
+
+async def _part_pools(args: argparse.Namespace) -> PartResult:
+    from preheat.bench.router_pools import part_pools  # it imports this module's helpers
+
+    return await part_pools(args)
+
+
 _PARTS: dict[str, Callable[[argparse.Namespace], Awaitable[PartResult]]] = {
     "overhead": part_overhead,
     "throughput": part_throughput,
     "pick": part_pick,
     "policies": part_policies,
     "openai": part_openai,
+    "pools": _part_pools,
 }
 
 
