@@ -17,6 +17,8 @@ from preheat.local import capacity
 from preheat.local.capacity import GiB, Limits, Machine, PoolNeeds, fits, fits_pools
 from preheat.local.fleet import SharedRouter, model_clashes
 from preheat.local.runtime import DISCOVERY_FILE, UpOptions
+from preheat.router.pools import PoolSpec
+from preheat.router.pools.static import parse_pools
 
 SMALL = Machine(cpus=2, mem_available_bytes=4 * GiB, nproc_limit=None)
 
@@ -125,6 +127,24 @@ def test_the_discovery_file_is_the_several_pool_form(tmp_path: Path) -> None:
         assert doc["pools"][0]["endpoints"] == []
     finally:
         host.release_ports()
+
+
+def test_the_router_reads_the_discovery_file_as_two_pools(tmp_path: Path) -> None:
+    a = _pool(pool_yaml("chat", "tiny"), source="a.yaml")
+    b = _pool(pool_yaml("code", "coder"), source="b.yaml")
+    host = SharedRouter([a, b], UpOptions(out=tmp_path))
+    try:
+        entry = {"address": "127.0.0.1:1", "id": "code-w-1", "ready": True, "role": "active"}
+        host.publish("code", [entry])
+        specs = parse_pools(host.document(), origin="endpoints.yaml", default=PoolSpec(name=""))
+    finally:
+        host.release_ports()
+    assert [(s.key, s.model, len(s.endpoints)) for s in specs] == [
+        ("default/chat", "tiny", 0),
+        ("default/code", "coder", 1),
+    ]
+    assert specs[1].endpoints[0].id == "code-w-1"
+    assert dict(specs[0].routing)["defaultTtftTargetMs"] == 800
 
 
 def _up(
