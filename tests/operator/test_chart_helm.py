@@ -233,6 +233,7 @@ def test_the_operator_reads_prometheus_and_the_routers_when_configured() -> None
     assert "PREHEAT_PROMETHEUS_SELECTOR" not in on  # the operator's default
 
 
+@needs_helm
 def test_worker_service_monitors_get_the_releases_labels() -> None:
     """kube-prometheus-stack's Prometheus selects ServiceMonitors by its release label: the
     chart's metrics.serviceMonitor.labels reach the operator's config, and from there every
@@ -260,6 +261,7 @@ def test_worker_service_monitors_get_the_releases_labels() -> None:
     }
 
 
+@needs_helm
 def test_a_change_to_the_operators_config_rolls_the_operator() -> None:
     """The operator reads its config file once: the pod's checksum/config annotation hashes
     the rendered file, so a new worker image (image.worker.tag, image.registry) or any other
@@ -278,6 +280,7 @@ def test_a_change_to_the_operators_config_rolls_the_operator() -> None:
     assert checksum(["--set", "router.replicas=3"]) == base
 
 
+@needs_helm
 def test_worker_pod_settings_and_image_digests_reach_the_operator() -> None:
     """image.*.digest pins an image; operator.worker.pod (pull secrets from the top-level
     imagePullSecrets when it names none) is the operator's workerPod, which its parser reads."""
@@ -316,6 +319,7 @@ def test_worker_pod_settings_and_image_digests_reach_the_operator() -> None:
     assert parse_config(own)[0].worker_pod.image_pull_secrets == ("workers",)
 
 
+@needs_helm
 def test_network_policy_value_reaches_the_operator_and_its_rbac() -> None:
     """networkPolicy.enabled: the operator's config asks for a NetworkPolicy per pool that
     admits this release's namespace, and the operator may make them."""
@@ -337,3 +341,31 @@ def test_network_policy_value_reaches_the_operator_and_its_rbac() -> None:
         if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-operator")
     )
     assert not parse_config(yaml.safe_load(off["data"]["operator.yaml"]))[0].network_policy.enabled
+
+
+@needs_helm
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (["--set", "operator.replicas=3"], "at '/operator/replicas': maximum: got 3, want 1"),
+        (["--set", "operator.replica=1"], "additional properties 'replica' not allowed"),
+        (["--set", "image.worker.digest=latest"], "at '/image/worker/digest'"),
+        (["--set", "operator.logFormat=yaml"], "at '/operator/logFormat'"),
+        (["--set", "operator.watchNamespaces={Serving}"], "at '/operator/watchNamespaces/0'"),
+        (["--set", "router.service.httpPort=0"], "at '/router/service/httpPort'"),
+        (["--set", "operator.workerServiceMonitor=sometimes"], "workerServiceMonitor"),
+    ],
+)
+def test_values_schema_refuses_bad_values_with_the_path(values: list[str], message: str) -> None:
+    """values.schema.json: two operators (the chart runs kopf --standalone: no peering)
+    doubled every pod patch and Event; a typo in a key linted clean."""
+    assert HELM is not None
+    done = subprocess.run(
+        [HELM, "template", "pre", str(CHART), *values],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0, f"accepted: {values}"
+    assert message in done.stderr, done.stderr
