@@ -369,3 +369,24 @@ def test_values_schema_refuses_bad_values_with_the_path(values: list[str], messa
     )
     assert done.returncode != 0, f"accepted: {values}"
     assert message in done.stderr, done.stderr
+
+
+@needs_helm
+def test_routers_have_a_disruption_budget_that_selects_them() -> None:
+    """Two or more routers: a node drain takes one at a time (PDB maxUnavailable 1 over the
+    router Deployment's own selector); one router: no PDB, which would block every drain."""
+
+    def objects(values: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        docs = render(values)
+        pdbs = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+        router = next(
+            d
+            for d in docs
+            if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-router")
+        )
+        return pdbs, router
+
+    (pdb,), router = objects([])
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"] == router["spec"]["selector"]
+    assert objects(["--set", "router.replicas=1"])[0] == []
