@@ -11,7 +11,8 @@ and streams watch events. What it lacks, and what :class:`PreheatKube` adds:
 - **No controllers**: no ReplicaSets or Pods appear by themselves; tests create worker
   pods with :func:`add_pods` and flip their readiness with :func:`set_ready`.
 - ``GET /api/v1/namespaces`` fails: the operator runs namespaced with scanning disabled.
-- ``labelSelector`` is ignored by kmock: kopf filters by labels on its side anyway.
+- ``labelSelector`` is ignored by kmock (the operator asks for the workers only, and kopf
+  filters by labels on its side too).
 
 Requests are recorded in ``PreheatKube.log`` (kmock's own list is kept short: it scans it
 for every request); :func:`requests_by_pool`

@@ -45,7 +45,10 @@ from poolkit import ROOT, load_example
 from preheat.api.pool import to_config
 from preheat.core.manifests import (
     ANNOTATION_DELETION_COST,
+    LABEL_NAME,
+    LABEL_POOL,
     LABEL_ROLE,
+    WORKER_NAME,
     BuildOptions,
     Owner,
     desired_children,
@@ -382,3 +385,18 @@ async def test_kopf_run_with_the_handlers_module(
     finally:
         await asyncio.to_thread(runner.__exit__, None, None, None)
     assert runner.exit_code == 0, runner.output
+
+
+async def test_the_pods_watch_asks_the_api_server_for_workers_only(
+    kube: PreheatKube, operator: OperatorProcess
+) -> None:
+    """A cluster-wide operator must not stream every pod of the cluster: its pods list and
+    watch carry the workers' label selector, so the API server filters them."""
+    await create_pool(kube, minimal())
+    await eventually(lambda: converged(kube, "sim-tiny"))
+    pod_reads = [
+        r for r in operator_requests(kube.log) if r.method == "GET" and r.url.path.endswith("/pods")
+    ]
+    assert pod_reads, "the operator never listed or watched pods"
+    for r in pod_reads:
+        assert r.params.get("labelSelector") == f"{LABEL_NAME}={WORKER_NAME},{LABEL_POOL}", r.url

@@ -48,6 +48,10 @@ EVENT_RETRIES = 30
 error's delay) before leaving it to the resync."""
 
 
+WORKER_PODS_SELECTOR = f"{LABEL_NAME}={WORKER_NAME},{LABEL_POOL}"
+"""The label selector of every pool's worker pods (core.manifests.selector_labels)."""
+
+
 # --- startup, login, cleanup ------------------------------------------------------------
 
 
@@ -56,6 +60,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.scanning.disabled = True  # namespaces are named (or the cluster): no scanning
     settings.posting.level = logging.WARNING  # our own Events only, not kopf's chatter
     settings.persistence.finalizer = f"{GROUP}/operator"
+    # Server-side: the pods watch streams the pools' workers only, not every pod of the
+    # cluster (the handlers' ``labels=`` filters are applied by kopf on its side).
+    settings.watching.label_selectors["v1", "pods"] = WORKER_PODS_SELECTOR
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 30
     if getattr(memo, "reconciler", None) is None:  # kopf run -m preheat.operator.handlers
