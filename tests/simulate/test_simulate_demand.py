@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from preheat.core.autoscaling import PolicyTuning
 from preheat.report.record import count_outcomes
 from preheat.simulate import SimOptions, Startup, pool_config, simulate, spec_document
 from preheat.workload.traces import TraceRequest
@@ -42,7 +43,13 @@ def test_a_pool_refusing_its_traffic_grows_in_the_simulator() -> None:
     pool = pool_config(spec_document("p", spec))
     trace = _steady(rate=20.0, seconds=120.0)
     fast = Startup(image_pull_s=1.0, load_s=1.0, warmup_s=1.0)
-    opts = SimOptions(ttft_deadline_ms=300.0, startup=fast, autoscale_interval_s=5.0)
+    # feedback only (no capacity estimate): what the refusals alone do
+    opts = SimOptions(
+        ttft_deadline_ms=300.0,
+        startup=fast,
+        autoscale_interval_s=5.0,
+        tuning=PolicyTuning(cost=None),
+    )
     run, _ = simulate(pool, trace, opts)
 
     ups = [e for e in run.events if e.kind == "scale_up"]
@@ -56,3 +63,28 @@ def test_a_pool_refusing_its_traffic_grows_in_the_simulator() -> None:
     late = [r for r in run.requests if r.t_s >= 60.0]
     assert count_outcomes(late)["rejected"] == 0
     assert count_outcomes(run.requests)["rejected"] > 0
+
+
+def test_the_capacity_estimate_sizes_the_pool_from_the_rate_before_refusals_do() -> None:
+    """With the capacity estimate (the default), the first scale-up comes from the arrival
+    rate and the mix the workers finished: 20 req/s of 4k-token prompts needs more than one
+    GPU whatever the served latency says."""
+    spec: dict[str, Any] = {
+        "model": {"name": "m"},
+        "engine": {"kind": "sim"},
+        "replicas": {"min": 1, "max": 8},
+        "autoscaling": {
+            "objectives": [{"signal": "ttft", "percentile": 95, "targetMs": 2000}],
+            "window": "30s",
+        },
+    }
+    pool = pool_config(spec_document("p", spec))
+    fast = Startup(image_pull_s=1.0, load_s=1.0, warmup_s=1.0)
+    opts = SimOptions(ttft_deadline_ms=300.0, startup=fast, autoscale_interval_s=5.0)
+    run, _ = simulate(pool, _steady(rate=20.0, seconds=60.0), opts)
+    ups = [e for e in run.events if e.kind == "scale_up"]
+    assert ups
+    assert "capacity: 20.0 req/s of 4072 prompt (0 cached) / 64 output tokens needs" in (
+        ups[0].reason
+    )
+    assert ups[0].to_replicas > 1

@@ -25,6 +25,7 @@ demand to the policy.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -35,20 +36,22 @@ import aiohttp
 
 from preheat.autoscaler.source import SignalQuery, wake_signals, wakes
 from preheat.core import metric_names as mn
-from preheat.core.autoscaling import Demand, Signals, SignalValue
+from preheat.core.autoscaling import Demand, Mix, Signals, SignalValue
 from preheat.core.percentiles import Buckets, bucket_deltas, histogram_quantile
 from preheat.core.pool import Signal
-from preheat.core.promtext import histogram, model_server_stats, parse_samples
+from preheat.core.promtext import Sample, histogram, model_server_stats, parse_samples
 
 __all__ = [
     "DEFAULT_HISTOGRAMS",
     "DirectScrapeSource",
     "RouterScrape",
     "Scrape",
+    "Served",
     "compute",
     "parse_router",
     "parse_scrape",
     "router_demand",
+    "served_mix",
 ]
 
 DEFAULT_HISTOGRAMS: Mapping[Signal, str] = {
@@ -56,6 +59,19 @@ DEFAULT_HISTOGRAMS: Mapping[Signal, str] = {
     Signal.ITL: mn.VLLM_INTER_TOKEN_LATENCY_SECONDS,
     Signal.E2E: mn.VLLM_E2E_REQUEST_LATENCY_SECONDS,
 }
+
+
+@dataclass(frozen=True)
+class Served:
+    """One worker's cumulative request counters (``vllm:request_success_total``,
+    ``vllm:prompt_tokens_total``, ``vllm:prefix_cache_hits_total``,
+    ``vllm:generation_tokens_total``): their increase over the window is the request mix
+    (:class:`~preheat.core.autoscaling.Mix`)."""
+
+    requests: float
+    prompt_tokens: float
+    cached_tokens: float
+    output_tokens: float
 
 
 @dataclass(frozen=True)
@@ -69,6 +85,25 @@ class Scrape:
     running: float | None = None
     kv_usage: float | None = None
     error: str = ""
+    served: Served | None = None  # None: the worker exports no request counters
+
+
+def _served(samples: Sequence[Sample]) -> Served | None:
+    sums: dict[str, float] = {}
+    for smp in samples:
+        if smp.name in _SERVED_NAMES and math.isfinite(smp.value):
+            sums[smp.name] = sums.get(smp.name, 0.0) + smp.value
+    if _SERVED_NAMES[0] not in sums or _SERVED_NAMES[1] not in sums:
+        return None
+    return Served(*(sums.get(n, 0.0) for n in _SERVED_NAMES))
+
+
+_SERVED_NAMES = (
+    f"{mn.VLLM_REQUEST_SUCCESS}_total",
+    f"{mn.VLLM_PROMPT_TOKENS}_total",
+    f"{mn.VLLM_PREFIX_CACHE_HITS}_total",
+    f"{mn.VLLM_GENERATION_TOKENS}_total",
+)
 
 
 def parse_scrape(t: float, text: str, names: Mapping[Signal, str] = DEFAULT_HISTOGRAMS) -> Scrape:
@@ -81,6 +116,7 @@ def parse_scrape(t: float, text: str, names: Mapping[Signal, str] = DEFAULT_HIST
         waiting=None if stats.num_waiting is None else float(stats.num_waiting),
         running=None if stats.num_running is None else float(stats.num_running),
         kv_usage=stats.kv_cache_usage,
+        served=_served(samples),
     )
 
 
@@ -197,6 +233,32 @@ def windowed(
     return _sum_buckets(parts)
 
 
+def served_mix(history: Mapping[str, Sequence[Scrape]], now: float, window_s: float) -> Mix | None:
+    """The window's request mix from the workers' counters (None: no worker exports them,
+    or none finished a request over the window)."""
+    total = [0.0, 0.0, 0.0, 0.0]
+    seen = False
+    for scrapes in history.values():
+        ok = [s for s in scrapes if s.ok and s.served is not None]
+        if len(ok) < 2:
+            continue
+        cur, prev = ok[-1].served, _baseline(ok[:-1], now - window_s).served
+        assert cur is not None
+        assert prev is not None
+        pairs = zip(
+            (prev.requests, prev.prompt_tokens, prev.cached_tokens, prev.output_tokens),
+            (cur.requests, cur.prompt_tokens, cur.cached_tokens, cur.output_tokens),
+            strict=True,
+        )
+        for i, (a, b) in enumerate(pairs):
+            total[i] += _increase(a, b)
+        seen = True
+    n = total[0]
+    if not seen or n <= 0:
+        return None
+    return Mix(n, total[1] / n, min(total[2], total[1]) / n, total[3] / n)
+
+
 def compute(
     history: Mapping[str, Sequence[Scrape]],
     query: SignalQuery,
@@ -292,6 +354,7 @@ def compute(
         in_flight=in_flight,
         error="; ".join(problems),
         demand=demand,
+        mix=served_mix(history, now, query.window_s),
     )
 
 

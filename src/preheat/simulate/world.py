@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import cast
 
-from preheat.autoscaler.scrape import RouterScrape, Scrape, compute, router_demand
+from preheat.autoscaler.scrape import RouterScrape, Scrape, Served, compute, router_demand
 from preheat.autoscaler.source import wake_signals, wakes
 from preheat.core import autoscaling as core_autoscaling
 from preheat.core.autoscaling import ReplicaCounts, Signals
@@ -145,6 +145,9 @@ class _Pod:
     cache: frozenset[int] | None = None
     hists: dict[Signal, _Hist] = field(default_factory=dict)
     scrapes: deque[Scrape] = field(default_factory=deque)
+    # the engine's request counters (vllm:request_success, prompt_tokens,
+    # prefix_cache_hits, generation_tokens), cumulative
+    served: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
 
     @property
     def role(self) -> str:
@@ -612,6 +615,9 @@ class _World:
             if req is None:
                 continue
             pod.hists[Signal.E2E].add(fin.time - req.engine_at)
+            u = fin.usage
+            for i, x in enumerate((1, u.prompt_tokens, u.cached_tokens, u.completion_tokens)):
+                pod.served[i] += x
             if req.first_at is not None:
                 router = self.routers[req.region]
                 router.decoding[pod.name] = max(0, router.decoding.get(pod.name, 0) - 1)
@@ -694,6 +700,7 @@ class _World:
             waiting=float(core.num_waiting),
             running=float(core.num_running),
             kv_usage=core.kv_cache_usage,
+            served=Served(*pod.served),
         )
 
     def _signals(self) -> Signals:

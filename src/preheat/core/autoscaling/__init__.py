@@ -1,6 +1,7 @@
 """The autoscaling policy: ``decide(ctx) -> (Decision, PolicyState)``, pure (no clock, no
 I/O); the operator, ``preheat up`` and the simulator drive it unchanged."""
 
+from preheat.core.autoscaling.cost import ServiceCost
 from preheat.core.autoscaling.policy import decide, missing_signals
 from preheat.core.autoscaling.types import (
     Cause,
@@ -8,6 +9,7 @@ from preheat.core.autoscaling.types import (
     Decision,
     Demand,
     Direction,
+    Mix,
     Plan,
     PolicyState,
     PolicyTuning,
@@ -23,10 +25,12 @@ __all__ = [
     "Decision",
     "Demand",
     "Direction",
+    "Mix",
     "Plan",
     "PolicyState",
     "PolicyTuning",
     "ReplicaCounts",
+    "ServiceCost",
     "SignalQuery",
     "SignalValue",
     "Signals",

@@ -3,7 +3,11 @@
 The pipeline, each step a small module of its own:
 
 1. freshness: missing or stale signals hold the current size (never scale on silence);
-2. :mod:`~.recommend`: per objective the replicas it needs, the max over objectives;
+2. :mod:`~.recommend`: per objective the replicas it needs (a latency objective's step
+   bounded by ``PolicyTuning.max_latency_factor``), the max over objectives;
+   :mod:`~.capacity`: for a TTFT objective, the pods the arrival rate and request mix need
+   by the engine's costs, combined with that feedback (the model is the floor and caps a
+   backlog's overshoot);
    :mod:`~.demand`: what the routers refused is demand too (the served load times
    ``A / (A - R)``);
 3. :mod:`~.panic`: far past a latency target -> scale up now, never down for a while;
@@ -18,7 +22,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from preheat.core.autoscaling import demand, limits, panic, recommend, stabilize, standby, zero
+from preheat.core.autoscaling import (
+    capacity,
+    demand,
+    limits,
+    panic,
+    recommend,
+    stabilize,
+    standby,
+    zero,
+)
 from preheat.core.autoscaling.types import (
     Cause,
     Context,
@@ -28,7 +41,7 @@ from preheat.core.autoscaling.types import (
     Signals,
     SignalValue,
 )
-from preheat.core.pool import Objective
+from preheat.core.pool import Objective, Signal
 
 __all__ = ["decide", "missing_signals"]
 
@@ -130,7 +143,10 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
             (o, replace(sv, value=panic.worst(sv)) if o.signal.is_latency else sv)
             for o, sv in observed
         ]
-    views = [recommend.view(o, sv, serving, current, cfg.tolerance) for o, sv in observed]
+    factor = ctx.tuning.max_latency_factor
+    views = [recommend.view(o, sv, serving, current, cfg.tolerance, factor) for o, sv in observed]
+    fed_back, _ = recommend.combine(views)  # the feedback alone
+    views, model_note = _with_capacity(ctx, views, serving)
     raw, driver = recommend.combine(views)
     # 2b. refused demand: what the window's pods served understates it by A / (A - R).
     seen = ctx.signals.demand
@@ -140,11 +156,14 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
         served_log = demand.record(st.serving, now, serving, horizon)
     served_by = demand.served_by(served_log, now, seen.window_s) if seen is not None else 0.0
     refused = demand.view(seen, served_by, current, reps.max, cfg.tolerance)
+    # the refusals drive when they ask for more than the feedback and no less than the
+    # capacity estimate (which sizes the same demand from its rate)
     refusals_drive = (
         refused is not None
         and refused.replicas is not None
         and not refused.within_tolerance
-        and (raw is None or refused.replicas > raw)
+        and (fed_back is None or refused.replicas > fed_back)
+        and (raw is None or refused.replicas >= raw)
     )
     if refused is not None and refused.replicas is not None:
         raw = refused.replicas if raw is None else max(raw, refused.replicas)
@@ -163,6 +182,8 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
         serving=served_log,
     )
     head = _head(driver, cfg.window_s, cfg.tolerance)
+    if model_note:
+        head = f"{head}; {model_note}"
     if fired is not None:
         fobj, fval = fired
         head = (
@@ -225,6 +246,37 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
     )
     cause, reason = _why_hold(ctx, rec, raw, driver, head, panicking, lowest, unseen_hold)
     return _hold(ctx, cause, reason, base, rec)
+
+
+def _with_capacity(
+    ctx: Context, views: list[recommend.ObjectiveView], serving: int
+) -> tuple[list[recommend.ObjectiveView], str]:
+    """The TTFT objectives' replicas with the capacity estimate combined in
+    (:func:`capacity.combine`), and what the estimate said ("" when none was made: no cost
+    model, no arrival rate, or no finished requests to read the mix from)."""
+    cost, mix, seen = ctx.tuning.cost, ctx.signals.mix, ctx.signals.demand
+    if cost is None or mix is None or seen is None or seen.arrival_rate <= 0:
+        return views, ""
+    out: list[recommend.ObjectiveView] = []
+    note = ""
+    for v in views:
+        obj = v.objective
+        if obj.signal is not Signal.TTFT:
+            out.append(v)
+            continue
+        model = capacity.replicas_for(
+            seen.arrival_rate, cost, mix, obj.target, obj.percentile, ctx.replicas.max
+        )
+        late = v.ratio is not None and v.ratio > 1.0 + ctx.autoscaling.tolerance
+        both = capacity.combine(model, v.replicas, serving, late)
+        if model is not None and not note:
+            note = (
+                f"capacity: {seen.arrival_rate:.1f} req/s of {mix.prompt_tokens:.0f} prompt "
+                f"({mix.cached_tokens:.0f} cached) / {mix.output_tokens:.0f} output tokens "
+                f"needs {model}"
+            )
+        out.append(replace(v, replicas=both))
+    return out, note
 
 
 def _why_hold(

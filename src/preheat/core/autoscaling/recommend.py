@@ -1,7 +1,11 @@
 """Step 1: per objective, how many active replicas it needs (HPA's scale factor).
 
 Latency and KV-cache usage: ``ceil(serving * observed / target)``, ``serving`` being the
-active replicas that produced the observation. Queue depth and concurrency:
+active replicas that produced the observation; for latency the factor is bounded,
+``min(observed / target, max_factor)`` (``PolicyTuning.max_latency_factor``, 3): a backlog
+makes the observed percentile many times its target, and the pods that ratio asks for
+arrive after the backlog has cleared (the pods already coming clear it; the policy counts
+them, see :mod:`~.policy`). Queue depth and concurrency:
 ``ceil(count / target)`` (the target is per replica). Within the tolerance band
 (``|observed/target - 1| <= tolerance``) an objective asks for no change.
 """
@@ -63,23 +67,34 @@ def ratio_of(objective: Objective, value: float | None, serving: int) -> float |
     return value / objective.target
 
 
-def needed(objective: Objective, value: float | None, serving: int) -> int | None:
-    """Replicas the objective needs, ignoring tolerance; None: no constraint."""
+def needed(
+    objective: Objective, value: float | None, serving: int, max_factor: float = math.inf
+) -> int | None:
+    """Replicas the objective needs, ignoring tolerance; None: no constraint. A latency
+    objective asks for at most ``max_factor`` times ``serving``."""
     if value is None or objective.target <= 0:
         return None
     if objective.signal.is_per_replica:
         return _ceil(value / objective.target)
     if serving <= 0:
         return None  # nothing serving: the latency cannot say how many
-    return _ceil(serving * value / objective.target)
+    factor = value / objective.target
+    if objective.signal.is_latency:
+        factor = min(factor, max_factor)
+    return _ceil(serving * factor)
 
 
 def view(
-    objective: Objective, sv: SignalValue, serving: int, current: int, tolerance: float
+    objective: Objective,
+    sv: SignalValue,
+    serving: int,
+    current: int,
+    tolerance: float,
+    max_factor: float = math.inf,
 ) -> ObjectiveView:
     ratio = ratio_of(objective, sv.value, serving)
     within = ratio is not None and not math.isinf(ratio) and abs(ratio - 1.0) <= tolerance
-    replicas = current if within else needed(objective, sv.value, serving)
+    replicas = current if within else needed(objective, sv.value, serving, max_factor)
     return ObjectiveView(objective, sv.value, ratio, replicas, within)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from preheat.core.autoscaling.cost import ServiceCost
 from preheat.core.pool import AutoscalingConfig, Objective, ReplicasConfig, Signal
 
 
@@ -89,6 +90,19 @@ class Demand:
 
 
 @dataclass(frozen=True)
+class Mix:
+    """The requests the pool's workers finished over the window (the workers' counters
+    ``vllm:request_success``, ``vllm:prompt_tokens``, ``vllm:prefix_cache_hits``,
+    ``vllm:generation_tokens``): how many, and per request the mean prompt tokens, of them
+    cached, and output tokens. The capacity estimate (:mod:`~.capacity`) reads it."""
+
+    requests: float
+    prompt_tokens: float
+    cached_tokens: float
+    output_tokens: float
+
+
+@dataclass(frozen=True)
 class SignalQuery:
     """What a metric source is asked for: the pool's objectives and windows (built from the
     pool's config by :func:`preheat.core.control.signal_query`)."""
@@ -116,6 +130,7 @@ class Signals:
     in_flight: float | None = None
     error: str = ""  # why it is stale, for the reason text
     demand: Demand | None = None
+    mix: Mix | None = None  # the window's request mix (None: no token counters read)
 
     def find(self, objective: Objective) -> SignalValue | None:
         return next((v for v in self.values if v.matches(objective)), None)
@@ -137,6 +152,12 @@ class PolicyTuning:
 
     stale_after_s: float = 30.0  # a snapshot older than this reads as stale
     scale_to_zero_delay_s: float = 300.0  # idle this long before going to zero (min: 0)
+    # a latency objective's feedback step: at most this factor over the serving pods per
+    # evaluation (ceil(serving * min(observed / target, factor))); see recommend.needed
+    max_latency_factor: float = 3.0
+    # the capacity estimate (capacity.py) for TTFT objectives, from the routers' arrival
+    # rate and the workers' request mix; None: feedback only
+    cost: ServiceCost | None = field(default_factory=ServiceCost)
 
 
 @dataclass(frozen=True)
