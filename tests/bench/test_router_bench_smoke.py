@@ -42,7 +42,7 @@ def test_bench_router_all_parts_tiny(tmp_path: Path):
             "--token-scale", "1", "--gpu-blocks", "1024",
             "--max-output-tokens", "4", "--policy-time-scale", "0.1",
             "--openai-requests", "4", "--openai-coalesce", "1:0,8:5",
-            "--pool-counts", "1,3", "--pools-requests", "4",
+            "--pool-counts", "1,3", "--pools-requests", "4", "--pools-idle-s", "0.5",
             "--write", str(out),
         ],
         capture_output=True,
@@ -126,6 +126,7 @@ def test_bench_router_all_parts_tiny(tmp_path: Path):
     for cells in pool_rows:
         assert cells[2] == "4"  # every request through each router
         assert float(cells[3]) > 0  # p50 TTFT via the router
-        assert int(cells[7].replace(",", "")) > 0  # Pick decisions
-        assert cells[10] == "0"  # no Pick error, every pool's model found
+        assert float(cells[7]) >= 0  # idle router CPU %
+        assert int(cells[8].replace(",", "")) > 0  # Pick decisions
+        assert cells[12] == "0"  # no Pick error, every pool's model found
     assert any(line.endswith("Failed requests: 0.") for line in pools)

@@ -62,6 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--pools-requests", type=int, default=200, help="requests per router at concurrency 1"
     )
+    g.add_argument(
+        "--pools-idle-s", type=float, default=3.0, help="seconds of no traffic to measure idle CPU"
+    )
 
 
 @dataclass
@@ -78,6 +81,17 @@ class Setup:
     pick_wall_s: float = 0.0
     pick_ms: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    idle_cpu_share: float = 0.0  # router CPU-s per wall second with no request
+
+    @property
+    def per_core(self) -> float:
+        return self.decisions / self.pick_cpu_s if self.pick_cpu_s > 0 else float("nan")
+
+    @property
+    def per_core_net(self) -> float:
+        """Decisions per router CPU-s less what it spends idle (polling its pools' workers)."""
+        busy = self.pick_cpu_s - self.idle_cpu_share * self.pick_wall_s
+        return self.decisions / busy if busy > 0 else float("nan")
 
 
 def model(k: int) -> str:
@@ -183,12 +197,12 @@ def _row(s: Setup, direct: list[float]) -> str:
     r = _ttfts_ms(s.records)
     a50, a99 = _q(r, 0.5) - _q(direct, 0.5), _q(r, 0.99) - _q(direct, 0.99)
     n = max(len(s.records), 1)
-    per_core = s.decisions / s.pick_cpu_s if s.pick_cpu_s > 0 else float("nan")
     form = "list + `--pool`/`--model`" if s.label == SINGLE else "`pools:`"
     return (
         f"| {s.pools} | {form} | {len(s.records)} | {_q(r, 0.5):.2f} | **{a50:+.2f}**"
-        f" | {a99:+.2f} | {1e3 * s.proxy_cpu_s / n:.2f} | {s.decisions:,}"
-        f" | **{per_core:,.0f}** | {_q(s.pick_ms, 0.5):.2f} | {len(s.errors)} |"
+        f" | {a99:+.2f} | {1e3 * s.proxy_cpu_s / n:.2f} | {100 * s.idle_cpu_share:.1f}"
+        f" | {s.decisions:,} | **{s.per_core:,.0f}** | {s.per_core_net:,.0f}"
+        f" | {_q(s.pick_ms, 0.5):.2f} | {len(s.errors)} |"
     )
 
 
@@ -240,6 +254,13 @@ async def part_pools(args: argparse.Namespace) -> PartResult:
         direct: list[StreamRecord] = []
         for j, stub in enumerate(stubs):  # warm every path
             await _one_side(stub, [words(16, 7_000 + i) for i in range(20)], f"warm{j}", 4)
+        # what each router spends with no request (polling its pools' workers), all at once
+        pids = [s.router.proc.pid for s in setups if s.router is not None]
+        idle0, t0 = [cpu_seconds(p) for p in pids], time.monotonic()
+        await asyncio.sleep(args.pools_idle_s)
+        wall = time.monotonic() - t0
+        for s, pid, c0 in zip(setups, pids, idle0, strict=True):
+            s.idle_cpu_share = (cpu_seconds(pid) - c0) / wall
         per_round = max(1, args.pools_requests // args.rounds)
         for rnd in range(args.rounds):
             turn = rnd % len(sides)
@@ -270,9 +291,6 @@ async def part_pools(args: argparse.Namespace) -> PartResult:
     def added(s: Setup) -> float:
         return _q(_ttfts_ms(s.records), 0.5) - _q(d, 0.5)
 
-    def per_core(s: Setup) -> float:
-        return s.decisions / s.pick_cpu_s if s.pick_cpu_s > 0 else float("nan")
-
     cmd = (
         f"preheat bench router --part pools --pool-counts {args.pool_counts}"
         f" --pools-requests {args.pools_requests} --rounds {args.rounds}"
@@ -280,7 +298,8 @@ async def part_pools(args: argparse.Namespace) -> PartResult:
         f" --pick-s {args.pick_s:g} --pick-concurrency {args.pick_concurrency}"
         f" --pick-prompt-tokens {args.pick_prompt_tokens}"
     )
-    ratio = per_core(most) / per_core(base) if per_core(base) > 0 else float("nan")
+    ratio = most.per_core / base.per_core if base.per_core > 0 else float("nan")
+    net = most.per_core_net / base.per_core_net if base.per_core_net > 0 else float("nan")
     body = "\n".join(
         [
             "## Router: one pool or many (routing by model)",
@@ -302,18 +321,22 @@ async def part_pools(args: argparse.Namespace) -> PartResult:
             f"{args.pick_concurrency} concurrent callers of `Router/Pick` for "
             f"{args.pick_s:g} s per router (in the same rounds),",
             f"{args.pick_prompt_tokens}-token prompts naming every pool's model in turn; per "
-            "router CPU-second (its utime+stime).",
+            "router CPU-second (its utime+stime). Idle CPU: each",
+            f"router's CPU over {args.pools_idle_s:g} s with no request, all at once (what "
+            "watching its pools' workers costs); net",
+            "decisions: per router CPU-second less that idle share over the Pick load's wall time.",
             "",
             "| pools | discovery file | requests | TTFT p50 router ms | added p50 ms | added p99 ms"
-            " | router CPU ms/request | Pick decisions | decisions per router CPU-s"
-            " | Pick p50 ms | Pick errors |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            " | router CPU ms/request | idle router CPU % | Pick decisions"
+            " | decisions per router CPU-s | net of idle | Pick p50 ms | Pick errors |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             *(_row(s, d) for s in setups),
             "",
             f"{most.pools} pools against the single-pool file: added p50 at concurrency 1 "
             f"{added(most):+.2f} ms against {added(base):+.2f} ms (target for either: under "
-            f"{TARGET_ADDED_P50_MS:g} ms), {per_core(most):,.0f} decisions per router CPU-s "
-            f"against {per_core(base):,.0f} ({ratio:.0%}). Failed requests: {failed}.",
+            f"{TARGET_ADDED_P50_MS:g} ms), {most.per_core:,.0f} decisions per router CPU-s "
+            f"against {base.per_core:,.0f} ({ratio:.0%}; net of idle {net:.0%}). "
+            f"Failed requests: {failed}.",
         ]
     )
     if errors:
