@@ -13,7 +13,7 @@ from pathlib import Path
 
 import grpc
 
-from preheat.bench import router_bench, sim, sim_bench, vllm_serve
+from preheat.bench import router_bench, router_pools, sim, sim_bench, vllm_serve
 from preheat.bench.workerproc import spawn_worker
 from preheat.core.percentiles import sample_quantile
 from preheat.engine.base import Engine, EngineRequest, Sampling
@@ -56,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     router_bench.add_arguments(r)
+    router_pools.add_arguments(r)
     sim = sub.add_parser(
         "sim",
         help="simulated routing, autoscaling and geography against baselines (docs/benchmarks.md)",
@@ -250,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
     if args.bench == "worker":
         return asyncio.run(_bench_worker(args))
     if args.bench == "router":
-        return asyncio.run(router_bench.run_router_bench(args))
+        return asyncio.run(router_bench.run_router_bench(args, {"pools": router_pools.part_pools}))
     if args.bench == "sim":
         return sim.run(args)
     if args.bench == "vllm-serve":

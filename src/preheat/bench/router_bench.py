@@ -47,7 +47,7 @@ import platform
 import random
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -234,9 +234,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     w.add_argument("--max-input-tokens", type=int, default=32_000, help="clip prompt lengths")
     w.add_argument("--policy-time-scale", default="1", help="sim engine speed (1 = H100)")
-    from preheat.bench import router_pools  # it imports this module's helpers
-
-    router_pools.add_arguments(parser)
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -1592,32 +1589,29 @@ async def part_openai(args: argparse.Namespace) -> PartResult:
 # --- entry -----------------------------------------------------------------------------------
 
 
-async def _part_pools(args: argparse.Namespace) -> PartResult:
-    from preheat.bench.router_pools import part_pools  # it imports this module's helpers
-
-    return await part_pools(args)
-
-
-_PARTS: dict[str, Callable[[argparse.Namespace], Awaitable[PartResult]]] = {
+Part = Callable[[argparse.Namespace], Awaitable[PartResult]]
+_PARTS: dict[str, Part] = {
     "overhead": part_overhead,
     "throughput": part_throughput,
     "pick": part_pick,
     "policies": part_policies,
     "openai": part_openai,
-    "pools": _part_pools,
 }
 
 
-async def run_router_bench(args: argparse.Namespace) -> int:
+async def run_router_bench(args: argparse.Namespace, more: Mapping[str, Part] | None = None) -> int:
+    """The parts ``--part`` names; ``more``: parts built on this module's helpers
+    (``pools``: :mod:`preheat.bench.router_pools`, which imports this one)."""
+    known = {**_PARTS, **(more or {})}
     parts = [p for p in args.part.split(",") if p]
-    unknown = [p for p in parts if p not in _PARTS]
+    unknown = [p for p in parts if p not in known]
     if unknown:
         raise SystemExit(f"unknown --part {','.join(unknown)}; choose from {','.join(PARTS)}")
     failed = 0
     for name in parts:
         print(f"\n== router bench: {name}", flush=True)
         t0 = time.monotonic()
-        result = await _PARTS[name](args)
+        result = await known[name](args)
         print(f"\n{result.body}\n\n({name} took {time.monotonic() - t0:.0f} s)", flush=True)
         failed += result.failed
         if args.write is not None:
