@@ -4,6 +4,7 @@ terminal."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 from rich.console import Console
@@ -11,7 +12,7 @@ from rich.console import Console
 from preheat.core.autoscaling import ReplicaCounts
 from preheat.local.runtime import EventLine, PoolSnapshot
 from preheat.local.stats import LiveStats, TrafficView, parse_point
-from preheat.local.view import LogView, render
+from preheat.local.view import LiveView, LogView, render
 
 
 def router_text(b100: int, b500: int, total: int, ok: int, rejected: int) -> str:
@@ -143,3 +144,26 @@ def test_log_view_writes_events_and_status(caplog):
     view.update(snapshot())  # within every_s: no second status line
     messages = [r.getMessage() for r in caplog.records]
     assert messages == ["pool_event", "pool_status"]
+
+
+def test_live_view_shows_every_pool_behind_one_router():
+    console = Console(record=True, width=140, color_system=None)
+    view = LiveView(console)
+    with view:
+        view.update(snapshot())
+        view.update(replace(snapshot(), pool="code-pool", desired=1))
+        view.update(replace(snapshot(), desired=2))  # the first pool again: replaced in place
+    text = console.export_text()  # the last frame: both pools, in the order they came
+    assert text.count("pool demo ") == 1
+    assert text.index("pool demo ") < text.index("pool code-pool ")
+    assert "want 2 active" in text  # the first pool's latest snapshot
+    assert "want 1 active" in text
+    assert "want 3 active" not in text
+
+
+def test_parse_point_keeps_one_pools_series():
+    text = router_text(1, 2, 3, 3, 0).replace('pool="p"', 'pool="other"')
+    mine = router_text(5, 6, 7, 7, 0)
+    both = parse_point(0.0, text + mine.split("# TYPE preheat_router_requests")[0], pool="p")
+    assert dict(both.ttft)[float("inf")] == 7  # only pool p's histogram
+    assert parse_point(0.0, text, pool="p").ttft == ()
