@@ -7,6 +7,7 @@ process behind."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -121,6 +122,36 @@ def test_a_model_nobody_serves_is_404_model_not_found(
         )
     assert err.value.status_code == 404
     assert err.value.code == "model_not_found"
+
+
+def test_a_killed_router_is_restarted_and_serves_both_pools_again(
+    up: tuple[subprocess.Popen[bytes], Path],
+) -> None:
+    _, run = up
+    before = _json(run / "up.json")["router"]
+    os.kill(before["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while _json(run / "up.json")["router"].get("restarts", 0) < 1:
+        assert time.monotonic() < deadline, _json(run / "up.json")
+        time.sleep(0.2)
+    after = _json(run / "up.json")["router"]
+    assert after["pid"] != before["pid"]
+    assert after["http"] == before["http"]  # the same ports, kept reserved for it
+    client = _client(run)
+    deadline = time.monotonic() + 30
+    while True:  # until the new router has read the pools and their workers
+        try:
+            served = {
+                m: client.chat.completions.create(
+                    model=m, messages=[{"role": "user", "content": "again"}], max_tokens=2
+                ).model
+                for m in MODELS.values()
+            }
+            break
+        except (openai.APIConnectionError, openai.APIStatusError):
+            assert time.monotonic() < deadline, "the restarted router did not serve both pools"
+            time.sleep(0.3)
+    assert served == {m: m for m in MODELS.values()}
 
 
 def test_sigint_drains_every_pool_and_the_router(up: tuple[subprocess.Popen[bytes], Path]) -> None:
