@@ -51,6 +51,9 @@ class PreheatKube(kmock.KubernetesEmulator):
     """kmock's emulator plus versions, uids, generations and garbage collection."""
 
     on_request: Callable[[rendering.Request], None] | None = None
+    # a Kubernetes error (a Status body) to answer instead, as an API server that refuses
+    # the request would (RBAC's 403, validation's 422)
+    refuse: Callable[[rendering.Request], kmock.KubernetesError | None] | None = None
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -63,6 +66,9 @@ class PreheatKube(kmock.KubernetesEmulator):
         del self._requests[:-1]
         if self.on_request is not None:
             self.on_request(request)
+        refusal = self.refuse(request) if self.refuse is not None else None
+        if refusal is not None:
+            raise refusal
         if request.resource is not None and isinstance(request.data, dict):
             if request.action == enums.action.CREATE:
                 self._stamp_create(request)

@@ -400,3 +400,48 @@ async def test_the_pods_watch_asks_the_api_server_for_workers_only(
     assert pod_reads, "the operator never listed or watched pods"
     for r in pod_reads:
         assert r.params.get("labelSelector") == f"{LABEL_NAME}={WORKER_NAME},{LABEL_POOL}", r.url
+
+
+async def test_an_api_refusal_is_a_degraded_condition_with_the_apis_message(
+    kube: PreheatKube, operator: OperatorProcess
+) -> None:
+    """RBAC's 403 (or validation's 422) on a child: the pool says so in its Degraded
+    condition and a Warning Event with the API's message, not only in the operator's log;
+    once the API takes the child, the pool recovers."""
+
+    def forbid_pdbs(request: Any) -> kmock.KubernetesError | None:
+        if request.method == "POST" and request.url.path.endswith("/poddisruptionbudgets"):
+            return kmock.KubernetesError(
+                status=403,
+                reason="Forbidden",
+                message='poddisruptionbudgets.policy is forbidden: User "system:serviceaccount:'
+                'preheat:op" cannot create resource "poddisruptionbudgets"',
+            )
+        return None
+
+    kube.refuse = forbid_pdbs
+    await create_pool(kube, minimal())
+    await eventually(
+        lambda: (
+            condition(get(kube, POOLS, NAMESPACE, "sim-tiny"), "Degraded").get("status") == "True"
+        )
+    )
+    degraded = condition(get(kube, POOLS, NAMESPACE, "sim-tiny"), "Degraded")
+    assert degraded["reason"] == "APIRefused"
+    assert "HTTP 403" in degraded["message"]
+    assert "cannot create resource" in degraded["message"]
+    assert "RBAC" in degraded["message"]
+    await eventually(
+        lambda: any(
+            e["type"] == "Warning" and e["reason"] == "APIRefused"
+            for e in events(kube, NAMESPACE, "sim-tiny")
+        )
+    )
+    kube.refuse = None
+    await patch_pool(kube, NAMESPACE, "sim-tiny", {"spec": {"replicas": {"max": 3}}})
+    await eventually(lambda: converged(kube, "sim-tiny"))
+    await eventually(
+        lambda: (
+            condition(get(kube, POOLS, NAMESPACE, "sim-tiny"), "Degraded").get("status") == "False"
+        )
+    )

@@ -183,6 +183,15 @@ class Reconciler:
             problem = Problem("BuildFailed", e.message)
         except PreheatError as e:  # the control Secret exists without a usable token
             problem = Problem("ControlSecretInvalid", e.message)
+        except kopf.PermanentError as e:  # the API refused (403, 422): say so on the pool
+            problem = Problem("APIRefused", _api_refusal(e))
+
+        if problem is None and config is not None and children:
+            try:
+                for child in desired:
+                    await self._apply(pool, child)
+            except kopf.PermanentError as e:
+                problem = Problem("APIRefused", _api_refusal(e))
 
         if problem is not None or config is None:
             assert problem is not None
@@ -202,9 +211,6 @@ class Reconciler:
             self.metrics.reconciles.labels("degraded").inc()
             return
 
-        if children:
-            for child in desired:
-                await self._apply(pool, child)
         unavailable = await self._assign_roles(pool, config, observed, pods, tokens.control)
         status = compute_status(
             pods=observed,
@@ -452,3 +458,12 @@ def _degraded_message(status: Mapping[str, Any] | None) -> str | None:
 
 
 __all__ = ["ANNOTATION_CONTROL_PORT", "PodWrite", "PoolTokens", "Reconciler", "WorkerTold"]
+
+
+def _api_refusal(e: kopf.PermanentError) -> str:
+    """A refusal of the API server (Kube's message: what, the status and the API's body)
+    with what usually fixes it."""
+    text = str(e)
+    if "HTTP 403" in text:
+        return f"{text}; the operator's RBAC does not allow this (charts/preheat RBAC)"
+    return f"{text}; the API server refused the object: see its message"
