@@ -33,9 +33,9 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "preheat.local.main",
     ),
     "bench": (
-        "benchmarks (not tests): `preheat bench worker|router|sim|vllm-serve` (the worker's "
-        "and the router's overhead, routing policies, simulated routing/autoscaling/geography, "
-        "vLLM's serving benchmark through the router)",
+        "benchmarks (not tests): `preheat bench worker|router|sim|vllm-serve|traces` (the "
+        "worker's and the router's overhead, routing policies, simulated routing/autoscaling/"
+        "geography, vLLM's serving benchmark through the router, the autoscaling traces)",
         "preheat.bench.main",
     ),
     "demo": (

@@ -206,3 +206,27 @@ def test_cli_compare_bad_input_exits_2_with_one_message(
     assert message in err
     assert "Traceback" not in err
     assert not (tmp_path / "x").exists()
+
+
+def test_scheduled_needs_a_schedule_and_sizes_each_hour_from_it(tmp_path: Path) -> None:
+    from preheat.core.autoscaling.baselines import Scheduled
+    from preheat.simulate.compare import read_schedule
+
+    with pytest.raises(SimInputError, match="needs --schedule"):
+        settings(("scheduled",), {}, SPEC, 500.0)
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"rates_rps": [5.0] * 6 + [50.0] * 6, "window_s": 20.0}))
+    (run,) = settings(("scheduled",), {"scheduled": (10.0,)}, SPEC, 500.0, read_schedule(f))
+    assert run.label == "scheduled 10 req/s/pod"
+    sch = run.autoscale
+    assert isinstance(sch, Scheduled)
+    assert sch.sizes == (1, 5)  # ceil(5/10) = 1 (min 1), ceil(50/10) = 5
+    assert sch.slot_s == 120.0  # six 20-s windows an hour
+    (capped,) = settings(("scheduled",), {"scheduled": (1.0,)}, SPEC, 500.0, read_schedule(f))
+    assert isinstance(capped.autoscale, Scheduled)
+    assert capped.autoscale.sizes == (5, 8)  # at most replicas.max
+    f.write_text(json.dumps({"rates_rps": [], "window_s": 20.0}))
+    with pytest.raises(SimInputError, match="rates_rps"):
+        read_schedule(f)
+    with pytest.raises(SimInputError, match="--schedule"):
+        read_schedule(tmp_path / "missing.json")

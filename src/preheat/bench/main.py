@@ -13,7 +13,7 @@ from pathlib import Path
 
 import grpc
 
-from preheat.bench import router_bench, router_pools, sim, sim_bench, vllm_serve
+from preheat.bench import router_bench, router_pools, sim, sim_bench, traces, vllm_serve
 from preheat.bench.workerproc import spawn_worker
 from preheat.core.percentiles import sample_quantile
 from preheat.engine.base import Engine, EngineRequest, Sampling
@@ -64,6 +64,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sim_bench.add_arguments(sim)
+    tr = sub.add_parser(
+        "traces",
+        help="write the autoscaling benchmark's traces (burst, diurnal) for simulate --compare",
+        description=traces.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    traces.add_arguments(tr)
     vs = sub.add_parser(
         "vllm-serve",
         help="vLLM's serving benchmark client through the router: policies side by side",
@@ -256,4 +263,6 @@ def run(args: argparse.Namespace) -> int:
         return sim.run(args)
     if args.bench == "vllm-serve":
         return vllm_serve.main(args)
+    if args.bench == "traces":
+        return traces.run(args)
     raise SystemExit(f"unknown benchmark {args.bench!r}")

@@ -15,6 +15,12 @@ and its knob change (:func:`settings` says how each becomes pool overrides and a
     the target concurrency per pod (``target x utilization``); default 8, 16, 32, 48, 64.
 ``keda`` (:class:`~preheat.core.autoscaling.baselines.Keda`)
     the queue threshold, waiting requests per pod; default 0.5, 1, 2, 4, 8.
+``scheduled`` (:class:`~preheat.core.autoscaling.baselines.Scheduled`, needs
+    ``--schedule FILE``)
+    one size per hour of the day, set from a reference day's rates (the file: JSON
+    ``{"rates_rps": [...], "window_s": W}``, one rate per 10-minute window replayed in
+    ``W`` seconds, as ``preheat bench traces`` writes it) as the hour's busiest window over
+    the knob, the requests per second one pod takes; default 8, 10, 12, 14, 16.
 ``fixed``
     the pool's size (``min = max = desired``, no standby, no autoscaling); default 1, 2,
     3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32 up to ``replicas.max``.
@@ -38,16 +44,19 @@ from pathlib import Path
 from typing import Any
 
 from preheat.core.autoscaling import Context, Decision, PolicyState
-from preheat.core.autoscaling.baselines import Hpa, Keda, Kpa
+from preheat.core.autoscaling.baselines import Hpa, Keda, Kpa, Scheduled
 from preheat.simulate.options import SimInputError
 from preheat.simulate.pareto import Point, cheapest_at, front, hindsight_fixed, uncovered
+from preheat.workload.diurnal import WINDOWS_PER_HOUR, hourly_schedule
 
 __all__ = [
     "POLICIES",
+    "Schedule",
     "Setting",
     "default_values",
     "parse_compare",
     "parse_knobs",
+    "read_schedule",
     "settings",
     "slo_of",
     "summary_lines",
@@ -55,7 +64,7 @@ __all__ = [
 ]
 
 DecideFn = Callable[[Context], tuple[Decision, PolicyState]]
-POLICIES: tuple[str, ...] = ("preheat", "hpa", "keda", "kpa", "fixed")
+POLICIES: tuple[str, ...] = ("preheat", "hpa", "keda", "kpa", "scheduled", "fixed")
 HPA_SLOTS = 64  # the pod's batch slots the HPA's utilization is a share of
 FIXED_SIZES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
 PREHEAT_FRACTIONS: tuple[float, ...] = (0.4, 0.6, 0.8, 1.0)
@@ -64,8 +73,38 @@ KNOB_UNITS = {
     "hpa": "in flight per pod",
     "kpa": "concurrency per pod",
     "keda": "waiting per pod",
+    "scheduled": "req/s per pod",
     "fixed": "pods",
 }
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A reference day's rates: ``rates_rps[i]`` over replay ``[i * window_s, ...)``, six
+    windows an hour of the day."""
+
+    rates_rps: tuple[float, ...]
+    window_s: float
+
+
+def read_schedule(path: Path) -> Schedule:
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as e:
+        raise SimInputError(f"--schedule {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise SimInputError(f"--schedule {path}: not JSON ({e})") from None
+    rates = doc.get("rates_rps") if isinstance(doc, dict) else None
+    window = doc.get("window_s") if isinstance(doc, dict) else None
+    if (
+        not isinstance(rates, list)
+        or not rates
+        or not all(isinstance(r, int | float) and r >= 0 for r in rates)
+    ):
+        raise SimInputError(f"--schedule {path}: rates_rps must be a list of numbers >= 0")
+    if not isinstance(window, int | float) or window <= 0:
+        raise SimInputError(f"--schedule {path}: window_s must be a number > 0")
+    return Schedule(tuple(float(r) for r in rates), float(window))
 
 
 @dataclass(frozen=True)
@@ -85,10 +124,11 @@ class Setting:
 
 
 def parse_compare(text: str) -> tuple[str, ...]:
-    """``"hpa,keda,kpa,fixed"`` -> the policies, in order, each once; ``all``: every one."""
+    """``"hpa,keda,kpa,fixed"`` -> the policies, in order, each once; ``all``: every one
+    but ``scheduled`` (which needs a schedule)."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     if names == ["all"]:
-        return POLICIES
+        return tuple(p for p in POLICIES if p != "scheduled")
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
         raise SimInputError(
@@ -151,6 +191,8 @@ def default_values(policy: str, slo_ms: float, max_replicas: int) -> tuple[float
         return (8.0, 16.0, 32.0, 48.0, 64.0)
     if policy == "keda":
         return (0.5, 1.0, 2.0, 4.0, 8.0)
+    if policy == "scheduled":
+        return (8.0, 10.0, 12.0, 14.0, 16.0)
     sizes = [float(n) for n in FIXED_SIZES if n <= max_replicas]
     return tuple(sizes or [float(max_replicas)])
 
@@ -168,8 +210,11 @@ def settings(
     knobs: Mapping[str, Sequence[float]],
     spec: Mapping[str, Any],
     slo_ms: float,
+    schedule: Schedule | None = None,
 ) -> list[Setting]:
     """Every run of the comparison, policy by policy, knob values ascending."""
+    if "scheduled" in policies and schedule is None:
+        raise SimInputError("--compare scheduled needs --schedule FILE (a reference day's rates)")
     replicas = spec.get("replicas") or {}
     max_replicas = int(replicas.get("max", 1) or 1)
     objectives = _objectives(spec)
@@ -208,6 +253,15 @@ def settings(
             elif policy == "keda":
                 keda = Keda(threshold=v)
                 out.append(Setting(policy, v, f"keda {_g(v)}/pod", baseline_ov, keda, 15.0))
+            elif policy == "scheduled":
+                assert schedule is not None
+                lowest = int(replicas.get("min", 1) or 0)
+                sizes = hourly_schedule(schedule.rates_rps, v, lowest=max(1, lowest))
+                sizes = tuple(min(max_replicas, n) for n in sizes)
+                slot = WINDOWS_PER_HOUR * schedule.window_s
+                sch = Scheduled(sizes, slot_s=slot, lead_s=60.0)
+                label = f"scheduled {_g(v)} req/s/pod"
+                out.append(Setting(policy, v, label, baseline_ov, sch, 15.0))
             else:
                 n = int(v)
                 ov = (

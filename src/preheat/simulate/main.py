@@ -96,6 +96,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="--compare: the values to sweep a policy's knob over (repeatable; see README)",
     )
     p.add_argument(
+        "--schedule",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="--compare scheduled: a reference day's rates (JSON, as `preheat bench traces` "
+        "writes), from which each hour's size is set",
+    )
+    p.add_argument(
         "--target-attainment",
         type=float,
         default=0.99,
@@ -441,7 +449,8 @@ def _compare(
         knobs = compare.parse_knobs(args.knob)
         spec = apply_overrides(pool.spec or {}, overrides)
         slo_ms = compare.slo_of(spec, args.ttft_objective_ms)
-        runs = compare.settings(policies, knobs, spec, slo_ms)
+        schedule = compare.read_schedule(args.schedule) if args.schedule else None
+        runs = compare.settings(policies, knobs, spec, slo_ms, schedule)
         jobs = []
         for st in runs:
             ov = (*overrides, *st.overrides)

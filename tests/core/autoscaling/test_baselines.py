@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +25,7 @@ from preheat.core.autoscaling.baselines import (
     HpaBehavior,
     Keda,
     Kpa,
+    Scheduled,
     hpa_desired,
     kpa_desired,
 )
@@ -279,3 +281,38 @@ def test_kpa_never_scales_down_while_panicking(curve: list[tuple[float, float]])
         if dec.panic:
             assert dec.active >= before
         assert 1 <= dec.active <= 500
+
+
+# --- Scheduled: a size per hour of the day -----------------------------------------------
+
+
+def _sched_ctx(now: float, desired: int) -> Context:
+    return Context(
+        now=now,
+        autoscaling=NO_OBJECTIVES,
+        replicas=ReplicasConfig(1, 10, 0, desired),
+        counts=ReplicaCounts(desired, 0, 0, 0),
+        signals=Signals(),
+    )
+
+
+def test_scheduled_takes_the_hours_size_in_early_by_the_lead_and_out_late() -> None:
+    sch = Scheduled((2, 6, 3), slot_s=100.0, lead_s=20.0)
+    # slot 0 (2), the lead reaches slot 1 (6) from t=80
+    d, _ = sch(_sched_ctx(10.0, 2))
+    assert (d.active, d.direction) == (2, Direction.HOLD)
+    up, _ = sch(_sched_ctx(85.0, 2))
+    assert (up.active, up.cause) == (6, Cause.SCALE_UP)
+    assert "scheduled: slot 0 wants 6" in up.reason
+    # slot 1 until 200; from 180 the next slot (3) is looked at, max(6, 3) = 6
+    assert sch(_sched_ctx(185.0, 6))[0].active == 6
+    down, _ = sch(_sched_ctx(205.0, 6))
+    assert (down.active, down.cause) == (3, Cause.SCALE_DOWN)
+    # the day repeats, and the bounds apply
+    assert sch(_sched_ctx(310.0, 3))[0].active == 2
+    assert Scheduled((50,), slot_s=100.0)(_sched_ctx(0.0, 3))[0].active == 10
+
+
+def test_scheduled_refuses_an_empty_schedule() -> None:
+    with pytest.raises(ValueError, match="sizes"):
+        Scheduled(())

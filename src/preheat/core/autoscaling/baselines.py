@@ -54,6 +54,13 @@ comes from :func:`preheat.core.autoscaling.standby.plan`).
     up at most ``max_scale_up_rate`` (1000x) of ready pods, down at most to
     ``ready / max_scale_down_rate`` (2.0) per evaluation; then ``[min, max]``.
 
+:class:`Scheduled`: a fixed size per hour of the day, set in advance
+    What a careful SRE sets from last week's traffic (a CronJob patching ``replicas``, or
+    KEDA's cron scaler): ``sizes[i]`` holds over ``[i * slot_s, (i + 1) * slot_s)`` of
+    the day (``ctx.now`` from the replay's start, the day repeating), and each size comes
+    in ``lead_s`` early (a pod's cold start) and goes one slot late: the target is the
+    larger of the slot now and the slot at ``now + lead_s``. Reads no signal.
+
 Every decision carries a reason in the same style as ours; stale or missing signals hold
 (as the HPA does when it cannot read its metric).
 """
@@ -76,7 +83,16 @@ from preheat.core.autoscaling.types import (
 )
 from preheat.core.pool import Signal
 
-__all__ = ["BASELINES", "Hpa", "HpaBehavior", "Keda", "Kpa", "hpa_desired", "kpa_desired"]
+__all__ = [
+    "BASELINES",
+    "Hpa",
+    "HpaBehavior",
+    "Keda",
+    "Kpa",
+    "Scheduled",
+    "hpa_desired",
+    "kpa_desired",
+]
 
 
 def _ceil(x: float) -> int:
@@ -374,6 +390,44 @@ def kpa_desired(
     stable, panic = mean(stable_window_s), mean(panic_window_s)
     per = max(per_pod, 1e-9)
     return _ceil(stable / per), _ceil(panic / per), stable, panic
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """A pool size per slot of the day (see the module docstring)."""
+
+    sizes: tuple[int, ...]
+    slot_s: float = 3600.0
+    lead_s: float = 60.0
+    name: str = "scheduled"
+
+    def __post_init__(self) -> None:
+        if not self.sizes or any(n < 0 for n in self.sizes):
+            raise ValueError("sizes: one size >= 0 per slot, at least one")
+        if not self.slot_s > 0 or self.lead_s < 0:
+            raise ValueError("slot_s must be > 0 and lead_s >= 0")
+
+    def size_at(self, t: float) -> int:
+        return self.sizes[int(max(0.0, t) // self.slot_s) % len(self.sizes)]
+
+    def __call__(self, ctx: Context) -> tuple[Decision, PolicyState]:
+        now = ctx.now
+        slot = int(max(0.0, now) // self.slot_s) % len(self.sizes)
+        raw = max(self.size_at(now), self.size_at(now + self.lead_s))
+        target = max(ctx.replicas.min, min(ctx.replicas.max, raw))
+        current = ctx.replicas.desired
+        cause = (
+            Cause.SCALE_UP
+            if target > current
+            else Cause.SCALE_DOWN
+            if target < current
+            else Cause.STEADY
+        )
+        head = f"scheduled: slot {slot} wants {raw}"
+        if target == current:
+            head = f"{head}; holding {current}"
+        d = _decision(ctx, target, cause, head, raw)
+        return d, _after(ctx.state, ctx, d)
 
 
 #: name -> the policy with its default parameters (frozen values, read-only mapping)

@@ -1,0 +1,79 @@
+"""``preheat bench traces``: the autoscaling benchmark's traces as files, for
+``preheat simulate --trace FILE --compare ...``.
+
+- ``burst.jsonl``: the burst generator's trace (:mod:`preheat.workload.bursts`, the
+  autoscaling part's defaults: 24 ServeGen windows of 20 s, mean 24 req/s);
+- ``diurnal.jsonl``: a day of ServeGen ``language/m-large`` (:mod:`preheat.workload.diurnal`)
+  with its peak at ``--diurnal-peak-rps``, each 10-minute window replayed in
+  ``--diurnal-window-s`` seconds (600: a 24-hour replay), Azure conv request sizes;
+  ``diurnal-schedule.json``: the day before, same scale (``--schedule`` for the
+  ``scheduled`` policy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from preheat.workload import bursts, diurnal
+
+DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, required=True, help="folder for the trace files")
+    p.add_argument("--data", type=Path, default=DATA, help="the shared data folder")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--burst-mean-rps", type=float, default=24.0)
+    p.add_argument("--burst-window-s", type=float, default=20.0)
+    p.add_argument("--burst-windows", type=int, default=24)
+    p.add_argument("--diurnal-peak-rps", type=float, default=200.0)
+    p.add_argument("--diurnal-window-s", type=float, default=600.0)
+    p.add_argument("--diurnal-day", type=int, default=1)
+    p.add_argument("--diurnal-workload", default="language/m-large")
+
+
+def run(args: argparse.Namespace) -> int:
+    servegen = args.data / "servegen_aggregate_rate_10min.csv"
+    azure = args.data / "azure_llm_2023_conv.csv"
+    for f in (servegen, azure):
+        if not f.is_file():
+            print(f"error: {f} not found (--data names the shared data folder)")
+            return 2
+    try:
+        spec = bursts.BurstSpec(
+            windows=args.burst_windows,
+            window_s=args.burst_window_s,
+            mean_rps=args.burst_mean_rps,
+            seed=args.seed,
+        )
+        trace, curve = bursts.bursty_trace(spec, servegen, azure)
+        day_spec = diurnal.DiurnalSpec(
+            workload=args.diurnal_workload,
+            day=args.diurnal_day,
+            reference_day=max(0, args.diurnal_day - 1),
+            peak_rps=args.diurnal_peak_rps,
+            window_s=args.diurnal_window_s,
+            seed=args.seed,
+        )
+        day, day_curve, ref = diurnal.diurnal_trace(day_spec, servegen, azure)
+    except ValueError as e:
+        print(f"error: {e}")
+        return 2
+    out: Path = args.out
+    bursts.write_preheat_jsonl(trace, out / "burst.jsonl")
+    print(f"{out / 'burst.jsonl'}: {bursts.describe(curve, len(trace))}")
+    bursts.write_preheat_jsonl(day, out / "diurnal.jsonl")
+    (out / "diurnal-schedule.json").write_text(
+        json.dumps({"rates_rps": list(ref.rates_rps), "window_s": ref.window_s}) + "\n"
+    )
+    mean = sum(day_curve.rates_rps) / len(day_curve.rates_rps)
+    print(
+        f"{out / 'diurnal.jsonl'}: ServeGen `{day_spec.workload}` day {day_spec.day} "
+        f"(windows {day_curve.first_window}-{day_curve.first_window + 143}), peak "
+        f"{max(day_curve.rates_rps):.1f} req/s, mean {mean:.1f} req/s, each 10-min window in "
+        f"{day_spec.window_s:g} s; {len(day):,} requests with Azure conv sizes; schedule "
+        f"reference: day {day_spec.reference_day} -> {out / 'diurnal-schedule.json'}"
+    )
+    return 0
