@@ -64,8 +64,8 @@ def test_the_diurnal_trace_follows_the_curve_with_azure_sizes(tmp_path: Path) ->
     reqs, day, ref = diurnal_trace(spec, servegen, DATA / "azure_llm_2023_conv.csv")
     again, _, _ = diurnal_trace(spec, servegen, DATA / "azure_llm_2023_conv.csv")
     assert reqs == again  # deterministic given the seed
-    # 144 windows of 6 s: noon (12 windows) at 4 req/s, the rest at 1 req/s
-    expected = 6.0 * (12 * 4.0 + 132 * 1.0)
+    # 144 windows of 6 s: noon (12 windows) at 30 -> 4 req/s, the rest at 10 -> 4/3 req/s
+    expected = 6.0 * (12 * 4.0 + 132 * 4.0 / 3.0)
     assert abs(len(reqs) - expected) < 4 * expected**0.5
     assert all(0 <= r.arrival_s < 144 * 6.0 for r in reqs)
     assert all(r.input_tokens > 0 and r.output_tokens > 0 for r in reqs)
