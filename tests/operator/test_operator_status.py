@@ -179,3 +179,41 @@ def test_chart_config_parses() -> None:
     build, namespaces, _ = parse_config(yaml.safe_load(text))
     assert namespaces == ()
     assert "nvidia-l4" in build.gpu_types
+
+
+def test_an_unschedulable_pod_shows_in_scaling_with_the_schedulers_message() -> None:
+    """A worker the scheduler cannot place (no GPU node, a spread that cannot hold) is not
+    'warming' forever without a word: Scaling says Unschedulable with the scheduler's
+    message."""
+    message = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    raw = {
+        "metadata": {"name": "w-2", "labels": {"preheat.dev/role": "standby"}},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                }
+            ],
+        },
+    }
+    stuck = observe_pod(raw)
+    assert stuck.unschedulable == message
+    assert stuck.state == "warming"
+    status = compute_status(
+        pods=[pod("active"), stuck],
+        want_active=1,
+        want_standby=1,
+        selector="s",
+        generation=1,
+        previous=None,
+        now=NOW,
+    )
+    (scaling,) = [c for c in status["conditions"] if c["type"] == "Scaling"]
+    assert (scaling["status"], scaling["reason"]) == ("True", "Unschedulable")
+    assert "1 pod(s) cannot be scheduled (w-2: 0/3 nodes are available" in scaling["message"]
+    scheduled = {**raw, "status": {"conditions": [{"type": "PodScheduled", "status": "True"}]}}
+    assert observe_pod(scheduled).unschedulable == ""

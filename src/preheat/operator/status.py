@@ -33,6 +33,9 @@ class ObservedPod:
     created: str = ""  # creationTimestamp (RFC 3339)
     deletion_cost: str = ""  # the controller.kubernetes.io/pod-deletion-cost annotation
     resource_version: str = ""
+    # the scheduler's message while the pod cannot be placed (PodScheduled False,
+    # Unschedulable: no node with the GPU, a spread that cannot hold...); "" otherwise
+    unschedulable: str = ""
 
     @property
     def state(self) -> str:
@@ -63,6 +66,16 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
     meta = pod.get("metadata") or {}
     conditions = (pod.get("status") or {}).get("conditions") or []
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    unschedulable = next(
+        (
+            str(c.get("message") or "no node fits the pod")
+            for c in conditions
+            if c.get("type") == "PodScheduled"
+            and c.get("status") == "False"
+            and c.get("reason") == "Unschedulable"
+        ),
+        "",
+    )
     return ObservedPod(
         name=str(meta.get("name", "")),
         role=str((meta.get("labels") or {}).get(LABEL_ROLE, "")),
@@ -71,6 +84,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
         created=str(meta.get("creationTimestamp", "")),
         deletion_cost=str((meta.get("annotations") or {}).get(ANNOTATION_DELETION_COST, "")),
         resource_version=str(meta.get("resourceVersion", "")),
+        unschedulable=unschedulable,
     )
 
 
@@ -167,6 +181,15 @@ def compute_status(
             scaling = cond(SCALING, True, "RefillingStandby", summary)
         else:
             scaling = cond(SCALING, False, "Stable", summary)
+        stuck = [p for p in pods if p.unschedulable and not p.terminating]
+        if stuck:
+            scaling = cond(
+                SCALING,
+                True,
+                "Unschedulable",
+                f"{len(stuck)} pod(s) cannot be scheduled ({stuck[0].name}: "
+                f"{stuck[0].unschedulable}); {summary}",
+            )
 
     # Conditions of other types (the autoscaler's) are kept as they are: a merge patch
     # replaces the whole list.
