@@ -120,7 +120,10 @@ def test_optional_objects_follow_their_values() -> None:
     assert ("ConfigMap", "pre-preheat-dashboard") in all_on
     assert ("ConfigMap", "pre-preheat-dashboard") not in default
     roles = [d for d in render(ALL_ON) if d["kind"] == "Role"]
-    assert sorted(r["metadata"]["namespace"] for r in roles) == ["batch", "serving"]
+    for who in ("operator", "router"):  # each reads (the operator: writes) pools there
+        mine = [r for r in roles if r["metadata"]["name"].endswith(f"-{who}")]
+        assert sorted(r["metadata"]["namespace"] for r in mine) == ["batch", "serving"]
+    assert len(roles) == 4
 
 
 @needs_helm

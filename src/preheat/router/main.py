@@ -72,9 +72,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--discovery",
         default=_env("PREHEAT_DISCOVERY"),
-        required=not _env("PREHEAT_DISCOVERY"),
-        help="static:FILE (YAML/JSON list of endpoints, re-read on change) or "
-        "kubernetes:NAMESPACE/SELECTOR (env PREHEAT_DISCOVERY)",
+        help="static:FILE (YAML/JSON: one pool's endpoints, or the multi-pool form; re-read "
+        "on change) or kubernetes:NAMESPACE/SELECTOR (one pool's pods); default: every "
+        "InferencePool of --namespaces and its worker pods, from the Kubernetes API "
+        "(env PREHEAT_DISCOVERY)",
+    )
+    g.add_argument(
+        "--namespaces",
+        default=_env("PREHEAT_WATCH_NAMESPACES"),
+        help="without --discovery: the namespaces whose InferencePools are served, "
+        "comma-separated; empty: every namespace (env PREHEAT_WATCH_NAMESPACES)",
     )
     g.add_argument("--pool", default=_env("PREHEAT_POOL"), help="pool name (env PREHEAT_POOL)")
     g.add_argument(
@@ -278,12 +285,22 @@ def build_discovery(spec: str) -> DiscoverySource:
     raise ValueError(f"--discovery must be static:FILE or kubernetes:NAMESPACE/SELECTOR: {spec!r}")
 
 
+def parse_namespaces(text: str) -> tuple[str, ...]:
+    """``--namespaces``: comma-separated names ("" = every namespace)."""
+    return tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+
+
 def build_sources(
-    spec: str, pool: str = "", model: str = ""
+    spec: str, pool: str = "", model: str = "", namespaces: tuple[str, ...] = ()
 ) -> tuple[DiscoverySource | None, PoolSource | None]:
     """What ``--discovery`` names: one pool's endpoints (``kubernetes:NS/SELECTOR``, a
-    single-pool static file) or a source of pools (a multi-pool static file). ValueError
-    for a spec (or a static file) that is not right."""
+    single-pool static file) or a source of pools (a multi-pool static file; nothing: the
+    InferencePools of ``namespaces`` from the Kubernetes API). ValueError for a spec (or a
+    static file) that is not right."""
+    if not spec:
+        from preheat.router.pools.kubernetes import KubernetesPools
+
+        return None, KubernetesPools(namespaces)
     kind, _, arg = spec.partition(":")
     if kind == "static" and arg:
         path = Path(arg)
@@ -414,7 +431,9 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_format, level=args.log_level.upper(), component="router")
     try:
         config = build_config(args)
-        discovery, pool_source = build_sources(args.discovery, args.pool, args.model)
+        discovery, pool_source = build_sources(
+            args.discovery, args.pool, args.model, parse_namespaces(args.namespaces)
+        )
     except ValueError as e:
         log.error("bad_configuration", extra=fields(error=str(e)))
         print(f"preheat router: {e}", file=sys.stderr)
