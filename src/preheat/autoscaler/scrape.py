@@ -145,7 +145,9 @@ def parse_router(t: float, text: str, pool: str | None = None) -> RouterScrape:
     counted = False
     for x in samples:
         if x.name == mn.ROUTER_QUEUE_DEPTH:
-            held += x.value
+            # a router of several pools labels what each holds (an older one: no label)
+            if pool is None or x.labels.get(mn.LABEL_POOL, pool) == pool:
+                held += x.value
             continue
         if pool is not None and x.labels.get(mn.LABEL_POOL, "") != pool:
             continue

@@ -79,6 +79,8 @@ LABEL_ENGINE = "engine"  # the engine index, "0" for a single engine
 LABEL_FINISHED_REASON = "finished_reason"  # on vllm:request_success
 
 # --- Preheat router metrics (front ends: preheat.router.frontend) ---------------------------
+# every router series labelled pool also carries LABEL_MODEL (model_name) right after it;
+# requests is per front end, queue_depth and in_flight are per pool too
 ROUTER_REQUESTS = "preheat_router_requests"  # counter, labels api, outcome
 ROUTER_DECISIONS = "preheat_router_decisions"  # counter, labels pool, reason
 ROUTER_TTFT_SECONDS = "preheat_router_ttft_seconds"  # histogram, labels pool, reason

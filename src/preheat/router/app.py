@@ -187,8 +187,14 @@ class RouterServer:
 
     def in_flight(self) -> int:
         """Requests being proxied now (the ``in_flight`` gauge)."""
-        v = self.metrics.registry.get_sample_value(ROUTER_IN_FLIGHT)
-        return int(v or 0)
+        return int(
+            sum(
+                sample.value
+                for family in self.metrics.in_flight.collect()
+                for sample in family.samples
+                if sample.name == ROUTER_IN_FLIGHT
+            )
+        )
 
     async def drain(self, grace_s: float) -> None:
         """Stops taking work: every request not yet routed is answered at once (HTTP 503

@@ -67,7 +67,7 @@ class EmbeddedRouter:
             )
         )
         self.metrics = metrics if metrics is not None else RouterMetrics()
-        self.metrics.bind_pool(self.store.pool)  # the label of its demand counters
+        self.metrics.bind_pool(self.store.pool, config.model)  # the labels of its series
         self.dispatcher = Dispatcher(
             self.store,
             config.scheduler,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from frontendkit import gen, router, words, workers
+from frontendkit import MODEL, gen, router, words, workers
 
 from preheat.autoscaler.scrape import DirectScrapeSource, parse_router
 from preheat.autoscaler.source import SignalQuery
@@ -62,8 +62,11 @@ async def test_refusals_and_arrivals_are_counted_by_pool_and_reason_and_read_as_
         try:
             # the series exist before any request: a rate over zeros is zero, not missing
             before = counters(await metrics_text(r))
-            assert before[(ARRIVALS, (("pool", POOL),))] == 0.0
-            assert before[(REFUSED, (("pool", POOL), ("reason", "rejected")))] == 0.0
+            assert before[(ARRIVALS, (("model_name", MODEL), ("pool", POOL)))] == 0.0
+            assert (
+                before[(REFUSED, (("model_name", MODEL), ("pool", POOL), ("reason", "rejected")))]
+                == 0.0
+            )
             await source.scrape_routers()
 
             for k in range(2):  # served
@@ -83,10 +86,19 @@ async def test_refusals_and_arrivals_are_counted_by_pool_and_reason_and_read_as_
 
             text = await metrics_text(r)
             after = counters(text)
-            assert after[(ARRIVALS, (("pool", POOL),))] == 4.0
-            assert after[(REFUSED, (("pool", POOL), ("reason", "rejected")))] == 2.0
-            assert after[(REFUSED, (("pool", POOL), ("reason", "unavailable")))] == 0.0
-            assert after[(REFUSED, (("pool", POOL), ("reason", "deadline")))] == 0.0
+            assert after[(ARRIVALS, (("model_name", MODEL), ("pool", POOL)))] == 4.0
+            assert (
+                after[(REFUSED, (("model_name", MODEL), ("pool", POOL), ("reason", "rejected")))]
+                == 2.0
+            )
+            assert (
+                after[(REFUSED, (("model_name", MODEL), ("pool", POOL), ("reason", "unavailable")))]
+                == 0.0
+            )
+            assert (
+                after[(REFUSED, (("model_name", MODEL), ("pool", POOL), ("reason", "deadline")))]
+                == 0.0
+            )
 
             clock.t += 20.0
             await source.scrape_routers()
@@ -119,7 +131,12 @@ async def test_requests_refused_at_zero_replicas_wake_the_pool() -> None:
                     await r.generate(gen(), timeout=10)
                 assert ei.value.code() == grpc.StatusCode.UNAVAILABLE
             text = await metrics_text(r)
-            assert counters(text)[(REFUSED, (("pool", POOL), ("reason", "unavailable")))] == 3.0
+            assert (
+                counters(text)[
+                    (REFUSED, (("model_name", MODEL), ("pool", POOL), ("reason", "unavailable")))
+                ]
+                == 3.0
+            )
             clock.t += 30.0
             signals = await source.read(QUERY)
             assert source.held == 0.0  # nothing is held now

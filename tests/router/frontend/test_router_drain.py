@@ -25,7 +25,12 @@ async def test_drain_refuses_queued_and_new_requests_at_once() -> None:
         pick = router_pb2.PickRequest(request=gen(words(16)))
         held = asyncio.create_task(server.embedded.pick(pick))
         for _ in range(200):  # until it waits in the queue
-            if (server.metrics.registry.get_sample_value(mn.ROUTER_QUEUE_DEPTH) or 0) >= 1:
+            if (
+                server.metrics.registry.get_sample_value(
+                    mn.ROUTER_QUEUE_DEPTH, {"pool": "", "model_name": MODEL}
+                )
+                or 0
+            ) >= 1:
                 break
             await asyncio.sleep(0.01)
         assert not held.done()

@@ -58,7 +58,7 @@ async def test_body_and_stream_bytes_pass_through_unchanged() -> None:
             # bookkeeping ran: a first token, the usage's cached tokens, nothing left in flight
             await eventually(lambda: r.server.in_flight() == 0)
             ttft = "preheat_router_ttft_seconds_count"
-            assert _sample(r, ttft, pool="", reason=_reason(r)) == 1
+            assert _sample(r, ttft, pool="", model_name=MODEL, reason=_reason(r)) == 1
             ep = r.server.store.snapshot()[0]
             assert ep.in_flight == 0
             assert ep.decoding == 0
@@ -152,7 +152,7 @@ async def test_failure_before_first_byte_is_retried_on_another_endpoint(first: s
                 got = await resp.read()
             assert got == b"".join(stream_events(False))
             assert len(fake.bodies) == 2
-            assert _sample(r, "preheat_router_retries_total", pool="") == 1
+            assert _sample(r, "preheat_router_retries_total", pool="", model_name=MODEL) == 1
 
 
 async def test_no_endpoint_that_can_take_it_is_503_with_retry_after() -> None:

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from frontendkit import eventually, gen, workers
 
+from preheat.autoscaler.scrape import parse_router
 from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc, router_pb2, router_pb2_grpc
 from preheat.router.app import RouterConfig, RouterServer
 from preheat.router.endpoints import DiscoveredEndpoint
@@ -157,6 +158,10 @@ async def test_a_held_request_is_served_when_its_pool_gets_a_worker() -> None:
             await m.server.wait_ready(0, timeout_s=10)
             held = asyncio.ensure_future(m.chat(CODE))
             await eventually(lambda: m.server.pools.resolve(CODE).dispatcher.busy > 0)
+            # the held request is the code pool's (it wakes that pool, not the other)
+            page = await (await m.http.get(m.url + "/metrics")).text()
+            assert parse_router(0.0, page, pool="code").held == 1
+            assert parse_router(0.0, page, pool="chat").held == 0
             source.set_pools(two_pools([ws[0].endpoint], [ws[1].endpoint]))
             resp = await asyncio.wait_for(held, 10)
             assert resp.status == 200
@@ -212,3 +217,41 @@ async def test_pools_added_changed_and_deleted_without_a_restart(tmp_path: Path)
             assert sum(len(c.token_ids) for c in [first, *rest]) == 1000
             await eventually(lambda: pool.embedded.store_task is None, 5)  # then its store stops
             assert (await m.chat(CHAT)).status == 200
+
+
+async def test_metrics_carry_the_pool_and_model_labels() -> None:
+    async with workers(WORKERS) as ws:
+        source = LiteralPools(two_pools([ws[0].endpoint], [ws[1].endpoint]))
+        async with multi(source) as m:
+            await m.server.wait_ready(1, timeout_s=10)
+            assert (await m.chat("chat")).status == 200
+            assert (await m.chat(CODE)).status == 200
+            reg = m.server.metrics.registry
+            for pool, model in (("chat", CHAT), ("code", CODE)):
+                labels = {"pool": pool, "model_name": model}
+                assert reg.get_sample_value("preheat_router_arrivals_total", labels) == 1
+                ttft = [
+                    x.value
+                    for f in reg.collect()
+                    if f.name == "preheat_router_ttft_seconds"
+                    for x in f.samples
+                    if x.name.endswith("_count") and x.labels.items() >= labels.items()
+                ]
+                assert sum(ttft) == 1
+                assert reg.get_sample_value("preheat_router_in_flight", labels) == 0
+            source.set_pools(two_pools([ws[0].endpoint], [])[:1])  # code deleted: its series go
+            await eventually(
+                lambda: (
+                    reg.get_sample_value(
+                        "preheat_router_arrivals_total", {"pool": "code", "model_name": CODE}
+                    )
+                    is None
+                ),
+                5,
+            )
+            assert (
+                reg.get_sample_value(
+                    "preheat_router_arrivals_total", {"pool": "chat", "model_name": CHAT}
+                )
+                == 1
+            )

@@ -392,7 +392,8 @@ class Dispatcher:
             limit = min(limit, deadline)
         waited = max(0.0, limit - loop.time())  # the request's deadline may cut it short
         self._waiting += 1
-        self.metrics.queue_depth.inc()
+        held = self.metrics.queue_depth.labels(*self.metrics.series)
+        held.inc()
         try:
             while not endpoints:
                 remaining = limit - loop.time()
@@ -408,7 +409,7 @@ class Dispatcher:
             return endpoints
         finally:
             self._waiting -= 1
-            self.metrics.queue_depth.dec()
+            held.dec()
 
     async def _wait_changed_or_drain(self, timeout_s: float) -> None:
         changed = asyncio.ensure_future(self.store.wait_changed(timeout_s))
@@ -478,8 +479,7 @@ class Dispatcher:
             region_rtt_ms=self.store.region_rtt_ms(),
         )
         decision, self._state = schedule(ctx, self.scheduler_config, self.cost, self._state)
-        pool = decision.endpoint.pool if decision.endpoint is not None else self.pool
-        self.metrics.decisions.labels(pool, decision.reason).inc()
+        self.metrics.decisions.labels(*self.metrics.series, decision.reason).inc()
         if decision.endpoint is None and decision.reason == "no-endpoints":
             raise PreheatError(
                 ErrorCode.UNAVAILABLE,
@@ -526,7 +526,7 @@ class Dispatcher:
             self.config.admission,
         )
         if not verdict.admitted:
-            self.metrics.decisions.labels(self.pool, "over-limit").inc()
+            self.metrics.decisions.labels(*self.metrics.series, "over-limit").inc()
             raise PreheatError(
                 ErrorCode.RESOURCE_EXHAUSTED,
                 f"rejected: {verdict.explanation}",
@@ -565,7 +565,8 @@ class Dispatcher:
             self.metrics.observe_outcome(api, RouterOutcome.of_error(e.code))
             raise
         self._in_flight += 1
-        self.metrics.in_flight.inc()
+        gauge = self.metrics.in_flight.labels(*self.metrics.series)  # the one it leaves
+        gauge.inc()
         try:
             while True:
                 decision = await self.decide(prep, exclude=frozenset(tried), deadline=deadline)
@@ -585,7 +586,7 @@ class Dispatcher:
                     upstream = as_ids
                 call = self._stub(ep).Generate(upstream, timeout=remaining)
                 chunks: AsyncIterator[inference_pb2.GenerateResponse] = call.__aiter__()
-                itl_hist = self.metrics.itl.labels(ep.pool, decision.reason)
+                itl_hist = self.metrics.itl.labels(*self.metrics.series, decision.reason)
                 held: list[inference_pb2.GenerateResponse] = []
                 ended = False  # the last chunk had a finish_reason
                 ft_limit = self.config.first_token_timeout_s
@@ -679,7 +680,7 @@ class Dispatcher:
                         tried.add(ep.id)
                         st.tokens, st.usage = 0, None
                         st.first_token_at = st.last_token_at = None
-                        self.metrics.retries.labels(ep.pool).inc()
+                        self.metrics.retries.labels(*self.metrics.series).inc()
                         continue
                     if isinstance(e, _NoFirstToken):
                         raise PreheatError(
@@ -710,7 +711,7 @@ class Dispatcher:
         finally:
             self._in_flight -= 1
             self._completions.append(self._now())
-            self.metrics.in_flight.dec()
+            gauge.dec()
             self.metrics.observe_outcome(api, outcome)
 
     def _send_ids(self, prep: Prepared, ep: Endpoint) -> bool:
@@ -739,24 +740,24 @@ class Dispatcher:
                 self.config.admission,
             )
         m = self.metrics
-        m.ttft.labels(ep.pool, decision.reason).observe(ttft_s)
+        m.ttft.labels(*m.series, decision.reason).observe(ttft_s)
         pred_s = decision.predicted_ttft_ms / 1e3
-        m.predicted_ttft.labels(ep.pool).observe(pred_s)
-        m.ttft_error.labels(ep.pool).observe(abs(ttft_s - pred_s))
+        m.predicted_ttft.labels(*m.series).observe(pred_s)
+        m.ttft_error.labels(*m.series).observe(abs(ttft_s - pred_s))
         if pred_s > 0:
-            m.ttft_ratio.labels(ep.pool).observe(ttft_s / pred_s)
+            m.ttft_ratio.labels(*m.series).observe(ttft_s / pred_s)
 
     def _on_done(
         self, prep: Prepared, st: StreamStats, ep: Endpoint, decision: RouteDecision
     ) -> None:
         now = perf_counter()
         m = self.metrics
-        m.e2e.labels(ep.pool, decision.reason).observe(now - prep.received_pc)
+        m.e2e.labels(*m.series, decision.reason).observe(now - prep.received_pc)
         actual_blocks: int | None = None
         if st.usage is not None and prep.info.block_size > 0:
             actual_blocks = st.usage.cached_tokens // prep.info.block_size
-            m.predicted_cached.labels(ep.pool).inc(decision.cached_blocks)
-            m.actual_cached.labels(ep.pool).inc(actual_blocks)
+            m.predicted_cached.labels(*m.series).inc(decision.cached_blocks)
+            m.actual_cached.labels(*m.series).inc(actual_blocks)
         ttft_ms = (
             None if st.first_token_at is None else (st.first_token_at - prep.received_pc) * 1e3
         )

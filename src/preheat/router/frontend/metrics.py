@@ -1,5 +1,8 @@
 """The router front ends' Prometheus metrics (``preheat_router_*``), in a registry of their own.
 
+Every series of a pool is labelled ``pool`` and ``model_name``; a router of several pools
+gives each its view (:meth:`RouterMetrics.for_pool`) over the same metrics.
+
 Latencies are measured by the router from receipt, so they include routing and the network
 hop to the worker. Predicted vs. observed: every proxied request observes the ratio of its
 router-measured TTFT to the scheduler's prediction, and the absolute error; cache
@@ -72,7 +75,8 @@ class RouterMetrics:
     def __init__(self, registry: CollectorRegistry | None = None, pool: str | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        pr = [mn.LABEL_POOL, mn.LABEL_REASON]
+        pm = [mn.LABEL_POOL, mn.LABEL_MODEL]  # every pool's series: its name and model
+        pr = [*pm, mn.LABEL_REASON]
         self.requests = Counter(
             mn.ROUTER_REQUESTS,
             "Requests by front end and outcome",
@@ -112,87 +116,103 @@ class RouterMetrics:
         self.predicted_ttft = Histogram(
             mn.ROUTER_PREDICTED_TTFT_SECONDS,
             "The scheduler's predicted TTFT of the chosen endpoint, seconds",
-            [mn.LABEL_POOL],
+            pm,
             buckets=mn.LATENCY_BUCKETS,
             registry=r,
         )
         self.ttft_ratio = Histogram(
             mn.ROUTER_TTFT_PREDICTION_RATIO,
             "Observed TTFT / predicted TTFT (1.0: exact)",
-            [mn.LABEL_POOL],
+            pm,
             buckets=mn.PREDICTION_RATIO_BUCKETS,
             registry=r,
         )
         self.ttft_error = Histogram(
             mn.ROUTER_TTFT_PREDICTION_ERROR_SECONDS,
             "|observed TTFT - predicted TTFT|, seconds",
-            [mn.LABEL_POOL],
+            pm,
             buckets=mn.LATENCY_BUCKETS,
             registry=r,
         )
         self.predicted_cached = Counter(
             mn.ROUTER_PREDICTED_CACHED_BLOCKS,
             "Prefix blocks predicted to hit the chosen endpoint's cache",
-            [mn.LABEL_POOL],
+            pm,
             registry=r,
         )
         self.actual_cached = Counter(
             mn.ROUTER_ACTUAL_CACHED_BLOCKS,
             "Prefix blocks the worker reported cached (usage.cached_tokens / block_size)",
-            [mn.LABEL_POOL],
+            pm,
             registry=r,
         )
         self.retries = Counter(
             mn.ROUTER_RETRIES,
             "Requests re-routed after a worker failed before the first token",
-            [mn.LABEL_POOL],
+            pm,
             registry=r,
         )
         self.queue_depth = Gauge(
-            mn.ROUTER_QUEUE_DEPTH, "Requests waiting for a routable endpoint", registry=r
+            mn.ROUTER_QUEUE_DEPTH, "Requests waiting for a routable endpoint", pm, registry=r
         )
-        self.in_flight = Gauge(mn.ROUTER_IN_FLIGHT, "Proxied streams open", registry=r)
+        self.in_flight = Gauge(mn.ROUTER_IN_FLIGHT, "Proxied streams open", pm, registry=r)
         self.arrivals = Counter(
             mn.ROUTER_ARRIVALS,
             "Valid requests that arrived for the pool (served, held or refused)",
-            [mn.LABEL_POOL],
+            pm,
             registry=r,
         )
         self.refused = Counter(
             mn.ROUTER_REFUSED,
             "Requests turned away unserved (rejected: admission; unavailable: no endpoint; "
             "deadline: no first token in time)",
-            [mn.LABEL_POOL, mn.LABEL_REASON],
+            pr,
             registry=r,
         )
         self.pool = ""
-        self._bound: str | None = None
+        self.model = ""
+        self._bound: tuple[str, str] | None = None
         if pool is not None:
             self.bind_pool(pool)
 
-    def bind_pool(self, pool: str) -> None:
-        """The pool this router serves: the label of its demand counters, whose series
-        exist from the start (a rate over zeros is a zero, not a missing series)."""
-        if self._bound is not None and self._bound != pool:
-            self.arrivals.remove(self._bound)
-            for reason in _REFUSED.values():
-                self.refused.remove(self._bound, reason)
-        self.pool = self._bound = pool
-        self.arrivals.labels(pool)
+    def bind_pool(self, pool: str, model: str = "") -> None:
+        """The pool (and model) this view counts for: the labels of its series; the demand
+        counters and gauges exist from the start (a rate over zeros is a zero, not a
+        missing series)."""
+        if self._bound is not None and self._bound != (pool, model):
+            self._remove(*self._bound)
+        self.pool, self.model = pool, model
+        self._bound = (pool, model)
+        self.arrivals.labels(pool, model)
         for reason in _REFUSED.values():
-            self.refused.labels(pool, reason)
+            self.refused.labels(pool, model, reason)
+        self.queue_depth.labels(pool, model)
+        self.in_flight.labels(pool, model)
 
-    def for_pool(self, pool: str) -> RouterMetrics:
+    def for_pool(self, pool: str, model: str = "") -> RouterMetrics:
         """A view for one of several pools: the same registry and metrics, its own
-        ``pool`` label on the demand counters."""
+        ``pool`` and ``model_name`` labels."""
         view = copy.copy(self)
         view._bound = None
-        view.bind_pool(pool)
+        view.bind_pool(pool, model)
         return view
 
     def forget_pool(self, pool: str) -> None:
-        """Removes a pool's labelled series (a pool deleted from discovery)."""
-        for family in (
+        """Removes every series of ``pool`` (a pool deleted from discovery)."""
+        for family in self._families():
+            for values in list(family._metrics):
+                if values[0] == pool:
+                    family.remove(*values)
+
+    def _remove(self, pool: str, model: str) -> None:
+        for family in self._families():
+            for values in list(family._metrics):
+                if values[:2] == (pool, model):
+                    family.remove(*values)
+
+    def _families(self) -> tuple[Counter | Gauge | Histogram, ...]:
+        """The families labelled by pool (first) and model (second)."""
+        return (
             self.decisions,
             self.ttft,
             self.itl,
@@ -205,16 +225,18 @@ class RouterMetrics:
             self.retries,
             self.arrivals,
             self.refused,
-        ):
-            labelnames = family._labelnames
-            at = labelnames.index(mn.LABEL_POOL)
-            for values in list(family._metrics):
-                if values[at] == pool:
-                    family.remove(*values)
+            self.queue_depth,
+            self.in_flight,
+        )
+
+    @property
+    def series(self) -> tuple[str, str]:
+        """This view's (pool, model) label values."""
+        return (self.pool, self.model)
 
     def observe_arrival(self) -> None:
         """A valid request for the pool arrived (once per request, before it is routed)."""
-        self.arrivals.labels(self.pool).inc()
+        self.arrivals.labels(self.pool, self.model).inc()
 
     def observe_outcome(self, api: str, outcome: RouterOutcome, *, reason: str = "") -> None:
         """Records one request's outcome (once per request); ``reason``: a finer refusal
@@ -222,4 +244,4 @@ class RouterMetrics:
         self.requests.labels(api, outcome.value).inc()
         refused = outcome.refused
         if refused:
-            self.refused.labels(self.pool, reason or refused).inc()
+            self.refused.labels(self.pool, self.model, reason or refused).inc()

@@ -489,7 +489,8 @@ class Passthrough:
             d.metrics.observe_outcome(api, RouterOutcome.of_error(e.code))
             raise
         d._in_flight += 1
-        d.metrics.in_flight.inc()
+        gauge = d.metrics.in_flight.labels(*d.metrics.series)  # the one it leaves
+        gauge.inc()
         ep: Endpoint | None = None
         att = _Attempt()
         try:
@@ -545,7 +546,7 @@ class Passthrough:
                     tried.add(ep.id)
                     st.tokens, st.usage = 0, None
                     st.first_token_at = st.last_token_at = None
-                    d.metrics.retries.labels(ep.pool).inc()
+                    d.metrics.retries.labels(*d.metrics.series).inc()
                 finally:
                     if att.first:
                         d.store.request_done(ep.id)
@@ -560,7 +561,7 @@ class Passthrough:
         finally:
             d._in_flight -= 1
             d._completions.append(d._now())
-            d.metrics.in_flight.dec()
+            gauge.dec()
             d.metrics.observe_outcome(api, outcome)
 
     def _headers(self, prep: Prepared) -> dict[str, str]:
@@ -709,7 +710,7 @@ class Passthrough:
         with a finish_reason that is not OpenAI's (``ended``: seen already), or the request's
         deadline (``--request-timeout-s``), ends the client's stream with an error event (and
         returns True)."""
-        itl = self.dispatcher.metrics.itl.labels(ep.pool, decision.reason)
+        itl = self.dispatcher.metrics.itl.labels(*self.dispatcher.metrics.series, decision.reason)
         events = sent.count(b"\n\n")
         if _USAGE in sent:
             _read_usage_events(sent, st)

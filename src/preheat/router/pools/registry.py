@@ -192,7 +192,7 @@ class PoolSet:
             source,
             cfg,
             cost=self.cost,
-            metrics=self.metrics.for_pool(spec.name),
+            metrics=self.metrics.for_pool(spec.name, spec.model),
             tokenizer=self.tokenizer,
         )
         return Pool(spec, embedded, self._passthrough(embedded.dispatcher), source)
@@ -289,6 +289,7 @@ class PoolSet:
                     cfg = pool_config(self.config, spec)
                     pool.embedded.config = cfg
                     pool.dispatcher.reconfigure(cfg.scheduler, cfg.dispatch_config())
+                    pool.metrics.bind_pool(spec.name, spec.model)
                     log.info("pool_changed", extra=fields(pool=spec.key, model=spec.model))
             except ValueError as e:  # its routing settings: keep what it had, or skip it
                 self.last_error = f"pool {spec.key}: {e}"
