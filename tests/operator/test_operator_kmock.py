@@ -445,3 +445,44 @@ async def test_an_api_refusal_is_a_degraded_condition_with_the_apis_message(
             condition(get(kube, POOLS, NAMESPACE, "sim-tiny"), "Degraded").get("status") == "False"
         )
     )
+
+
+async def test_a_scale_down_marks_its_victim_before_the_deployment_shrinks(
+    kube: PreheatKube, operator: OperatorProcess
+) -> None:
+    """2 -> 1 active: the victim is labelled draining with the lowest deletion cost before
+    the Deployment's replicas go down, so the ReplicaSet deletes it and not the worker that
+    stays (shrinking first let a ReplicaSet that deletes at once cut the last active one)."""
+    await create_pool(kube, minimal(min=1, max=3, desired=2, warmStandby=0))
+    await eventually(lambda: converged(kube, "sim-tiny"))
+    await add_pods(kube, NAMESPACE, "sim-tiny", 2, ready=True)
+    await eventually(lambda: pool_status(kube, "sim-tiny").get("replicas") == counts(2, 0))
+    mark = len(kube.log)
+    await patch_pool(kube, NAMESPACE, "sim-tiny", {"spec": {"replicas": {"desired": 1}}})
+    await eventually(lambda: converged(kube, "sim-tiny"))
+    await eventually(lambda: pool_status(kube, "sim-tiny").get("replicas") == counts(1, 0, 0, 1))
+
+    def is_patch(r: Any, suffix: str) -> bool:
+        return bool(r.method == "PATCH" and r.url.path.endswith(suffix))
+
+    later = operator_requests(kube.log[mark:])
+    drained = next(
+        i
+        for i, r in enumerate(later)
+        if is_patch(r, "")
+        and "/pods/" in r.url.path
+        and ((r.data or {}).get("metadata") or {}).get("labels", {}).get(LABEL_ROLE) == "draining"
+    )
+    shrunk = next(
+        i
+        for i, r in enumerate(later)
+        if is_patch(r, "/deployments/sim-tiny-workers")
+        and ((r.data or {}).get("spec") or {}).get("replicas") == 1
+    )
+    assert drained < shrunk, "the Deployment shrank before its victim was marked"
+    victim = later[drained]
+    cost = victim.data["metadata"]["annotations"][ANNOTATION_DELETION_COST]
+    assert int(cost) == min(
+        int(p["metadata"]["annotations"][ANNOTATION_DELETION_COST])
+        for p in live(kube, PODS, NAMESPACE).values()
+    )

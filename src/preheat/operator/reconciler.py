@@ -186,6 +186,12 @@ class Reconciler:
         except kopf.PermanentError as e:  # the API refused (403, 422): say so on the pool
             problem = Problem("APIRefused", _api_refusal(e))
 
+        unavailable: WorkerUnavailable | None = None
+        if problem is None and config is not None:
+            # Roles first: a scale-down's victims are draining, with the lowest deletion
+            # cost, before the Deployment shrinks, so the ReplicaSet removes them and not
+            # an active worker (shrinking first could cut the last one).
+            unavailable = await self._assign_roles(pool, config, observed, pods, tokens.control)
         if problem is None and config is not None and children:
             try:
                 for child in desired:
@@ -211,7 +217,6 @@ class Reconciler:
             self.metrics.reconciles.labels("degraded").inc()
             return
 
-        unavailable = await self._assign_roles(pool, config, observed, pods, tokens.control)
         status = compute_status(
             pods=observed,
             want_active=config.replicas.desired,
