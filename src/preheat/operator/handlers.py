@@ -26,6 +26,7 @@ credentials from the kubeconfig).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from typing import Any
@@ -35,7 +36,7 @@ import kopf
 from preheat.core.manifests import GROUP, KIND, LABEL_NAME, LABEL_POOL, PLURAL, VERSION, WORKER_NAME
 from preheat.operator.autoscaling import Autoscaler, PoolLoop
 from preheat.operator.indexes import PodsIndex, PoolsIndex, nap, plain, pods_of
-from preheat.operator.kube import Kube
+from preheat.operator.kube import Kube, in_cluster_server
 from preheat.operator.options import OperatorOptions, options_from_env
 from preheat.operator.reconciler import PoolKey, Reconciler
 from preheat.operator.services import services
@@ -72,8 +73,17 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 
 @kopf.on.login()
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """The pod's service account in a cluster, else the kubeconfig (``KUBECONFIG``)."""
-    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    """The pod's service account in a cluster, else the kubeconfig (``KUBECONFIG``).
+
+    In a pod the API server is where ``KUBERNETES_SERVICE_HOST``/``_PORT`` say (what
+    client-go and :meth:`Kube.connect` use), not kopf's fixed ``kubernetes.default.svc``:443,
+    which needs cluster DNS and the default port.
+    """
+    info = kopf.login_with_service_account(**kwargs)
+    if info is not None:
+        server = in_cluster_server(os.environ)
+        return dataclasses.replace(info, server=server) if server else info
+    return kopf.login_with_kubeconfig(**kwargs)
 
 
 @kopf.on.cleanup()

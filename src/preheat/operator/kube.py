@@ -100,6 +100,18 @@ def merge_patch(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> dict
     return walk(desired, observed, "")
 
 
+def in_cluster_server(environ: Mapping[str, str]) -> str:
+    """The API server's URL inside a pod, from the env the kubelet sets (as client-go's
+    ``InClusterConfig``): ``https://HOST:PORT``, an IPv6 host in brackets; "" outside one."""
+    host = environ.get("KUBERNETES_SERVICE_HOST", "")
+    port = environ.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port:
+        return ""
+    if ":" in host:
+        host = f"[{host}]"
+    return f"https://{host}:{port}"
+
+
 class Kube:
     """A thin async client for the objects the operator owns (dicts in, dicts out)."""
 
