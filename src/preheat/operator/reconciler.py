@@ -110,6 +110,10 @@ class Reconciler:
     retrying: set[PoolKey] = field(default_factory=set)  # pools a pod event is retrying
     # re-read on every children reconcile (spec change, resync), so rotation is picked up
     tokens: dict[PoolKey, PoolTokens] = field(default_factory=dict)
+    # the newest generation whose children this operator applied, per pool: a reconcile
+    # that does not apply them (a pod event) reports it, even from a stale body whose
+    # status predates that write (kopf's index is read before the pool's lock is held)
+    applied: dict[PoolKey, int] = field(default_factory=dict)
 
     def lock(self, key: PoolKey) -> asyncio.Lock:
         return self.locks.setdefault(key, asyncio.Lock())
@@ -119,6 +123,7 @@ class Reconciler:
         self.metrics.forget_pool(*key)
         self.locks.pop(key, None)
         self.tokens.pop(key, None)
+        self.applied.pop(key, None)
 
     async def reconcile(
         self,
@@ -217,12 +222,16 @@ class Reconciler:
             self.metrics.reconciles.labels("degraded").inc()
             return
 
+        key = (namespace, name)
+        if children:  # applied above: this generation's children are in place
+            self.applied[key] = max(generation, self.applied.get(key, 0))
+        reported = max(int(previous.get("observedGeneration") or 0), self.applied.get(key, 0))
         status = compute_status(
             pods=observed,
             want_active=config.replicas.desired,
             want_standby=wanted(config.replicas, config.replicas.desired),
             selector=selector_string(config),
-            generation=generation if children else int(previous.get("observedGeneration") or 0),
+            generation=generation if children else reported,
             previous=previous,
             now=_now(),
         )
