@@ -1,0 +1,330 @@
+"""The user's path on the cluster in a box: ``helm template`` of the chart with default
+values, every object applied (CRDs included), the operator and the router running from
+their rendered Deployments; then pools applied, edited, broken and deleted as a user
+would, each step asserted (see README.md here for what the box emulates).
+
+The steps share one cluster and run in file order (each leaves the state the next starts
+from); a failed step's message carries the tail of every container's log.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from box_cluster import Cluster, helm_template, install_order
+from box_controllers import is_ready, terminating
+
+ROOT = Path(__file__).resolve().parents[2]
+RELEASE, RELEASE_NS, NS = "preheat", "preheat-system", "default"
+POOLS = "preheat.dev/v1alpha1/inferencepools"
+WORKER_ROLE = "preheat.dev/role"
+POOL_LABEL = "preheat.dev/pool"
+SECOND = "sim-fast"
+
+# Seconds a step may take: the sim engine's default load and warm-up (pool-minimal) plus
+# the probes' periods, on a busy 2-core machine.
+WARM_S = 90.0
+
+
+def second_pool() -> dict[str, Any]:
+    """Another model beside pool-minimal: a warm standby, and a quick sim to load."""
+    return {
+        "apiVersion": "preheat.dev/v1alpha1",
+        "kind": "InferencePool",
+        "metadata": {"name": SECOND, "namespace": NS},
+        "spec": {
+            "model": {"name": "sim-fast-model"},
+            "engine": {"kind": "sim", "args": {"loadTime": "1s", "warmupTime": "1s"}},
+            "replicas": {"min": 1, "max": 3, "warmStandby": 1},
+        },
+    }
+
+
+def minimal_pool() -> dict[str, Any]:
+    pool: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "pool-minimal.yaml").read_text())
+    pool["metadata"].setdefault("namespace", NS)  # kubectl apply's default namespace
+    return pool
+
+
+@pytest.fixture(scope="module")
+def box(box_ready: None) -> Iterator[Cluster]:
+    cluster = Cluster(backoff_s=1.0).start()
+    try:
+        cluster.call(_namespace(cluster, RELEASE_NS))  # helm install --create-namespace
+        cluster.apply(install_order(helm_template(RELEASE, RELEASE_NS)))
+        yield cluster
+    finally:
+        pids = [p for pod in cluster.processes().values() for p in pod.values() if p]
+        cluster.stop()
+        alive = [p for p in pids if _alive(p)]
+        assert not alive, f"processes left running after the cluster stopped: {alive}"
+
+
+async def _namespace(cluster: Cluster, name: str) -> None:
+    cluster.add_namespace(name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+# --- reads, as kubectl would show them ----------------------------------------------------
+
+
+def pool(box: Cluster, name: str) -> dict[str, Any]:
+    obj = box.get(POOLS, NS, name)
+    assert obj is not None, f"no InferencePool {name}"
+    return obj
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return dict(c)
+    return {}
+
+
+def jsonpath(obj: Any, path: str) -> Any:
+    """The subset of kubectl's JSONPath the CRD's printer columns use."""
+    for part in re.findall(r"\.([A-Za-z0-9_]+)|\[\?\(@\.(\w+)==\"([^\"]*)\"\)\]", path):
+        key, field, value = part
+        if key:
+            obj = obj.get(key) if isinstance(obj, dict) else None
+        else:
+            obj = next((x for x in obj or [] if x.get(field) == value), None)
+        if obj is None:
+            return None
+    return obj
+
+
+def printer_columns(box: Cluster, obj: dict[str, Any]) -> dict[str, Any]:
+    """``kubectl get ipool -o wide``: each column's value, from the CRD as applied."""
+    [crd] = box.objects("apiextensions.k8s.io/v1/customresourcedefinitions")
+    columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+    return {c["name"]: jsonpath(obj, c["jsonPath"]) for c in columns}
+
+
+def pool_pods(box: Cluster, name: str, *, live: bool = True) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in box.objects("v1/pods", NS)
+        if (p["metadata"].get("labels") or {}).get(POOL_LABEL) == name
+        and not (live and terminating(p))
+    ]
+
+
+def children(box: Cluster, name: str) -> dict[str, list[str]]:
+    """The pool's child objects by kind (ownerReferences to the pool, or named after it)."""
+    out: dict[str, list[str]] = {}
+    for resource in (
+        "apps/v1/deployments",
+        "v1/services",
+        "policy/v1/poddisruptionbudgets",
+        "v1/secrets",
+    ):
+        for obj in box.objects(resource, NS):
+            m = obj["metadata"]
+            if m["name"].startswith(f"{name}-") or any(
+                r.get("name") == name for r in m.get("ownerReferences") or []
+            ):
+                out.setdefault(resource, []).append(m["name"])
+    return out
+
+
+def converged(box: Cluster, name: str) -> dict[str, Any]:
+    """The pool is Ready, its status is of its current spec, its pods are what it wants."""
+    obj = pool(box, name)
+    status, spec = obj.get("status") or {}, obj["spec"]
+    assert condition(obj, "Ready").get("status") == "True", condition(obj, "Ready")
+    assert status.get("observedGeneration") == obj["metadata"]["generation"], status
+    replicas = status.get("replicas") or {}
+    want_active = max(spec["replicas"].get("min", 1), status.get("desiredReplicas", 0))
+    assert replicas.get("active") == want_active, replicas
+    assert replicas.get("standby") == spec["replicas"].get("warmStandby", 0), replicas
+    pods = pool_pods(box, name)
+    assert len(pods) == want_active + spec["replicas"].get("warmStandby", 0), [
+        p["metadata"]["name"] for p in pods
+    ]
+    assert all(is_ready(p) for p in pods), "a pod is not Ready"
+    return obj
+
+
+# --- the install ----------------------------------------------------------------------------
+
+
+def test_install_runs_the_rendered_deployments(box: Cluster) -> None:
+    rendered = helm_template(RELEASE, RELEASE_NS)
+    for doc in rendered:  # every object the chart renders is served back
+        path = box.path_of(doc, name=True)
+        assert box.call(_get(box, path)) == 200, f"{doc['kind']} {doc['metadata']['name']}"
+    deployments = {d["metadata"]["name"]: d for d in rendered if d["kind"] == "Deployment"}
+    assert set(deployments) == {f"{RELEASE}-operator", f"{RELEASE}-router"}
+    operator = deployments[f"{RELEASE}-operator"]
+
+    def operator_ready() -> list[dict[str, Any]]:
+        pods = [
+            p
+            for p in box.objects("v1/pods", RELEASE_NS)
+            if p["metadata"]["name"].startswith(f"{RELEASE}-operator-") and is_ready(p)
+        ]
+        return pods
+
+    pods = box.wait(operator_ready, within=60, what="the operator pod Ready")
+    [pod] = pods
+    rendered_container = operator["spec"]["template"]["spec"]["containers"][0]
+    container = pod["spec"]["containers"][0]
+    assert container["args"] == rendered_container["args"]
+    assert container["image"] == rendered_container["image"]
+    assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"
+    assert box.processes()[pod["metadata"]["name"]]["operator"], "no operator process"
+
+
+async def _get(box: Cluster, path: str) -> int:
+    resp = await box.server.get(path)
+    return int(resp.status)
+
+
+# --- 1. pools reach Ready -------------------------------------------------------------------
+
+
+def test_pools_reach_ready_with_their_standby_warm(box: Cluster) -> None:
+    box.apply([minimal_pool(), second_pool()])
+    for name in ("sim-tiny", SECOND):
+        box.wait(lambda n=name: converged(box, n), within=WARM_S, what=f"{name} Ready")
+    fast = pool(box, SECOND)
+    standby = [
+        p for p in pool_pods(box, SECOND) if p["metadata"]["labels"].get(WORKER_ROLE) == "standby"
+    ]
+    assert len(standby) == 1, "no warm standby pod"
+    assert is_ready(standby[0]), "the warm standby is not a Ready pod"
+    columns = printer_columns(box, fast)
+    assert columns["Model"] == "sim-fast-model"
+    assert columns["Engine"] == "sim"
+    assert (columns["Active"], columns["Standby"], columns["Ready"]) == (1, 1, "True")
+    assert columns["Desired"] == 1
+    assert columns["Warming"] == 0
+    assert columns["Age"]
+    tiny = printer_columns(box, pool(box, "sim-tiny"))
+    assert (tiny["Model"], tiny["Active"], tiny["Standby"], tiny["Ready"]) == (
+        "sim-tiny",
+        1,
+        0,
+        "True",
+    )
+
+
+# --- 3 (the operator's side). scale up, standby first; scale down, drained -----------------
+
+
+def test_scale_up_promotes_the_standby_then_scale_down_drains(box: Cluster) -> None:
+    before = {p["metadata"]["name"]: p for p in pool_pods(box, SECOND)}
+    [standby] = [n for n, p in before.items() if p["metadata"]["labels"][WORKER_ROLE] == "standby"]
+    box.patch(pool(box, SECOND), {"spec": {"replicas": {"min": 2}}})
+
+    def promoted() -> bool:
+        pod = box.get("v1/pods", NS, standby)
+        assert pod is not None, "the standby pod went away"
+        return pod["metadata"]["labels"][WORKER_ROLE] == "active"
+
+    box.wait(promoted, within=30, what="the standby promoted")
+    obj = box.wait(lambda: converged(box, SECOND), within=WARM_S, what="scaled up to 2+1")
+    after = {p["metadata"]["name"]: p for p in pool_pods(box, SECOND)}
+    new = set(after) - set(before)
+    assert len(new) == 1, f"one new pod for the new standby: {sorted(after)}"
+    deployment = box.get("apps/v1/deployments", NS, f"{SECOND}-workers")
+    assert deployment is not None
+    template = deployment["spec"]["template"]["spec"]["containers"][0]
+    for name in new:  # started by the kubelet from the operator's pod template
+        assert after[name]["spec"]["containers"][0]["args"] == template["args"]
+        assert box.processes()[name]["worker"], f"{name} has no process"
+    assert obj["status"]["replicas"]["active"] == 2
+
+    box.patch(pool(box, SECOND), {"spec": {"replicas": {"min": 1}}})
+    box.wait(lambda: converged(box, SECOND), within=WARM_S, what="scaled back to 1+1")
+
+    def victim_gone() -> set[str]:
+        return set(after) - {p["metadata"]["name"] for p in pool_pods(box, SECOND, live=False)}
+
+    gone = box.wait(victim_gone, within=60, what="the victim drained and deleted")
+    assert len(gone) == 1, f"one pod removed: {gone}"
+    assert not set(gone) & set(box.processes()), "the victim's process still runs"
+    events = [
+        e
+        for e in box.objects("v1/events", NS)
+        if (e.get("involvedObject") or {}).get("name") == SECOND
+    ]
+    assert events, "the operator recorded no Event on the pool"
+
+
+# --- 5. the operator killed mid-reconcile ---------------------------------------------------
+
+
+def test_operator_killed_mid_reconcile_restarts_and_converges(box: Cluster) -> None:
+    [name] = [n for n in box.processes() if n.startswith(f"{RELEASE}-operator-")]
+    pid = box.processes()[name]["operator"]
+    assert pid
+    box.patch(pool(box, SECOND), {"spec": {"replicas": {"warmStandby": 2}}})
+    os.kill(pid, signal.SIGKILL)  # the edit is being reconciled, or about to be
+
+    def restarted() -> int | None:
+        now = box.processes()[name]["operator"]
+        return now if now and now != pid else None
+
+    box.wait(restarted, within=30, what="the kubelet restarts the operator")
+    pod = box.get("v1/pods", RELEASE_NS, name)
+    assert pod is not None
+    assert pod["status"]["containerStatuses"][0]["restartCount"] >= 1
+    box.wait(lambda: converged(box, SECOND), within=WARM_S, what="converged after the kill")
+    kids = children(box, SECOND)
+    assert len(kids["apps/v1/deployments"]) == 1, kids
+    assert len(kids["v1/services"]) == 1, kids
+    assert len(kids["v1/secrets"]) == 1, kids
+    assert len(pool_pods(box, SECOND)) == 1 + 2
+
+
+# --- 6. edits converge; deletion removes everything -----------------------------------------
+
+
+def test_edits_converge_and_delete_removes_everything(box: Cluster) -> None:
+    obj = pool(box, SECOND)
+    box.patch(
+        obj,
+        {
+            "spec": {
+                "replicas": {"min": 2, "warmStandby": 0},
+                "autoscaling": {
+                    "objectives": [{"signal": "queueDepth", "perReplica": 4}],
+                },
+            }
+        },
+    )
+    after = box.wait(lambda: converged(box, SECOND), within=WARM_S, what="edited pool")
+    assert after["status"]["replicas"]["active"] == 2
+    assert after["status"]["replicas"]["standby"] == 0
+
+    pods = [p["metadata"]["name"] for p in pool_pods(box, SECOND, live=False)]
+    pids = [box.processes()[n]["worker"] for n in pods if n in box.processes()]
+    box.delete(pool(box, SECOND))
+
+    def all_gone() -> bool:
+        assert box.get(POOLS, NS, SECOND) is None, "the pool is still there"
+        assert not children(box, SECOND), children(box, SECOND)
+        assert not pool_pods(box, SECOND, live=False), "pods left"
+        assert not set(pods) & set(box.processes()), "the kubelet still runs a pod"
+        return True
+
+    box.wait(all_gone, within=90, what="the pool and its children deleted")
+    alive = [p for p in pids if p and _alive(p)]
+    assert not alive, f"worker processes still running: {alive}"
+    assert converged(box, "sim-tiny"), "the other pool is untouched"
