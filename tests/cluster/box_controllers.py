@@ -228,13 +228,28 @@ class DeploymentController:
             if any(self.node_labels.get(k) != v for k, v in selector.items()):
                 if pm["uid"] not in self.warned:
                     self.warned.add(pm["uid"])
+                    message = (
+                        "0/1 nodes are available: 1 node(s) didn't match Pod's node "
+                        f"affinity/selector ({selector})"
+                    )
                     await post_event(
                         self.server,
                         pod,
                         "FailedScheduling",
-                        f"0/1 nodes are available: node selector {selector} does not match",
+                        message,
                         kind="Warning",
                         component="default-scheduler",
+                    )
+                    condition = {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                    }
+                    await self.server.patch(
+                        f"/api/v1/namespaces/{pm['namespace']}/pods/{pm['name']}/status",
+                        json={"status": {"phase": "Pending", "conditions": [condition]}},
+                        headers={"Content-Type": "application/merge-patch+json"},
                     )
                 continue
             await self.server.patch(

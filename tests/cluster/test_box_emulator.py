@@ -313,3 +313,23 @@ def test_dockerfile_entrypoints_are_preheat_commands(name: str) -> None:
         parser, _ = build_parser(argv[1])
         parser.parse_args(argv[1:] + (["--model", "m"] if argv[1] == "worker" else []))
     assert image.env.get("PYTHONUNBUFFERED") == "1"
+
+
+async def test_a_pod_the_node_does_not_match_stays_pending_unschedulable(api: BoxKube) -> None:
+    gpu = pod("gpu")
+    gpu["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    await create(api, "/api/v1/namespaces/ns/pods", gpu)
+    await create(api, "/api/v1/namespaces/ns/pods", pod("cpu"))
+    await DeploymentController(api, {"kubernetes.io/hostname": "box"}).reconcile()
+    pods = {p["metadata"]["name"]: p for p in objects_of(api, "v1/pods")}
+    assert pods["cpu"]["spec"]["nodeName"] == "box"
+    assert "nodeName" not in pods["gpu"]["spec"]
+    [scheduled] = pods["gpu"]["status"]["conditions"]
+    assert (scheduled["type"], scheduled["status"], scheduled["reason"]) == (
+        "PodScheduled",
+        "False",
+        "Unschedulable",
+    )
+    [event] = objects_of(api, "v1/events")
+    assert event["reason"] == "FailedScheduling"
+    assert event["involvedObject"]["name"] == "gpu"
