@@ -39,6 +39,7 @@ from preheat.core.pool import (
     PanicConfig,
     PodConfig,
     PoolConfig,
+    PredictiveConfig,
     ReplicasConfig,
     ResourcesConfig,
     RoutingConfig,
@@ -335,6 +336,18 @@ class PanicSpec(_Model):
     window: Duration = _duration("10s", "Short window that panic mode looks at.")
 
 
+class PredictiveSpec(_Model):
+    enabled: bool = Field(
+        default=False,
+        description="Scale for the forecast arrival rate (Holt-Winters on the pool's own "
+        "history: level, trend, daily season) as well as the observed one.",
+    )
+    horizon: Duration = _duration("60s", "How far ahead to size for (about a cold start).")
+    trust: float = Field(
+        default=0.5, ge=0, le=1, description="Share of a predicted rise to act on (0-1)."
+    )
+
+
 class AutoscalingSpec(_Model):
     objectives: list[ObjectiveSpec] = Field(
         default_factory=list,
@@ -357,6 +370,10 @@ class AutoscalingSpec(_Model):
     )
     panic: PanicSpec | None = Field(
         default=None, description="Scale up fast on a short window when far over target."
+    )
+    predictive: PredictiveSpec | None = Field(
+        default=None,
+        description="Forecast capacity: scale up ahead of a predicted rise. Off by default.",
     )
 
 
@@ -822,6 +839,7 @@ def config_from_spec(spec: InferencePoolSpec, *, name: str, namespace: str) -> P
     desired = r.min if r.desired is None else min(max(r.desired, r.min), r.max)
     a = spec.autoscaling
     panic = a.panic or PanicSpec()
+    predictive = a.predictive or PredictiveSpec()
     return PoolConfig(
         name=name,
         namespace=namespace,
@@ -862,6 +880,11 @@ def config_from_spec(spec: InferencePoolSpec, *, name: str, namespace: str) -> P
                 enabled=a.panic is not None,
                 threshold=panic.threshold,
                 window_s=parse_duration(panic.window),
+            ),
+            predictive=PredictiveConfig(
+                enabled=predictive.enabled,
+                horizon_s=parse_duration(predictive.horizon),
+                trust=predictive.trust,
             ),
         ),
         routing=RoutingConfig(

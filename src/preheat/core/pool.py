@@ -99,6 +99,16 @@ class PanicConfig:
 
 
 @dataclass(frozen=True)
+class PredictiveConfig:
+    """``autoscaling.predictive``: size for the forecast arrival rate ``horizon_s`` ahead
+    (about a pod's cold start), trusting ``trust`` of the predicted rise."""
+
+    enabled: bool = False
+    horizon_s: float = 60.0
+    trust: float = 0.5
+
+
+@dataclass(frozen=True)
 class AutoscalingConfig:
     objectives: tuple[Objective, ...]  # () = no autoscaling: replicas.desired rules
     window_s: float
@@ -106,6 +116,7 @@ class AutoscalingConfig:
     scale_down: ScaleRule
     tolerance: float
     panic: PanicConfig
+    predictive: PredictiveConfig = field(default_factory=PredictiveConfig)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,9 @@ The pipeline, each step a small module of its own:
    :mod:`~.capacity`: for a TTFT objective, the pods the arrival rate and request mix need
    by the engine's costs, combined with that feedback (the model is the floor and caps a
    backlog's overshoot);
+   :mod:`~.forecast` (``autoscaling.predictive``, off by default): the estimate also sizes
+   for the arrival rate forecast ``horizon`` ahead, acting on ``trust`` of a predicted rise
+   (never on a predicted fall: the observed rate and the objectives keep what they need);
    :mod:`~.demand`: what the routers refused is demand too (the served load times
    ``A / (A - R)``);
 3. :mod:`~.panic`: far past a latency target -> scale up now, never down for a while;
@@ -25,6 +28,7 @@ from dataclasses import replace
 from preheat.core.autoscaling import (
     capacity,
     demand,
+    forecast,
     limits,
     panic,
     recommend,
@@ -32,6 +36,7 @@ from preheat.core.autoscaling import (
     standby,
     zero,
 )
+from preheat.core.autoscaling.forecast import Forecast
 from preheat.core.autoscaling.types import (
     Cause,
     Context,
@@ -146,7 +151,10 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
     factor = ctx.tuning.max_latency_factor
     views = [recommend.view(o, sv, serving, current, cfg.tolerance, factor) for o, sv in observed]
     fed_back, _ = recommend.combine(views)  # the feedback alone
-    views, model_note = _with_capacity(ctx, views, serving)
+    predicted, forecast_state, forecast_note = _forecast(ctx)
+    views, model_note = _with_capacity(ctx, views, serving, predicted)
+    if forecast_note and model_note:
+        model_note = f"{model_note}; {forecast_note}"
     raw, driver = recommend.combine(views)
     # 2b. refused demand: what the window's pods served understates it by A / (A - R).
     seen = ctx.signals.demand
@@ -180,6 +188,7 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
         idle_since=idle_from,
         since=since,
         serving=served_log,
+        forecast=forecast_state,
     )
     head = _head(driver, cfg.window_s, cfg.tolerance)
     if model_note:
@@ -248,15 +257,40 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
     return _hold(ctx, cause, reason, base, rec)
 
 
+def _forecast(ctx: Context) -> tuple[float | None, Forecast | None, str]:
+    """``autoscaling.predictive``: (the rate to size for, or None; the forecast's next
+    state; what it said)."""
+    pred = ctx.autoscaling.predictive
+    seen = ctx.signals.demand
+    if not pred.enabled:
+        return None, None, ""
+    if seen is None:
+        return None, ctx.state.forecast, ""
+    hw = ctx.tuning.holt_winters
+    f = forecast.observe(ctx.state.forecast, ctx.now, seen.arrival_rate, hw)
+    ahead = forecast.predict(f, pred.horizon_s, hw)
+    f = replace(f, predicted=(ctx.now + pred.horizon_s, ahead))
+    now_rate = seen.arrival_rate
+    rate = now_rate + pred.trust * max(0.0, ahead - now_rate)
+    err = "" if f.error is None else f", last forecast off by {f.error * 100:.0f}%"
+    note = f"forecast {ahead:.1f} req/s in {pred.horizon_s:g} s{err}"
+    return rate, f, note
+
+
 def _with_capacity(
-    ctx: Context, views: list[recommend.ObjectiveView], serving: int
+    ctx: Context,
+    views: list[recommend.ObjectiveView],
+    serving: int,
+    predicted: float | None = None,
 ) -> tuple[list[recommend.ObjectiveView], str]:
     """The TTFT objectives' replicas with the capacity estimate combined in
     (:func:`capacity.combine`), and what the estimate said ("" when none was made: no cost
-    model, no arrival rate, or no finished requests to read the mix from)."""
+    model, no arrival rate, or no finished requests to read the mix from). ``predicted``:
+    the rate the forecast asks to size for (at least the observed one)."""
     cost, mix, seen = ctx.tuning.cost, ctx.signals.mix, ctx.signals.demand
     if cost is None or mix is None or seen is None or seen.arrival_rate <= 0:
         return views, ""
+    rate = max(seen.arrival_rate, predicted or 0.0)
     out: list[recommend.ObjectiveView] = []
     note = ""
     for v in views:
@@ -264,14 +298,12 @@ def _with_capacity(
         if obj.signal is not Signal.TTFT:
             out.append(v)
             continue
-        model = capacity.replicas_for(
-            seen.arrival_rate, cost, mix, obj.target, obj.percentile, ctx.replicas.max
-        )
+        model = capacity.replicas_for(rate, cost, mix, obj.target, obj.percentile, ctx.replicas.max)
         late = v.ratio is not None and v.ratio > 1.0 + ctx.autoscaling.tolerance
         both = capacity.combine(model, v.replicas, serving, late)
         if model is not None and not note:
             note = (
-                f"capacity: {seen.arrival_rate:.1f} req/s of {mix.prompt_tokens:.0f} prompt "
+                f"capacity: {rate:.1f} req/s of {mix.prompt_tokens:.0f} prompt "
                 f"({mix.cached_tokens:.0f} cached) / {mix.output_tokens:.0f} output tokens "
                 f"needs {model}"
             )

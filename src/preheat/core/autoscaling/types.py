@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass, field
 
 from preheat.core.autoscaling.cost import ServiceCost
+from preheat.core.autoscaling.forecast import Forecast, HoltWinters
 from preheat.core.pool import AutoscalingConfig, Objective, ReplicasConfig, Signal
 
 
@@ -158,6 +159,8 @@ class PolicyTuning:
     # the capacity estimate (capacity.py) for TTFT objectives, from the routers' arrival
     # rate and the workers' request mix; None: feedback only
     cost: ServiceCost | None = field(default_factory=ServiceCost)
+    # autoscaling.predictive's smoothing (level, trend, daily season)
+    holt_winters: HoltWinters = field(default_factory=HoltWinters)
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,8 @@ class PolicyState:
     # (time, active pods serving) at each evaluation that had the routers' demand figures,
     # over the demand window: the pods that served (and refused) what the window counted
     serving: tuple[tuple[float, int], ...] = ()
+    # autoscaling.predictive: the arrival-rate forecast's state (None: off, or no rate yet)
+    forecast: Forecast | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,136 @@
+"""``autoscaling.predictive``: the Holt-Winters forecast (pure, property and table tests) and
+the policy sizing for a predicted rise, never for a predicted fall."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from preheat.api.pool import to_config
+from preheat.core.autoscaling import Demand, Mix, Signals, decide
+from preheat.core.autoscaling.forecast import Forecast, HoltWinters, observe, predict, seasonal
+from preheat.core.pool import PredictiveConfig
+from tests.core.autoscaling.autoscalingkit import config, ctx, signals
+
+HW = HoltWinters()
+
+
+def _feed(points: list[tuple[float, float]], hw: HoltWinters = HW) -> Forecast:
+    f: Forecast | None = None
+    for t, y in points:
+        f = observe(f, t, y, hw)
+    assert f is not None
+    return f
+
+
+def test_a_steady_rate_forecasts_itself() -> None:
+    f = _feed([(15.0 * i, 20.0) for i in range(40)])
+    assert predict(f, 60.0) == pytest.approx(20.0)
+    assert f.trend == pytest.approx(0.0)
+
+
+def test_a_linear_rise_is_extrapolated_over_the_horizon() -> None:
+    # 10 req/s rising 0.1 req/s per second
+    f = _feed([(15.0 * i, 10.0 + 1.5 * i) for i in range(60)])
+    now = 10.0 + 1.5 * 59
+    assert f.trend == pytest.approx(0.1, rel=0.05)
+    assert predict(f, 60.0) == pytest.approx(now + 6.0, rel=0.05)
+
+
+def test_the_daily_season_is_used_only_after_a_whole_day() -> None:
+    hw = HoltWinters(period_s=100.0, slots=4, alpha=0.3, beta=0.0, gamma=0.5)
+    # slot 2 (t in [50, 75)) is 30 over the rest's 10
+    day = [(float(t), 40.0 if 50 <= t % 100 < 75 else 10.0) for t in range(0, 100, 5)]
+    part = _feed(day[:-1], hw)
+    assert not seasonal(part, hw)  # no season yet: level + trend only
+    weeks = [(t + 100.0 * d, y) for d in range(8) for t, y in day]
+    f = _feed(weeks, hw)
+    # at t=795 (slot 3): 55 s ahead is slot 2 of the next day, 15 s ahead is slot 3
+    assert predict(f, 55.0, hw) > predict(f, 15.0, hw) + 15.0
+
+
+def test_the_forecasts_error_is_kept_for_the_reason() -> None:
+    f = _feed([(0.0, 10.0), (15.0, 10.0)])
+    f = replace(f, predicted=(30.0, 12.0))
+    f = observe(f, 30.0, 10.0)
+    assert f.error == pytest.approx(0.2)
+
+
+@given(st.lists(st.floats(0, 1e4), min_size=1, max_size=40), st.floats(0, 3600))
+def test_the_forecast_is_never_negative_and_finite(rates: list[float], h: float) -> None:
+    f = _feed([(15.0 * i, y) for i, y in enumerate(rates)])
+    v = predict(f, h)
+    assert v >= 0
+    assert math.isfinite(v)
+
+
+def test_bad_smoothing_is_refused() -> None:
+    with pytest.raises(ValueError, match="alpha"):
+        HoltWinters(alpha=1.5)
+
+
+MIX = Mix(requests=100, prompt_tokens=1155, cached_tokens=0, output_tokens=211)
+
+
+def _rising(now: float, rate: float) -> Signals:
+    return replace(
+        signals(now, 100.0),
+        demand=Demand(arrival_rate=rate, refused_rate=0.0, window_s=30.0),
+        mix=MIX,
+    )
+
+
+def _run(pred: PredictiveConfig) -> tuple[list[int], str]:
+    cfg = replace(config(), predictive=pred)
+    state = None
+    desired = 2
+    reason = ""
+    for i in range(12):
+        now = 15.0 * i
+        c = ctx(now, _rising(now, 10.0 + 3.0 * i), desired=desired, cfg=cfg, max_=40)
+        if state is not None:
+            c = replace(c, state=state)
+        d, state = decide(c)
+        desired, reason = d.active, d.reason
+    return [desired], reason
+
+
+def test_predictive_sizes_ahead_of_a_rise_and_says_so() -> None:
+    off, _ = _run(PredictiveConfig(enabled=False))
+    on, reason = _run(PredictiveConfig(enabled=True, horizon_s=60.0, trust=1.0))
+    assert on[0] > off[0]
+    assert "forecast " in reason
+    assert "req/s in 60 s" in reason
+
+
+def test_predictive_never_sizes_below_the_observed_rate() -> None:
+    cfg = replace(config(), predictive=PredictiveConfig(enabled=True, trust=1.0))
+    state = None
+    got = []
+    for i in range(12):
+        now = 15.0 * i
+        rate = max(1.0, 60.0 - 5.0 * i)  # falling
+        c = ctx(now, _rising(now, rate), desired=10, cfg=cfg, max_=40)
+        plain = ctx(now, _rising(now, rate), desired=10, max_=40)
+        if state is not None:
+            c = replace(c, state=state)
+        d, state = decide(c)
+        base, _ = decide(plain)
+        got.append((d.recommendation, base.recommendation))
+    assert all(a is not None and b is not None and a >= b for a, b in got)
+
+
+def test_the_crd_field_is_off_by_default_and_reads_horizon_and_trust() -> None:
+    spec: dict[str, object] = {
+        "model": {"name": "m"},
+        "engine": {"kind": "sim"},
+        "replicas": {"min": 1, "max": 2},
+    }
+    assert to_config(spec, name="p", namespace="n").autoscaling.predictive.enabled is False
+    spec["autoscaling"] = {"predictive": {"enabled": True, "horizon": "2m", "trust": 0.8}}
+    p = to_config(spec, name="p", namespace="n").autoscaling.predictive
+    assert (p.enabled, p.horizon_s, p.trust) == (True, 120.0, 0.8)
