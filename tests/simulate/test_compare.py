@@ -230,3 +230,14 @@ def test_scheduled_needs_a_schedule_and_sizes_each_hour_from_it(tmp_path: Path) 
         read_schedule(f)
     with pytest.raises(SimInputError, match="--schedule"):
         read_schedule(tmp_path / "missing.json")
+
+
+def test_the_benchmarks_pool_file_is_the_autoscaling_parts_pool() -> None:
+    from preheat.bench.sim_bench import _autoscaling_pool
+    from preheat.simulate import read_pool
+
+    path = Path(__file__).resolve().parents[2] / "src/preheat/bench/autoscaling-pool.yaml"
+    cfg = pool_config(read_pool(path))
+    ref = _autoscaling_pool(2, 0, 300.0, 99.0, concurrency=68.0)
+    assert cfg.autoscaling == ref.autoscaling
+    assert cfg.replicas == ref.replicas

@@ -750,9 +750,10 @@ def autoscaling_part(args: argparse.Namespace, img_dir: Path | None) -> Autoscal
         "`ceil(serving x observed / target)`: during a backlog the TTFT is many times its "
         "target, so it asks for many times the pods, which arrive after the backlog has "
         "cleared (peak pods). Headroom in the objective (p99 <= 300 ms for a 500 ms SLO), "
-        "the concurrency objective or a warm standby fixes (2); (3) is an open "
-        "improvement to `preheat.core.autoscaling` (bound the latency scale factor per "
-        "evaluation). The "
+        "the concurrency objective or a warm standby fixes (2); (3) is bounded since issue "
+        "17: the latency step is at most 3x the serving pods per evaluation, and the "
+        "capacity estimate (`preheat.core.autoscaling.capacity`) caps a backlog's ask at "
+        "max(2 x the estimate, serving + 1). The "
         "replay is 8 minutes, shorter than the 300 s down-stabilization plus a cycle, so "
         "GPU-hours mostly reflect how far each policy scaled up.",
         "",
