@@ -12,6 +12,12 @@ plus what a whole installation needs, following the Kubernetes API's semantics:
   ``deletionGracePeriodSeconds`` (the pod is Terminating); the kubelet deletes it for good
   (``gracePeriodSeconds=0``) once its containers stopped. Garbage collection of a pod whose
   owner is gone is such a graceful delete too.
+- **RBAC**: a request with a pod's service-account token (``box:NAMESPACE:ACCOUNT``, what
+  the kubelet mounts) is authorized against the Roles, ClusterRoles and their bindings
+  applied (verbs, resources and subresources, apiGroups, resourceNames, ``*``); a denied
+  one gets 403 Forbidden, as the API server answers, and is recorded in ``denied``.
+  Discovery (``/api``, ``/apis``, ``/version``) is open; the tests' own client (no token)
+  is cluster-admin.
 - **Events** are plain objects (``v1/events``): anyone may create them, ``events()`` reads them.
 
 What it does not do is in this folder's README.
@@ -57,6 +63,7 @@ BUILTIN: dict[str, tuple[str, bool, set[str]]] = {
         {"status"},
     ),
     "events.k8s.io/v1/events": ("Event", True, set()),
+    "networking.k8s.io/v1/networkpolicies": ("NetworkPolicy", True, set()),
 }
 CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
@@ -135,7 +142,15 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
 class BoxKube(PreheatKube):
     """PreheatKube plus CRDs, label selectors, status subresources and graceful pod deletion."""
 
+    denied: list[str]
+
+    def _rbac_objects(self) -> Any:
+        for (res, _, _), obj in list(self.objects.items()):
+            if not obj.deleted and res.group == "rbac.authorization.k8s.io":
+                yield obj.raw
+
     def declare_builtin(self) -> None:
+        self.denied = []
         for key, (kind, namespaced, subresources) in BUILTIN.items():
             self.resources[key] = kmock.ResourceInfo(
                 kind=kind, namespaced=namespaced, subresources=subresources, verbs=VERBS
@@ -150,6 +165,27 @@ class BoxKube(PreheatKube):
 
     async def _handle(self, request: rendering.Request) -> Any:
         res = rkey(request.resource)
+        subject = _subject(request)
+        if subject is not None and request.resource is not None and request.resource.plural:
+            attributes = _attributes(request)
+            if not authorized(list(self._rbac_objects()), subject, *attributes):
+                verb, group, resource, namespace, name = attributes
+                self.denied.append(f"{subject[0]}:{subject[1]} {verb} {group}/{resource}"
+                                   f" ns={namespace} name={name}")  # fmt: skip
+                return aiohttp.web.json_response(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Status",
+                        "status": "Failure",
+                        "reason": "Forbidden",
+                        "code": 403,
+                        "message": f'{resource} is forbidden: User "system:serviceaccount:'
+                        f'{subject[0]}:{subject[1]}" cannot {verb} resource "{resource}" in '
+                        f'API group "{group}"'
+                        + (f' in the namespace "{namespace}"' if namespace else ""),
+                    },
+                    status=403,
+                )
         if request.action == enums.action.CREATE and isinstance(request.data, dict):
             if res == CRDS:
                 self._register_crd(request.data)
@@ -290,6 +326,94 @@ class BoxKube(PreheatKube):
             elif key in matched:
                 matched.discard(key)
                 yield {"type": "DELETED", "object": obj}
+
+
+# --- RBAC ---------------------------------------------------------------------------------
+
+
+def _subject(request: rendering.Request) -> tuple[str, str] | None:
+    """(namespace, service account) of a pod's token; None for the tests' own client."""
+    auth = str(request.headers.get("Authorization", ""))
+    if not auth.startswith("Bearer box:"):
+        return None
+    _, namespace, account = auth.removeprefix("Bearer ").split(":", 2)
+    return namespace, account
+
+
+def _attributes(request: rendering.Request) -> tuple[str, str, str, str, str]:
+    """(verb, apiGroup, resource[/subresource], namespace, name) as the authorizer sees them."""
+    method = str(getattr(request.method, "value", request.method)).upper()
+    if method == "GET":
+        verb = "watch" if request.params.get("watch") in ("true", "1") else (
+            "get" if request.name else "list"
+        )  # fmt: skip
+    else:
+        verb = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}.get(
+            method, method.lower()
+        )
+        if verb == "delete" and not request.name:
+            verb = "deletecollection"
+    resource = str(request.resource.plural)
+    if request.subresource:
+        resource += f"/{request.subresource}"
+    group = str(request.resource.group or "")
+    return verb, group, resource, str(request.namespace or ""), str(request.name or "")
+
+
+def _rule_allows(rule: Mapping[str, Any], verb: str, group: str, resource: str, name: str) -> bool:
+    def has(key: str, value: str) -> bool:
+        values = rule.get(key) or []
+        return "*" in values or value in values
+
+    if not (has("verbs", verb) and has("apiGroups", group)):
+        return False
+    resources = rule.get("resources") or []
+    base = resource.split("/", 1)[0]
+    if not ("*" in resources or resource in resources or f"{base}/*" in resources):
+        return False
+    names = rule.get("resourceNames") or []
+    return not names or name in names
+
+
+def authorized(
+    objects: list[dict[str, Any]],
+    subject: tuple[str, str],
+    verb: str,
+    group: str,
+    resource: str,
+    namespace: str,
+    name: str,
+) -> bool:
+    """Kubernetes RBAC: does any binding of the service account grant the request?"""
+    roles = {
+        (o["kind"], (o.get("metadata") or {}).get("namespace", ""), o["metadata"]["name"]): o
+        for o in objects
+        if o.get("kind") in ("Role", "ClusterRole")
+    }
+    for binding in objects:
+        kind = binding.get("kind")
+        if kind not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        where = (binding.get("metadata") or {}).get("namespace", "")
+        if kind == "RoleBinding" and where != namespace:
+            continue  # a RoleBinding grants only inside its namespace
+        if not any(
+            s.get("kind") == "ServiceAccount"
+            and s.get("name") == subject[1]
+            and s.get("namespace", where) == subject[0]
+            for s in binding.get("subjects") or []
+        ):
+            continue
+        ref = binding.get("roleRef") or {}
+        role = roles.get(
+            (ref.get("kind"), where if ref.get("kind") == "Role" else "", ref.get("name"))
+        )
+        if role is None:
+            continue
+        for rule in role.get("rules") or []:
+            if _rule_allows(rule, verb, group, resource, name):
+                return True
+    return False
 
 
 def _replace(data: dict[str, Any], new: Mapping[str, Any]) -> None:

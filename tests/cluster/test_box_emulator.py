@@ -333,3 +333,69 @@ async def test_a_pod_the_node_does_not_match_stays_pending_unschedulable(api: Bo
     [event] = objects_of(api, "v1/events")
     assert event["reason"] == "FailedScheduling"
     assert event["involvedObject"]["name"] == "gpu"
+
+
+# --- RBAC -----------------------------------------------------------------------------------
+
+
+def rbac(kind: str, rules: list[dict[str, Any]], namespace: str = "") -> list[dict[str, Any]]:
+    role_meta: dict[str, Any] = {"name": "r", **({"namespace": namespace} if namespace else {})}
+    binding = "RoleBinding" if kind == "Role" else "ClusterRoleBinding"
+    return [
+        {"kind": kind, "metadata": role_meta, "rules": rules},
+        {
+            "kind": binding,
+            "metadata": dict(role_meta),
+            "roleRef": {"kind": kind, "name": "r"},
+            "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "sys"}],
+        },
+    ]
+
+
+def test_rbac_grants_what_the_bound_rules_say() -> None:
+    from box_apiserver import authorized
+
+    objects = rbac(
+        "ClusterRole",
+        [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+            {
+                "apiGroups": ["preheat.dev"],
+                "resources": ["inferencepools/status"],
+                "verbs": ["patch"],
+            },
+            {
+                "apiGroups": [""],
+                "resources": ["secrets"],
+                "verbs": ["get"],
+                "resourceNames": ["s1"],
+            },
+        ],
+    )
+    sa = ("sys", "sa")
+    assert authorized(objects, sa, "watch", "", "pods", "any", "")
+    assert not authorized(objects, sa, "patch", "", "pods", "any", "p")
+    assert not authorized(objects, ("sys", "other"), "get", "", "pods", "any", "p")
+    assert authorized(objects, sa, "patch", "preheat.dev", "inferencepools/status", "ns", "p")
+    assert not authorized(objects, sa, "patch", "preheat.dev", "inferencepools", "ns", "p")
+    assert authorized(objects, sa, "get", "", "secrets", "ns", "s1")
+    assert not authorized(objects, sa, "get", "", "secrets", "ns", "s2")
+    namespaced = rbac("Role", [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}], "team")
+    assert authorized(namespaced, sa, "delete", "apps", "deployments", "team", "d")
+    assert not authorized(namespaced, sa, "delete", "apps", "deployments", "other", "d")
+
+
+async def test_a_pod_token_is_refused_what_its_role_does_not_grant(api: BoxKube) -> None:
+    for obj in rbac("ClusterRole", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]):
+        group = "/apis/rbac.authorization.k8s.io/v1"
+        plural = obj["kind"].lower() + "s"
+        await create(
+            api, f"{group}/{plural}", {"apiVersion": "rbac.authorization.k8s.io/v1", **obj}
+        )
+    token = {"Authorization": "Bearer box:sys:sa"}
+    assert (await api.get("/api/v1/namespaces/ns/pods", headers=token)).status == 200
+    resp = await api.get("/api/v1/namespaces/ns/secrets", headers=token)
+    assert resp.status == 403
+    assert (await resp.json())["reason"] == "Forbidden"
+    assert api.denied == ["sys:sa list /secrets ns=ns name="]
+    assert (await api.get("/api/v1/namespaces/ns/secrets")).status == 200  # the tests: admin

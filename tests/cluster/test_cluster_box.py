@@ -67,6 +67,15 @@ def box(box_ready: None) -> Iterator[Cluster]:
         assert not alive, f"processes left running after the cluster stopped: {alive}"
 
 
+@pytest.fixture(autouse=True)
+def nothing_forbidden(box: Cluster) -> Iterator[None]:
+    """Every request the pods made was allowed by the chart's RBAC (403 otherwise, as on a
+    cluster; the emulator records them)."""
+    yield
+    denied = list(box.server.denied)
+    assert not denied, f"requests the chart's RBAC forbids: {denied[:10]}"
+
+
 async def _namespace(cluster: Cluster, name: str) -> None:
     cluster.add_namespace(name)
 
