@@ -59,3 +59,38 @@ def test_a_counter_reset_counts_what_was_counted_since() -> None:
     mix = served_mix(history, 30.0, 30.0)
     assert mix is not None
     assert (mix.requests, mix.prompt_tokens, mix.output_tokens) == (4, 1000.0, 10.0)
+
+
+def test_the_prometheus_source_asks_for_the_counters_increase_over_the_window() -> None:
+    from preheat.autoscaler.prometheus import queries
+    from preheat.autoscaler.source import SignalQuery
+    from preheat.core.pool import Objective, Signal
+
+    q = queries(SignalQuery((Objective(Signal.TTFT, 95.0, 400.0),), window_s=60.0), 'job="w"')
+    assert q.served == (
+        'sum(increase(vllm:request_success_total{job="w"}[60s]))',
+        'sum(increase(vllm:prompt_tokens_total{job="w"}[60s]))',
+        'sum(increase(vllm:prefix_cache_hits_total{job="w"}[60s]))',
+        'sum(increase(vllm:generation_tokens_total{job="w"}[60s]))',
+    )
+
+
+def _answer(v: float) -> list[dict[str, object]]:
+    return [{"metric": {}, "value": [0, str(v)]}]
+
+
+def test_the_prometheus_answers_make_the_mix() -> None:
+    from preheat.autoscaler.prometheus import _mix
+
+    answers = {f"served:{k}": _answer(v) for k, v in enumerate((20.0, 20_000.0, 2_000.0, 1_500.0))}
+    mix = _mix(answers)
+    assert mix is not None
+    assert (mix.requests, mix.prompt_tokens, mix.cached_tokens, mix.output_tokens) == (
+        20.0,
+        1000.0,
+        100.0,
+        75.0,
+    )
+    assert _mix({}) is None
+    assert _mix({**answers, "served:0": _answer(float("nan"))}) is None
+    assert _mix({**answers, "served:0": _answer(0.0)}) is None

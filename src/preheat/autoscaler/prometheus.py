@@ -16,6 +16,10 @@ freshness             ``timestamp(vllm:num_requests_waiting{sel})`` (per worker)
                       ``up{sel} == 0`` (a target Prometheus cannot scrape)
 held at the router    ``sum(preheat_router_queue_depth{router_sel})`` when ``router_selector``
                       is given: added to in flight, and the only signal at zero replicas
+request mix           ``sum(increase(<counter>_total{sel}[w]))`` of ``vllm:request_success``,
+                      ``vllm:prompt_tokens``, ``vllm:prefix_cache_hits`` and
+                      ``vllm:generation_tokens``: per finished request, the capacity
+                      estimate's mix (none finished, or no series: no mix)
 demand (routers)      ``sum(rate(preheat_router_arrivals_total{router_sel}[w]))`` and
                       ``sum by (reason) (rate(preheat_router_refused_total{router_sel}[w]))``
                       when ``router_selector`` is given: refused demand is demand to the
@@ -52,7 +56,7 @@ from urllib3.util.retry import Retry
 from preheat.autoscaler.scrape import DEFAULT_HISTOGRAMS
 from preheat.autoscaler.source import SignalQuery, wake_signals, wakes
 from preheat.core import metric_names as mn
-from preheat.core.autoscaling import Demand, Signals, SignalValue
+from preheat.core.autoscaling import Demand, Mix, Signals, SignalValue
 from preheat.core.pool import Signal
 
 __all__ = ["PrometheusSource", "Queries", "queries"]
@@ -79,6 +83,8 @@ class Queries:
     router_queue: str = ""  # "" when no router selector is configured
     arrivals: str = ""  # the routers' arrival rate over the window ("": no router selector)
     refused: str = ""  # their refusal rate by reason
+    # the request mix: finished requests, prompt, cached and output tokens over the window
+    served: tuple[str, ...] = ()
 
 
 def queries(
@@ -104,7 +110,17 @@ def queries(
                 f"histogram_quantile({q:g}, sum by (le) (rate({hist}_bucket{sel}[{_range(w)}])))"
             )
             count[(i, w)] = f"sum(increase({hist}_count{sel}[{_range(w)}]))"
+    served = tuple(
+        f"sum(increase({name}_total{sel}[{_range(query.window_s)}]))"
+        for name in (
+            mn.VLLM_REQUEST_SUCCESS,
+            mn.VLLM_PROMPT_TOKENS,
+            mn.VLLM_PREFIX_CACHE_HITS,
+            mn.VLLM_GENERATION_TOKENS,
+        )
+    )
     return Queries(
+        served=served,
         latency=latency,
         count=count,
         waiting=f"sum({mn.VLLM_NUM_REQUESTS_WAITING}{sel})",
@@ -238,6 +254,8 @@ class PrometheusSource:
             named["router_queue"] = qs.router_queue
             named["arrivals"] = qs.arrivals
             named["refused"] = qs.refused
+        for k, promql in enumerate(qs.served):
+            named[f"served:{k}"] = promql
         for (i, w), promql in qs.latency.items():
             named[f"lat:{i}:{w}"] = promql
         for (i, w), promql in qs.count.items():
@@ -345,6 +363,7 @@ class PrometheusSource:
             in_flight=in_flight,
             error="; ".join(problems),
             demand=demand,
+            mix=_mix(answers),
         )
 
     async def close(self) -> None:
@@ -371,6 +390,16 @@ def _demand(answers: Mapping[str, Any], window_s: float) -> Demand | None:
         window_s=window_s,
         by_reason=tuple(sorted(by_reason)),
     )
+
+
+def _mix(answers: Mapping[str, Any]) -> Mix | None:
+    """The window's request mix from the counters' increases (None: no series, or no
+    request finished)."""
+    got = [_rate(_scalar(answers.get(f"served:{k}"))) for k in range(4)]
+    n, prompt, cached, out = got
+    if n is None or prompt is None or n <= 0:
+        return None
+    return Mix(n, prompt / n, min(cached or 0.0, prompt) / n, (out or 0.0) / n)
 
 
 def _ms(seconds: float | None) -> float | None:
