@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +116,8 @@ async def test_models_lists_every_pool_and_an_unknown_model_is_not_found() -> No
             one = await (await m.http.get(m.url + f"/v1/models/{CODE}")).json()
             assert one["id"] == CODE
             assert one["object"] == "model"
+            alias = await (await m.http.get(m.url + "/v1/models/chat")).json()
+            assert (alias["id"], alias["root"]) == ("chat", CHAT)
 
             resp = await m.chat("no-such-model")
             assert resp.status == 404
@@ -255,3 +259,52 @@ async def test_metrics_carry_the_pool_and_model_labels() -> None:
                 )
                 == 1
             )
+
+
+async def test_the_passthrough_path_routes_by_model_and_renames_an_alias() -> None:
+    from fakeopenai import fake_openai, serve_openai
+
+    async with fake_openai() as fake, workers(WORKERS) as ws:
+        serve_openai(ws[0], fake.port)  # the chat pool's worker serves OpenAI HTTP
+        source = LiteralPools(two_pools([ws[0].endpoint], [ws[1].endpoint]))
+        async with multi(source) as m:
+            await m.server.wait_ready(1, timeout_s=10)
+            await eventually(lambda: bool(m.server.pools.resolve(CHAT).passthrough.active()))
+            resp = await m.chat("chat")
+            assert resp.status == 200, await resp.text()
+            assert json.loads(fake.bodies[-1])["model"] == CHAT  # the alias, renamed
+            resp = await m.chat(CHAT, stream=True)
+            assert resp.status == 200
+            assert (await resp.text()).rstrip().endswith("data: [DONE]")
+            assert json.loads(fake.bodies[-1])["model"] == CHAT
+            resp = await m.chat(CODE)  # the other pool: its sim worker, the gRPC path
+            assert resp.status == 200
+            assert resp.headers["X-Preheat-Worker"] == "code-1"
+            resp = await m.chat("gpt-4")
+            assert resp.status == 404
+            assert (await resp.json())["error"]["code"] == "model_not_found"
+            assert len(fake.bodies) == 2  # neither reached the OpenAI worker
+
+
+async def test_a_pool_with_bad_routing_settings_is_skipped_or_keeps_its_last_good() -> None:
+    async with workers(WORKERS) as ws:
+        chat, code = two_pools([ws[0].endpoint], [ws[1].endpoint])
+        bad = dataclasses.replace(code, routing={"policy": "nope"})
+        source = LiteralPools([chat, bad])
+        async with multi(source) as m:
+            await m.server.wait_ready(1, timeout_s=10)
+            assert m.server.models() == [CHAT, "chat"]  # the bad new pool is not served
+            assert "unknown policy" in m.server.pools.last_error
+            source.set_pools([chat, code])
+            await eventually(lambda: CODE in m.server.models())
+            assert m.server.pools.last_error == ""
+            good = dataclasses.replace(code, routing={"hotspotMarginMs": 9})
+            source.set_pools([chat, good])
+            pool = m.server.pools.resolve(CODE)
+            await eventually(lambda: pool.dispatcher.scheduler_config.hotspot_margin_ms == 9)
+            source.set_pools([chat, dataclasses.replace(good, routing={"policy": "nope"})])
+            await eventually(lambda: "unknown policy" in m.server.pools.last_error)
+            assert m.server.pools.resolve(CODE) is pool  # kept, with its last good settings
+            assert pool.dispatcher.scheduler_config.hotspot_margin_ms == 9
+            await pool.embedded.wait_ready(1, 10)
+            assert (await m.chat(CODE)).status == 200

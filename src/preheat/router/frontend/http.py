@@ -143,6 +143,13 @@ class HttpFrontend:
                 return pool.model_len()
         return None
 
+    def model_root(self, model: str) -> str:
+        """The model the pools serve for ``model`` (an alias's pool model)."""
+        for name, pool in self.pools.models():
+            if name == model:
+                return pool.spec.model or name
+        return model
+
     def max_model_len(self, model: str) -> int:
         """The context window of the pool serving ``model`` ("": the default pool's);
         unknown: no limit (the workers check)."""
@@ -568,6 +575,7 @@ def build_app(frontend: HttpFrontend) -> web.Application:
                 data, add_generation_prompt=agp, continue_final_message=cfm
             ),
             model_len=frontend.model_len,
+            model_root=frontend.model_root,
         ),
     )
     return app

@@ -49,6 +49,8 @@ class VllmRoutes:
     chat_text: Callable[[dict[str, Any], bool, bool], str]
     # the context window /v1/models reports for a model; None: not known yet
     model_len: Callable[[str], int | None] = lambda _model: None
+    # the served model a name stands for (an alias's pool model; a model itself)
+    model_root: Callable[[str], str] = lambda model: model
 
 
 ROUTES_KEY: web.AppKey[VllmRoutes] = web.AppKey("vllm_routes", VllmRoutes)
@@ -159,7 +161,9 @@ async def _model(request: web.Request) -> web.Response:
                 param="model",
             )
         )
-    return web.json_response(model_object(model, routes.model_len(model)))
+    return web.json_response(
+        model_object(model, routes.model_len(model), root=routes.model_root(model))
+    )
 
 
 async def _health(request: web.Request) -> web.Response:

@@ -138,7 +138,8 @@ class PoolSet:
         self._retiring: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
         self.task: asyncio.Task[None] | None = None  # ends only if discovery fails
-        self.last_error = ""
+        self.last_error = ""  # the pools whose settings were refused, and why
+        self._errors: list[str] = []
 
     # --- building ---------------------------------------------------------------------------
     def _passthrough(self, d: Dispatcher) -> Passthrough:
@@ -268,9 +269,10 @@ class PoolSet:
     def apply(self, specs: tuple[PoolSpec, ...]) -> None:
         """Makes the pools those of ``specs`` (see the module docstring)."""
         table = model_table(specs)
-        for c in table.conflicts:
+        for c in set(table.conflicts) - set(self._table.conflicts):  # once, not every event
             log.warning("pool_model_conflict", extra=fields(problem=c))
         pools: dict[str, Pool] = {}
+        errors: list[str] = []
         for spec in specs:
             pool = self._pools.get(spec.key)
             try:
@@ -292,8 +294,10 @@ class PoolSet:
                     pool.metrics.bind_pool(spec.name, spec.model)
                     log.info("pool_changed", extra=fields(pool=spec.key, model=spec.model))
             except ValueError as e:  # its routing settings: keep what it had, or skip it
-                self.last_error = f"pool {spec.key}: {e}"
-                log.error("bad_pool_settings", extra=fields(pool=spec.key, error=str(e)))
+                error = f"pool {spec.key}: {e}"
+                if error not in self._errors:  # once, not on every event
+                    log.error("bad_pool_settings", extra=fields(pool=spec.key, error=str(e)))
+                errors.append(error)
                 if pool is None:
                     continue
                 spec = dataclasses.replace(pool.spec, endpoints=spec.endpoints)
@@ -308,6 +312,8 @@ class PoolSet:
                 self._retiring.add(task)
                 task.add_done_callback(self._retiring.discard)
         self._pools = pools
+        self._errors = errors
+        self.last_error = "; ".join(errors)  # "" once every pool's settings are good
         self._table = model_table([p.spec for p in pools.values()])
         self._synced = True
         self._changed.set()
