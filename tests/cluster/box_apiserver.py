@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp.web
+import attrs
 import kmock
 from kmock._internal import enums, rendering
 from kmock._internal.k8s import KubernetesObjectNotFoundError
@@ -65,6 +66,7 @@ BUILTIN: dict[str, tuple[str, bool, set[str]]] = {
     "events.k8s.io/v1/events": ("Event", True, set()),
     "networking.k8s.io/v1/networkpolicies": ("NetworkPolicy", True, set()),
 }
+WATCH_TRUE = {"1", "t", "T", "TRUE", "True"}
 CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
 
@@ -165,6 +167,10 @@ class BoxKube(PreheatKube):
 
     async def _handle(self, request: rendering.Request) -> Any:
         res = rkey(request.resource)
+        if request.action == enums.action.LIST and request.params.get("watch") in WATCH_TRUE:
+            # the API server parses ?watch= as Go's ParseBool; kmock knows only "true"
+            request = attrs.evolve(request, action=enums.action.WATCH)
+            self._requests[-1:] = [request]  # kmock matches reactions on its recorded requests
         subject = _subject(request)
         if subject is not None and request.resource is not None and request.resource.plural:
             attributes = _attributes(request)

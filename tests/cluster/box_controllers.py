@@ -374,6 +374,8 @@ class ServiceProxy:
                 except OSError:
                     return
                 await asyncio.gather(_pipe(reader, up_w), _pipe(up_r, writer))
+            except asyncio.CancelledError:  # close(): asyncio's server callback would log it
+                return
             finally:
                 writer.close()
                 self.tasks.discard(task)

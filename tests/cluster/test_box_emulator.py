@@ -399,3 +399,15 @@ async def test_a_pod_token_is_refused_what_its_role_does_not_grant(api: BoxKube)
     assert (await resp.json())["reason"] == "Forbidden"
     assert api.denied == ["sys:sa list /secrets ns=ns name="]
     assert (await api.get("/api/v1/namespaces/ns/secrets")).status == 200  # the tests: admin
+
+
+async def test_watch_true_as_go_parses_it(api: BoxKube) -> None:
+    """kubernetes_asyncio sends ?watch=True; the API server's ParseBool takes it."""
+    await create(api, "/api/v1/namespaces/ns/pods", pod("a"))
+    resp = await api.get("/api/v1/namespaces/ns/pods?watch=True", timeout=None)
+    line = await asyncio.wait_for(resp.content.readline(), 5)
+    import json
+
+    event = json.loads(line)
+    assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "a")
+    resp.close()
