@@ -9,6 +9,7 @@ from); a failed step's message carries the tail of every container's log.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -16,10 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 from box_cluster import Cluster, helm_template, install_order
 from box_controllers import is_ready, terminating
+from box_traffic import Answer, chat
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE, RELEASE_NS, NS = "preheat", "preheat-system", "default"
@@ -233,6 +236,61 @@ def test_pools_reach_ready_with_their_standby_warm(box: Cluster) -> None:
     )
 
 
+# --- 2. a chat completion through the router's Service, per model ------------------------
+
+
+def router_base(box: Cluster) -> str:
+    """The router Service's address (its ClusterIP; kube-proxy picks a router pod)."""
+    svc = box.get("v1/services", RELEASE_NS, f"{RELEASE}-router")
+    assert svc is not None, "no router Service"
+    port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "http")
+    return f"http://{svc['spec']['clusterIP']}:{port}"
+
+
+MODELS = {"sim-tiny": "sim-tiny", SECOND: "sim-fast-model"}  # pool -> model
+
+
+def send(box: Cluster, model: str, count: int = 1, **kwargs: Any) -> list[Answer]:
+    """``count`` concurrent chat completions through the router's Service."""
+
+    async def go() -> list[Answer]:
+        async with aiohttp.ClientSession() as session:
+            return await asyncio.gather(
+                *(chat(session, router_base(box), model, **kwargs) for _ in range(count))
+            )
+
+    return asyncio.run(go())
+
+
+def models(box: Cluster) -> set[str]:
+    async def go() -> set[str]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"{router_base(box)}/v1/models") as resp,
+        ):
+            assert resp.status == 200, await resp.text()
+            return {m["id"] for m in (await resp.json())["data"]}
+
+    return asyncio.run(go())
+
+
+def test_chat_through_the_router_service_reaches_each_models_pool(box: Cluster) -> None:
+    box.wait(lambda: set(MODELS.values()) <= models(box), within=60, what="/v1/models lists both")
+    for name, model in MODELS.items():
+        active = {
+            p["metadata"]["name"]
+            for p in pool_pods(box, name)
+            if p["metadata"]["labels"].get(WORKER_ROLE) == "active"
+        }
+        for answer in send(box, model, count=3, max_tokens=12):
+            assert answer.complete, answer
+            assert answer.chunks >= 2, f"not streamed: {answer}"
+            assert answer.worker in active, f"{model} served by {answer.worker}, not {active}"
+    [unknown] = send(box, "no-such-model")
+    assert unknown.status == 404
+    assert unknown.body["error"]["code"] == "model_not_found"
+
+
 # --- 3 (the operator's side). scale up, standby first; scale down, drained -----------------
 
 
@@ -274,6 +332,67 @@ def test_scale_up_promotes_the_standby_then_scale_down_drains(box: Cluster) -> N
         if (e.get("involvedObject") or {}).get("name") == SECOND
     ]
     assert events, "the operator recorded no Event on the pool"
+
+
+# --- 4. a worker SIGKILLed: restarted, routed around, no request hangs ---------------------
+
+
+def test_a_worker_sigkilled_is_restarted_and_routed_around(box: Cluster) -> None:
+    box.patch(pool(box, SECOND), {"spec": {"replicas": {"min": 2}}})
+    box.wait(lambda: converged(box, SECOND), within=WARM_S, what="two active workers")
+    active = sorted(
+        p["metadata"]["name"]
+        for p in pool_pods(box, SECOND)
+        if p["metadata"]["labels"].get(WORKER_ROLE) == "active"
+    )
+    victim = active[0]
+    pid = box.processes()[victim]["worker"]
+    assert pid
+
+    async def go() -> tuple[list[Answer], list[Answer]]:
+        async with aiohttp.ClientSession() as session:
+            base = router_base(box)
+            flight = [
+                asyncio.create_task(chat(session, base, MODELS[SECOND], max_tokens=400))
+                for _ in range(6)
+            ]
+            await asyncio.sleep(0.5)
+            os.kill(pid, signal.SIGKILL)
+            after = [
+                await chat(session, base, MODELS[SECOND], max_tokens=8, timeout_s=30)
+                for _ in range(10)
+            ]
+            return list(await asyncio.gather(*flight)), after
+
+    in_flight, after = asyncio.run(go())
+    hung = [a for a in in_flight + after if a.status == 0 and "Timeout" in str(a.error)]
+    assert not hung, f"requests hung: {hung}"
+    for answer in after:  # sent after the kill: served by the other worker
+        assert answer.complete, answer
+        assert answer.worker != victim or _restarted(box, victim, pid), answer
+    assert any(a.complete for a in in_flight)
+    cut = [a for a in in_flight if a.worker == victim]
+    assert cut, f"no request was on the killed worker: {in_flight}"
+    for answer in cut:  # it ends: streamed to the end, or an error event / status, not a hang
+        assert answer.complete or answer.error or answer.status >= 500, answer
+
+    box.wait(lambda: _restarted(box, victim, pid), within=30, what="the kubelet restarts it")
+    pod = box.get("v1/pods", NS, victim)
+    assert pod is not None
+    assert pod["status"]["containerStatuses"][0]["restartCount"] >= 1
+    box.wait(lambda: converged(box, SECOND), within=WARM_S, what="the pool whole again")
+    box.wait(
+        lambda: victim in {a.worker for a in send(box, MODELS[SECOND], count=6, max_tokens=4)},
+        within=60,
+        what="the restarted worker serves again",
+    )
+    box.patch(pool(box, SECOND), {"spec": {"replicas": {"min": 1}}})
+    box.wait(lambda: converged(box, SECOND), within=WARM_S, what="back to one active")
+
+
+def _restarted(box: Cluster, name: str, old_pid: int) -> bool:
+    now = box.processes().get(name, {}).get("worker")
+    return bool(now and now != old_pid)
 
 
 # --- 5. the operator killed mid-reconcile ---------------------------------------------------
