@@ -334,6 +334,77 @@ def test_scale_up_promotes_the_standby_then_scale_down_drains(box: Cluster) -> N
     assert events, "the operator recorded no Event on the pool"
 
 
+# --- 3 (traffic). a burst scales up (standby first) and down, no stream cut ----------------
+
+BURST = 8  # concurrent streams: four times the pool's per-replica target
+
+
+def test_a_burst_scales_up_and_back_down_without_cutting_a_stream(box: Cluster) -> None:
+    box.patch(
+        pool(box, SECOND),
+        {
+            "spec": {
+                "autoscaling": {
+                    "objectives": [{"signal": "concurrency", "perReplica": 2}],
+                    "window": "10s",
+                    "scaleUp": {"cooldown": "0s"},
+                    "scaleDown": {"stabilization": "0s", "cooldown": "0s"},
+                }
+            }
+        },
+    )
+    box.wait(lambda: converged(box, SECOND), within=WARM_S, what="autoscaled pool")
+    before = {p["metadata"]["name"]: p for p in pool_pods(box, SECOND)}
+    [standby] = [n for n, p in before.items() if p["metadata"]["labels"][WORKER_ROLE] == "standby"]
+
+    def scaled_up() -> bool:
+        return int(pool(box, SECOND)["status"].get("desiredReplicas", 1)) >= 2
+
+    async def burst() -> list[Answer]:
+        """BURST streams at a time until the autoscaler asks for more (at most 120 s)."""
+        answers: list[Answer] = []
+        async with aiohttp.ClientSession() as session:
+            base = router_base(box)
+            deadline = asyncio.get_running_loop().time() + 120
+            while not scaled_up() and asyncio.get_running_loop().time() < deadline:
+                answers += await asyncio.gather(
+                    *(chat(session, base, MODELS[SECOND], max_tokens=300) for _ in range(BURST))
+                )
+        return answers
+
+    answers = asyncio.run(burst())
+    assert scaled_up(), f"the burst did not scale the pool up: {pool(box, SECOND)['status']}"
+    assert all(a.complete for a in answers), [a for a in answers if not a.complete][:3]
+    pod = box.get("v1/pods", NS, standby)
+    assert pod is not None
+    assert pod["metadata"]["labels"][WORKER_ROLE] == "active", "the standby was not promoted"
+    grown = box.wait(
+        lambda: len(pool_pods(box, SECOND)) > len(before) and pool_pods(box, SECOND),
+        within=30,
+        what="a new pod behind the promoted standby",
+    )
+    assert {p["metadata"]["name"] for p in grown} - set(before)
+
+    async def trickle() -> list[Answer]:
+        """Two long streams at a time (under target) while the pool shrinks back."""
+        answers: list[Answer] = []
+        async with aiohttp.ClientSession() as session:
+            base = router_base(box)
+            deadline = asyncio.get_running_loop().time() + 120
+            while scaled_up() and asyncio.get_running_loop().time() < deadline:
+                answers += await asyncio.gather(
+                    *(chat(session, base, MODELS[SECOND], max_tokens=300) for _ in range(2))
+                )
+        return answers
+
+    answers = asyncio.run(trickle())
+    assert not scaled_up(), "the pool did not scale back down"
+    assert answers, "no stream ran during the scale-down"
+    assert all(a.complete for a in answers), [a for a in answers if not a.complete][:3]
+    box.wait(lambda: converged(box, SECOND), within=WARM_S, what="scaled back down")
+    box.patch(pool(box, SECOND), {"spec": {"autoscaling": {"objectives": None}}})
+
+
 # --- 4. a worker SIGKILLed: restarted, routed around, no request hangs ---------------------
 
 
