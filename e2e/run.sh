@@ -53,6 +53,13 @@ kubectl -n "$NS" apply -f "$ROOT/examples/pool-minimal.yaml"
 kubectl -n "$NS" wait --for=condition=Ready "ipool/$POOL" --timeout=300s
 kubectl -n "$NS" get ipool,deploy,svc,pdb,pods -o wide
 
+# pool-minimal has no objectives (no autoscaling): give it one, as the cluster tier
+# (tests/cluster, step 3) does, so the traffic below can scale it.
+log "autoscaling the pool on concurrency (2 per replica)"
+kubectl -n "$NS" patch "ipool/$POOL" --type merge -p '{"spec": {"autoscaling": {
+  "objectives": [{"signal": "concurrency", "perReplica": 2}], "window": "10s",
+  "scaleUp": {"cooldown": "0s"}}}}'
+
 active() { kubectl -n "$NS" get "ipool/$POOL" -o jsonpath='{.status.replicas.active}'; }
 log "active replicas before traffic: $(active)"
 
@@ -61,14 +68,21 @@ kubectl -n preheat-system port-forward svc/preheat-router 18080:8080 >/dev/null 
 PF=$!
 trap 'kill $PF 2>/dev/null || true; cleanup' EXIT
 sleep 3
+log "one streamed chat completion (the router names the worker)"
+curl -sS -m 30 -D - -o /dev/null http://127.0.0.1:18080/v1/chat/completions \
+  -H 'content-type: application/json' \
+  -d "{\"model\":\"$POOL\",\"stream\":true,\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}" \
+  | grep -i '^x-preheat-worker:' || { log "no X-Preheat-Worker: not served by a worker"; exit 1; }
 end=$((SECONDS + 90))
 while (( SECONDS < end )); do
+  pids=()
   for _ in $(seq 16); do
     curl -s -m 30 -o /dev/null http://127.0.0.1:18080/v1/completions \
       -H 'content-type: application/json' \
       -d "{\"model\":\"$POOL\",\"prompt\":\"hello $RANDOM\",\"max_tokens\":64}" &
+    pids+=("$!")
   done
-  wait
+  wait "${pids[@]}"  # not a bare wait: that would wait for the port-forward too (forever)
 done
 
 log "watching the pool scale (at most 120 s)"
