@@ -49,6 +49,7 @@ from box_controllers import NODE, meta, objects_of, post_event, terminating
 from box_images import ROOT, image_for
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+KEEP_ROOT = "/run/preheat-checkout"  # inside the pod's own /run tmpfs
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PODNET_SOURCE = Path(__file__).with_name("podnet.c")
 
@@ -419,6 +420,11 @@ class PodRuntime:
         image = image_for(str(c.spec["image"]))
         argv = [_expand(a, env) for a in image.argv(c.spec.get("command"), c.spec.get("args"))]
         lines = ["set -e", "mount -t tmpfs -o size=4m tmpfs /run"]
+        # The checkout (its .venv: the image's preheat) may sit under a path a volume
+        # covers (a clone in /tmp, and the chart mounts an emptyDir at /tmp): keep a handle
+        # on it before the volumes go on, and put it back where it was after.
+        root = shlex.quote(str(ROOT))
+        lines += [f"mkdir -p {KEEP_ROOT}", f"mount --bind {root} {KEEP_ROOT}"]
         mounts = self._volumes(c)
         sa = self._service_account()
         if sa is not None:
@@ -443,6 +449,9 @@ class PodRuntime:
             lines += [f"mkdir -p {q}", f"mount --bind {shlex.quote(str(host))} {q}"]
             if read_only:
                 lines.append(f"mount -o remount,bind,ro {q}")
+        lines.append(
+            f"[ -d {root}/src ] || {{ mkdir -p {root} && mount --bind {KEEP_ROOT} {root}; }}"
+        )
         lines.append('exec "$@"')
         script = "; ".join(lines)
         wrapped = [
