@@ -375,7 +375,7 @@ def test_values_schema_refuses_bad_values_with_the_path(values: list[str], messa
 
 
 @needs_helm
-def test_routers_have_a_disruption_budget_that_selects_them() -> None:
+def test_routers_have_a_disruption_budget_and_spread_over_nodes_and_zones() -> None:
     """Two or more routers: a node drain takes one at a time (PDB maxUnavailable 1 over the
     router Deployment's own selector); one router: no PDB, which would block every drain."""
 
@@ -392,4 +392,12 @@ def test_routers_have_a_disruption_budget_that_selects_them() -> None:
     (pdb,), router = objects([])
     assert pdb["spec"]["maxUnavailable"] == 1
     assert pdb["spec"]["selector"] == router["spec"]["selector"]
+    spread = router["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert {s["topologyKey"] for s in spread} == {
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+    }
+    for s in spread:  # soft: a single node, or nodes without zone labels, run them all
+        assert s["whenUnsatisfiable"] == "ScheduleAnyway"
+        assert s["labelSelector"] == router["spec"]["selector"]
     assert objects(["--set", "router.replicas=1"])[0] == []
