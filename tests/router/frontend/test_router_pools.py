@@ -308,3 +308,33 @@ async def test_a_pool_with_bad_routing_settings_is_skipped_or_keeps_its_last_goo
             assert pool.dispatcher.scheduler_config.hotspot_margin_ms == 9
             await pool.embedded.wait_ready(1, 10)
             assert (await m.chat(CODE)).status == 200
+
+
+class _SilentPools:
+    """A pool source that has not answered yet (the API server not reached)."""
+
+    async def changes(self) -> AsyncIterator[tuple[PoolSpec, ...]]:
+        await asyncio.Event().wait()
+        yield ()
+
+
+async def test_the_router_is_ready_once_it_knows_the_pools_not_once_a_worker_is() -> None:
+    """A router takes requests (it holds or refuses them itself) as soon as it knows the
+    pools, with no worker anywhere and even with no pool: otherwise `helm install --wait`
+    never succeeds before a pool exists, rollouts with maxUnavailable 0 stall while a pool
+    has no active worker, and at zero workers the router Service has no endpoint left to
+    take the request that would wake a pool scaled to zero. Until the pool list is known
+    it is not ready."""
+    for specs in ([], two_pools([], [])):
+        async with multi(LiteralPools(specs), queue_timeout_s=0.3) as m:
+            await eventually(lambda: m.server.ready())
+            resp = await m.http.get(m.url + "/ready")
+            assert resp.status == 200, await resp.text()
+            if specs:
+                held = await m.chat(CHAT)
+                assert held.status == 503  # held for its patience, then Retry-After
+                assert "Retry-After" in held.headers
+    async with multi(_SilentPools()) as m:
+        resp = await m.http.get(m.url + "/ready")
+        assert resp.status == 503
+        assert (await m.http.get(m.url + "/healthz")).status == 200
