@@ -121,7 +121,13 @@ def test_a_pool_whose_router_refuses_requests_grows(tmp_path: Path) -> None:
     ups = [e for e in events if e.kind == "scale_up"]
     log = "\n".join(f"{e.t_s:.1f} {e.kind} {e.reason}" for e in events)
     assert ups, f"the pool never grew although its router refused {outcomes}:\n{log}"
-    assert ups[0].reason.startswith("router refused "), log
-    assert "needs " in ups[0].reason
-    assert "ms < 30000 ms" in ups[0].reason  # the served latency alone asked for nothing
+    # What grows it is the demand the router saw, refused requests included: either the
+    # refusals themselves (A / (A - R)) or the capacity estimate, which sizes the pool from
+    # the router's arrival rate (refused arrivals counted); which of the two asks first
+    # depends on timing (the capacity estimate came after this test was written).
+    first = ups[0].reason
+    assert first.startswith("router refused ") or "capacity: " in first, log
+    if first.startswith("router refused "):
+        assert "needs " in first
+        assert "ms < 30000 ms" in first  # the served latency alone asked for nothing
     assert active_after >= 2
