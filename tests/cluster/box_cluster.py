@@ -108,11 +108,16 @@ class Cluster:
             raise
 
     def start(self) -> Cluster:
+        """Everything up; on a failure, whatever started is stopped before it raises."""
         self.thread.start()
-        podnet = build_podnet(self.root)
-        ca, cert, key = make_certs(self.root, self.api_ip)
-        self.ca_cert = ca
-        self.call(self._start(podnet, ca, cert, key))
+        try:
+            podnet = build_podnet(self.root)
+            ca, cert, key = make_certs(self.root, self.api_ip)
+            self.ca_cert = ca
+            self.call(self._start(podnet, ca, cert, key))
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     async def _start(self, podnet: Path, ca: Path, cert: Path, key: Path) -> None:
@@ -191,6 +196,8 @@ class Cluster:
                 self.call(self._stop(), timeout=60)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
+        if not self.thread.is_alive() and not self.loop.is_closed():
+            self.loop.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
     async def _stop(self) -> None:

@@ -411,3 +411,19 @@ async def test_watch_true_as_go_parses_it(api: BoxKube) -> None:
     event = json.loads(line)
     assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "a")
     resp.close()
+
+
+def test_a_cluster_that_fails_to_start_leaves_nothing(
+    box_ready: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import box_cluster
+
+    def no_openssl(into: Any, api_ip: str) -> Any:
+        raise RuntimeError("openssl failed")
+
+    monkeypatch.setattr(box_cluster, "make_certs", no_openssl)
+    cluster = box_cluster.Cluster()
+    with pytest.raises(RuntimeError, match="openssl failed"):
+        cluster.start()
+    assert not cluster.thread.is_alive()
+    assert not cluster.root.exists()
