@@ -326,6 +326,10 @@ def test_scale_up_promotes_the_standby_then_scale_down_drains(box: Cluster) -> N
     gone = box.wait(victim_gone, within=60, what="the victim drained and deleted")
     assert len(gone) == 1, f"one pod removed: {gone}"
     assert not set(gone) & set(box.processes()), "the victim's process still runs"
+    [victim] = gone
+    log = (box.root / "pods" / f"{NS}_{victim}" / "worker.log").read_text()
+    assert '"drain_started"' in log, "the victim was not drained before it went"
+    assert '"drain_done"' in log, "the victim's drain did not finish"
     events = [
         e
         for e in box.objects("v1/events", NS)
