@@ -232,11 +232,17 @@ async def test_multi_turn_predicted_blocks_are_vllms_hits(running: Running) -> N
     (usage.prompt_tokens_details.cached_tokens), within one block."""
     reg = running.router.metrics.registry
 
+    def total(name: str) -> float:
+        """The counter summed over its label sets (pool, model_name)."""
+        return sum(
+            sample.value
+            for family in reg.collect()
+            for sample in family.samples
+            if sample.name == name + "_total"
+        )
+
     def counts() -> tuple[float, float]:
-        labels = {"pool": ""}
-        p = reg.get_sample_value(ROUTER_PREDICTED_CACHED_BLOCKS + "_total", labels)
-        a = reg.get_sample_value(ROUTER_ACTUAL_CACHED_BLOCKS + "_total", labels)
-        return p or 0.0, a or 0.0
+        return total(ROUTER_PREDICTED_CACHED_BLOCKS), total(ROUTER_ACTUAL_CACHED_BLOCKS)
 
     messages: list[Any] = [{"role": "system", "content": "You keep the answers very short."}]
     hits = []
