@@ -171,13 +171,19 @@ def bursty_trace(
 ) -> tuple[list[TraceRequest], RateCurve]:
     """The bursty trace and the rate curve it follows (steps 1-5)."""
     curve = rate_curve(read_servegen_rates(servegen_csv, spec.workload), spec)
+    return requests_on_curve(curve, azure_csv, spec.seed), curve
+
+
+def requests_on_curve(curve: RateCurve, azure_csv: Path | str, seed: int) -> list[TraceRequest]:
+    """Poisson arrivals following ``curve``, sized by the Azure trace's rows in order from a
+    random start (steps 4-5; the bursty and the diurnal traces alike)."""
     sizes = load_trace(azure_csv, TraceOptions(fmt="azure"))
     if not sizes:
         raise TraceError(azure_csv, None, "no requests in the Azure trace")
-    rng = random.Random(spec.seed)
+    rng = random.Random(seed)
     times = arrivals(curve, rng)
     offset = rng.randrange(len(sizes))
-    reqs = [
+    return [
         TraceRequest(
             arrival_s=t,
             input_tokens=sizes[(offset + k) % len(sizes)].input_tokens,
@@ -187,7 +193,6 @@ def bursty_trace(
         )
         for k, t in enumerate(times)
     ]
-    return reqs, curve
 
 
 def write_preheat_jsonl(requests: Sequence[TraceRequest], path: Path | str) -> None:

@@ -20,7 +20,6 @@ the day (:class:`preheat.core.autoscaling.baselines.Scheduled` runs it).
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +27,10 @@ from pathlib import Path
 from preheat.workload.bursts import (
     SERVEGEN_WINDOW_S,
     RateCurve,
-    arrivals,
     read_servegen_rates,
+    requests_on_curve,
 )
-from preheat.workload.traces import TraceError, TraceOptions, TraceRequest, load_trace
+from preheat.workload.traces import TraceRequest
 
 __all__ = ["DiurnalSpec", "day_curves", "diurnal_trace", "hourly_schedule"]
 
@@ -94,23 +93,7 @@ def diurnal_trace(
 ) -> tuple[list[TraceRequest], RateCurve, RateCurve]:
     """The day's requests, its rate curve and the reference day's."""
     day, ref = day_curves(read_servegen_rates(servegen_csv, spec.workload), spec)
-    sizes = load_trace(azure_csv, TraceOptions(fmt="azure"))
-    if not sizes:
-        raise TraceError(azure_csv, None, "no requests in the Azure trace")
-    rng = random.Random(spec.seed)
-    times = arrivals(day, rng)
-    offset = rng.randrange(len(sizes))
-    reqs = [
-        TraceRequest(
-            arrival_s=t,
-            input_tokens=sizes[(offset + k) % len(sizes)].input_tokens,
-            output_tokens=sizes[(offset + k) % len(sizes)].output_tokens,
-            line=sizes[(offset + k) % len(sizes)].line,
-            index=k,
-        )
-        for k, t in enumerate(times)
-    ]
-    return reqs, day, ref
+    return requests_on_curve(day, azure_csv, spec.seed), day, ref
 
 
 def hourly_schedule(
