@@ -8,7 +8,7 @@ the test sets.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -39,15 +39,16 @@ NAME = "sim-auto"
 class FakeSource:
     """Answers TTFT p95 = ``ttft_ms`` observed now, or stale when ``stale`` is set."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.ttft_ms = 100.0
         self.stale = False
         self.reads = 0
         self.closed = False
+        self.clock = clock
 
     async def read(self, query: SignalQuery) -> Signals:
         self.reads += 1
-        now = time.monotonic()
+        now = self.clock()
         if self.stale:
             return Signals(observed_at=None, stale=True, error="scrape failed: connection refused")
         values = tuple(
@@ -194,6 +195,67 @@ async def test_manual_scale_is_honoured_until_a_decision_changes_size(
     last = await eventually(lambda: status(kube).get("lastScale"))
     assert last["from"] == 2, last
     assert last["to"] == desired(kube), last
+
+
+class JumpClock:
+    """The real clocks plus an offset the test moves forward (time passing at once)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.offset
+
+    def wall(self) -> float:
+        return time.time() + self.offset
+
+
+async def test_the_scale_down_window_survives_an_operator_restart(
+    kube: PreheatKube, no_leaked_tasks: None
+) -> None:
+    """Spike, lull, restart. The new operator goes on from the window the pool's status
+    kept: it scales down when the spike's recommendations leave the 100 s window, not 100 s
+    after its own start (what it did when the history was only in memory)."""
+    clock = JumpClock()
+    source = FakeSource(clock.monotonic)
+    options = AutoscalerOptions(interval_s=0.2, source_factory=lambda _target: source,
+                                clock=clock.monotonic, wall_clock=clock.wall)  # fmt: skip
+    spec = pool(scaleDown={"stabilization": "100s", "cooldown": "0s"})
+    await create_pool(kube, spec)
+    await add_pods(kube, NAMESPACE, NAME, 1, ready=True)
+    first = await OperatorProcess(autoscaler=options).start()
+    try:
+        source.ttft_ms = 800.0  # 2x the target: 1 -> 2
+        await eventually(lambda: desired(kube) == 2)
+        source.ttft_ms = 100.0  # the lull: the window holds 2
+        await eventually(lambda: "stabilizing (down" in autoscaling_message(kube))
+        clock.offset += 70.0  # 70 s into the window
+        reads = source.reads
+        await eventually(lambda: source.reads >= reads + 3)
+        assert desired(kube) == 2
+    finally:
+        await first.stop()
+    kept = status(kube)["policyHistory"]
+    assert [r["replicas"] for r in kept["recommendations"]][-2:] == [2, 1], kept
+    assert kept["lastScaleDirection"] == "up"
+
+    second = await OperatorProcess(autoscaler=options).start()
+    try:
+        reads = source.reads
+        await eventually(lambda: source.reads >= reads + 3)
+        assert desired(kube) == 2  # 20-odd s of the window left: still held
+        assert "window began at start-up" not in autoscaling_message(kube)
+        clock.offset += 35.0  # the spike is out of the window; the new process is 35 s old
+        await eventually(lambda: desired(kube) == 1)
+        await eventually(lambda: status(kube)["lastScale"]["to"] == 1)
+        assert status(kube)["lastScale"]["from"] == 2
+        assert "stabilizing" not in status(kube)["lastScale"]["reason"]
+    finally:
+        await second.stop()
+
+
+def autoscaling_message(kube: PreheatKube) -> str:
+    return str(condition(get(kube, POOLS, NAMESPACE, NAME), "Autoscaling").get("message", ""))
 
 
 def test_prometheus_options_from_the_environment_fill_the_pool_in() -> None:

@@ -607,6 +607,30 @@ class LastScale(_Model):
     )
 
 
+class RecommendationEntry(_Model):
+    time: str = Field(description="RFC 3339.")
+    replicas: int = Field(ge=0, description="Active replicas the policy recommended then.")
+
+
+class PolicyHistory(_Model):
+    """What the autoscaling policy needs to go on after an operator restart
+    (``preheat.operator.policy_history``)."""
+
+    since: str = Field(description="RFC 3339: the policy's first evaluation of the pool.")
+    recommendations: list[RecommendationEntry] = Field(
+        default_factory=list,
+        max_length=100,
+        description="The recommendations over the stabilization windows, oldest first "
+        "(consecutive repeats dropped): scale-down follows their highest.",
+    )
+    last_scale_time: str | None = Field(
+        default=None, description="RFC 3339: the last scale event (the cooldowns run from it)."
+    )
+    last_scale_direction: Literal["up", "down"] | None = Field(
+        default=None, description="The last scale event's direction."
+    )
+
+
 class InferencePoolStatus(_Model):
     """What the operator observed; never desired state."""
 
@@ -623,6 +647,11 @@ class InferencePoolStatus(_Model):
     )
     last_scale: LastScale | None = Field(
         default=None, description="The autoscaler's last change of the active count, and why."
+    )
+    policy_history: PolicyHistory | None = Field(
+        default=None,
+        description="The autoscaler's recent recommendations and last scale, so that a "
+        "restarted operator keeps the scale-down window instead of starting it again.",
     )
     observed_generation: int = Field(
         default=0, ge=0, description="The pool's metadata.generation the operator last acted on."

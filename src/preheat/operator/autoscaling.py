@@ -5,21 +5,26 @@ Observe (signals from ``AutoscalerOptions.source_for``, pods from kopf's index),
 patch ``spec.replicas.desired`` when the target changes (the level-based reconcile does the
 roles and the Deployment), then :func:`~preheat.operator.conditions.report`. State is in
 memory; a ``kubectl scale`` (a desired we did not write) is where the policy goes on from.
+What the scale-down window and the cooldowns need is also kept in the pool's
+``status.policyHistory`` (:mod:`~preheat.operator.policy_history`) and read back at a pool's
+first evaluation after a restart.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from preheat.api.pool import PoolSpecError, to_config
 from preheat.autoscaler.describe import signals_seen
 from preheat.autoscaler.source import MetricSource
 from preheat.core.autoscaling import Cause, Decision
+from preheat.core.autoscaling.memory import remember, restore
 from preheat.core.control import ControlState, signal_query, step, tally
-from preheat.operator import conditions
+from preheat.core.pool import AutoscalingConfig
+from preheat.operator import conditions, policy_history
 from preheat.operator.kube import POOLS
 from preheat.operator.metrics import AutoscalerMetrics
 from preheat.operator.observe import observation, ready_targets
@@ -39,6 +44,8 @@ class PoolLoop:
     source: MetricSource | None = None
     stale: bool = False
     written: tuple[str, int] | None = None  # our last write: (resourceVersion before, desired)
+    restored: bool = False  # status.policyHistory was read (once, before the first step)
+    remembered: dict[str, Any] | None = None  # the status.policyHistory we last wrote
 
 
 @dataclass
@@ -64,6 +71,7 @@ class Autoscaler:
             if loop.source is not None:
                 await loop.source.close()
             loop.source, loop.control, loop.stale = None, ControlState(), False
+            loop.restored = False
             return None
         if loop.source is None:
             target = PoolTarget(namespace, name, lambda: ready_targets(pods()))
@@ -78,7 +86,10 @@ class Autoscaler:
         if ours is not None and current != ours:
             log.info("autoscaler_manual_scale pool=%s/%s desired=%d (ours was %d): honoured",
                      namespace, name, current, ours)  # fmt: skip
-        now = self.options.clock()
+        now, wall = self.options.clock(), self.options.wall_clock()
+        if not loop.restored:
+            loop.restored = True
+            self._restore(loop, pool, config.autoscaling, now, wall)
         obs = observation(config, pods(), now=now, desired=current, signals=signals)
         decision, _, loop.control = step(obs, loop.control, tuning=self.options.tuning)
         assert decision is not None
@@ -90,10 +101,37 @@ class Autoscaler:
             patch = {"spec": {"replicas": {"desired": decision.active}}}
             await reconciler.kube.patch(POOLS, namespace, name, patch)
             loop.written = (str(meta.get("resourceVersion")), decision.active)
-        await conditions.report(reconciler, pool, decision, config.autoscaling,
-                                current=current, active=active, was_stale=loop.stale)  # fmt: skip
+        memory = remember(loop.control.policy, now, wall)
+        kept = None if memory is None else policy_history.to_status(memory)
+        extra = {policy_history.FIELD: kept} if kept is not None and kept != loop.remembered else {}
+        await conditions.report(reconciler, pool, decision, config.autoscaling, current=current,
+                                active=active, was_stale=loop.stale, extra=extra)  # fmt: skip
+        if extra:
+            loop.remembered = kept
         loop.stale = stale
         return decision
+
+    def _restore(
+        self,
+        loop: PoolLoop,
+        pool: Mapping[str, Any],
+        config: AutoscalingConfig,
+        now: float,
+        wall: float,
+    ) -> None:
+        """A pool's first evaluation in this process: the policy goes on from the history
+        its status kept (the scale-down window and cooldowns a restart would lose)."""
+        memory = policy_history.from_status(pool.get("status"))
+        if memory is None or loop.control.decided is not None:
+            return
+        policy = restore(loop.control.policy, memory, now, wall, config)
+        if policy is loop.control.policy:
+            return  # all of it older than the windows
+        loop.control = replace(loop.control, policy=policy)
+        meta = pool.get("metadata") or {}
+        log.info("autoscaler_history_restored pool=%s/%s recommendations=%d since_s=%.0f",
+                 meta.get("namespace"), meta.get("name"), len(policy.history),
+                 now - (policy.since if policy.since is not None else now))  # fmt: skip
 
 
 __all__ = ["Autoscaler", "PoolLoop"]

@@ -67,13 +67,15 @@ async def report(
     current: int,
     active: int,
     was_stale: bool,
+    extra: Mapping[str, Any] | None = None,
 ) -> None:
     """A decision on the pool: ``lastScale`` and ``ScaledUp`` / ``ScaledDown`` when the
     active target changed from ``current``, ``MetricsStale`` / ``MetricsAvailable`` when it
-    starts / stops holding on missing data, and the ``Autoscaling`` condition."""
+    starts / stops holding on missing data, and the ``Autoscaling`` condition; ``extra``:
+    other status fields to write with them (``policyHistory``)."""
     meta = pool.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-    status: dict[str, Any] = {}
+    status: dict[str, Any] = dict(extra or {})
     if decision.active != current:
         status["lastScale"] = {
             "time": now_rfc3339(),

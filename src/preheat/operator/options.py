@@ -83,6 +83,8 @@ class AutoscalerOptions:
     tuning: PolicyTuning = field(default_factory=PolicyTuning)
     source_factory: SourceFactory | None = None  # overrides both (tests, ``preheat up``)
     clock: Callable[[], float] = time.monotonic  # the policy's and the sources' clock
+    # seconds since the epoch: status.policyHistory's times (they outlive the process)
+    wall_clock: Callable[[], float] = time.time
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AutoscalerOptions:

@@ -1,0 +1,105 @@
+"""The policy's memory across a restart (core.autoscaling.memory): compression is exact
+for both windows, a restored policy decides as the one that never stopped, and what is
+too old or from the future is dropped."""
+
+from __future__ import annotations
+
+from autoscalingkit import Driver, config, signals
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from preheat.core.autoscaling import Cause, Direction, PolicyState, stabilize
+from preheat.core.autoscaling.memory import Memory, compress, remember, restore
+
+WALL = 1_800_000_000.0  # the wall clock at the policy's 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    recs=st.lists(st.integers(min_value=0, max_value=6), min_size=1, max_size=40),
+    window=st.floats(min_value=0.0, max_value=50.0),
+    later=st.floats(min_value=0.0, max_value=60.0),
+)
+def test_compression_keeps_every_window_min_and_max(
+    recs: list[int], window: float, later: float
+) -> None:
+    history = tuple((float(i), r) for i, r in enumerate(recs))
+    short = compress(history)
+    now = history[-1][0] + later
+    full_w, short_w = stabilize.window(history, now, window), stabilize.window(short, now, window)
+    assert (min(full_w), max(full_w)) == (min(short_w), max(short_w))
+    assert len(short) <= len(history)
+
+
+def test_remember_is_on_the_wall_clock_and_restore_puts_it_back() -> None:
+    cfg = config(down=(300.0, 0.0, 4))
+    state = PolicyState(
+        history=((100.0, 5), (115.0, 5), (130.0, 2)),
+        since=100.0,
+        last_scale_at=100.0,
+        last_direction=Direction.UP,
+    )
+    mem = remember(state, now=130.0, wall_now=WALL + 130.0)
+    assert mem == Memory(WALL + 100.0, ((WALL + 115.0, 5), (WALL + 130.0, 2)), WALL + 100.0,
+                         Direction.UP)  # fmt: skip
+    # a new process whose monotonic clock reads 7 when the wall clock reads WALL + 160
+    back = restore(PolicyState(), mem, now=7.0, wall_now=WALL + 160.0, config=cfg)
+    assert back.history == ((-38.0, 5), (-23.0, 2))
+    assert back.since == -53.0
+    assert (back.last_scale_at, back.last_direction) == (-53.0, Direction.UP)
+    assert remember(PolicyState(), 0.0, WALL) is None  # nothing evaluated yet
+
+
+def test_history_older_than_the_windows_restores_nothing() -> None:
+    cfg = config(down=(300.0, 0.0, 4))
+    mem = Memory(WALL, ((WALL, 5), (WALL + 10.0, 3)), WALL, Direction.UP)
+    fresh = PolicyState()
+    assert restore(fresh, mem, now=0.0, wall_now=WALL + 311.0, config=cfg) is fresh
+    # entries from the future (the wall clock went back) are dropped, the rest kept
+    back = restore(fresh, mem, now=0.0, wall_now=WALL + 5.0, config=cfg)
+    assert back.history == ((-5.0, 5),)
+    assert back.last_scale_at == -5.0
+
+
+def _ticks(d: Driver, start: float, end: float, ttft: float, shift: float = 0.0) -> None:
+    t = start
+    while t <= end:
+        d.tick(t - shift, signals(t - shift, ttft), active=d.desired)
+        t += 15.0
+
+
+def test_a_restored_policy_holds_and_releases_as_the_uninterrupted_one() -> None:
+    """Spike, then a lull; a restart 120 s into the lull. The restored policy scales down
+    when the uninterrupted one does (the spike leaves the 300 s window), not 300 s after
+    the restart as a fresh one would."""
+    cfg = config(down=(300.0, 0.0, 4))
+
+    def spike_then_lull(d: Driver, until: float) -> None:
+        _ticks(d, 0.0, 0.0, 400.0)
+        _ticks(d, 15.0, 60.0, 1200.0)  # 3x over: up
+        _ticks(d, 75.0, until, 100.0)  # far under: the window holds
+
+    whole = Driver(cfg=cfg, desired=2)
+    spike_then_lull(whole, 600.0)
+    first_down = next(t for t, dec in whole.decisions if dec.direction is Direction.DOWN)
+    assert 300.0 < first_down <= 375.0
+
+    before = Driver(cfg=cfg, desired=2)
+    spike_then_lull(before, 180.0)
+    mem = remember(before.state, now=180.0, wall_now=WALL + 180.0)
+    assert mem is not None
+    # the restart: a new process, its clock 1000 s behind (any monotonic clock), 20 s gap
+    shift = 1000.0
+    after = Driver(cfg=cfg, desired=before.desired)
+    after.state = restore(PolicyState(), mem, 200.0 - shift, WALL + 200.0, cfg)
+    _ticks(after, 210.0, 600.0, 100.0, shift)
+    down = next(t + shift for t, dec in after.decisions if dec.direction is Direction.DOWN)
+    assert down == first_down
+
+    fresh = Driver(cfg=cfg, desired=before.desired)  # what a restart did before
+    _ticks(fresh, 210.0, 600.0, 100.0, shift)
+    held = [dec for _, dec in fresh.decisions[:5]]
+    assert all(dec.cause is Cause.STABILIZING for dec in held)
+    assert "window began at start-up" in held[0].reason
+    fresh_down = next(t + shift for t, dec in fresh.decisions if dec.direction is Direction.DOWN)
+    assert fresh_down >= 210.0 + 300.0 > down

@@ -1,0 +1,47 @@
+"""status.policyHistory: the policy's memory as the pool's status carries it (pure)."""
+
+from __future__ import annotations
+
+from preheat.api.pool import InferencePoolStatus
+from preheat.core.autoscaling import Direction
+from preheat.core.autoscaling.memory import Memory
+from preheat.operator.policy_history import FIELD, from_status, to_status
+
+WALL = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+
+
+def test_round_trip_in_rfc3339_and_valid_against_the_status_schema() -> None:
+    mem = Memory(WALL, ((WALL + 15.25, 6), (WALL + 30.5, 3)), WALL + 15.25, Direction.UP)
+    doc = to_status(mem)
+    assert doc == {
+        "since": "2027-01-15T08:00:00.000Z",
+        "recommendations": [
+            {"time": "2027-01-15T08:00:15.250Z", "replicas": 6},
+            {"time": "2027-01-15T08:00:30.500Z", "replicas": 3},
+        ],
+        "lastScaleTime": "2027-01-15T08:00:15.250Z",
+        "lastScaleDirection": "up",
+    }
+    InferencePoolStatus.model_validate({FIELD: doc})  # the CRD's status schema takes it
+    assert from_status({FIELD: doc}) == mem
+
+
+def test_no_scale_yet_writes_no_last_scale() -> None:
+    doc = to_status(Memory(WALL, ((WALL, 2),)))
+    assert "lastScaleTime" not in doc
+    assert from_status({FIELD: doc}) == Memory(WALL, ((WALL, 2),))
+
+
+def test_a_status_without_or_with_an_unreadable_history_gives_none() -> None:
+    assert from_status(None) is None
+    assert from_status({"replicas": {}}) is None
+    good = to_status(Memory(WALL, ((WALL, 2),)))
+    for bad in (
+        {**good, "since": "yesterday"},
+        {**good, "since": "2027-01-15T08:00:00"},  # no zone: whose clock?
+        {**good, "recommendations": [{"time": good["since"]}]},
+        {**good, "recommendations": "6"},
+        {**good, "lastScaleTime": good["since"], "lastScaleDirection": "sideways"},
+        "6 replicas",
+    ):
+        assert from_status({FIELD: bad}) is None, bad
