@@ -128,5 +128,9 @@ AUTOSCALER_DECISIONS = "preheat_autoscaler_decisions"  # counter, namespace, poo
 AUTOSCALER_SIGNAL = "preheat_autoscaler_signal"  # gauge, namespace, pool, signal (ttft_p95, ...)
 AUTOSCALER_SIGNAL_TARGET = "preheat_autoscaler_signal_target"  # gauge, same labels: objective
 AUTOSCALER_STALE = "preheat_autoscaler_stale"  # gauge 0/1: holding on missing or stale metrics
+# the arrival-rate forecast (kept with autoscaling.predictive off too): req/s horizon ahead,
+# and |forecast - observed| / observed of its latest prediction whose time has come
+AUTOSCALER_FORECAST_RATE = "preheat_autoscaler_forecast_arrival_rate"  # gauge, namespace, pool
+AUTOSCALER_FORECAST_ERROR = "preheat_autoscaler_forecast_error_ratio"  # gauge, namespace, pool
 LABEL_CAUSE = "cause"  # preheat.core.autoscaling.Cause values
 LABEL_SIGNAL = "signal"

@@ -96,7 +96,8 @@ class Autoscaler:
         active, stale = tally(obs.pods).active, decision.cause is Cause.STALE
         seen = signals_seen(config.autoscaling, decision.signals)
         self.metrics.observe(namespace, name, desired=decision.active, current=active,
-                             cause=decision.cause.value, stale=stale, signals=seen)  # fmt: skip
+                             cause=decision.cause.value, stale=stale, signals=seen,
+                             forecast=decision.forecast)  # fmt: skip
         if decision.active != current:
             patch = {"spec": {"replicas": {"desired": decision.active}}}
             await reconciler.kube.patch(POOLS, namespace, name, patch)

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from preheat.core import metric_names as m
+from preheat.core.autoscaling.forecast import Outlook
 
 
 class Metrics:
@@ -100,6 +101,20 @@ class AutoscalerMetrics:
             pool,
             registry=registry,
         )
+        self.forecast = Gauge(
+            m.AUTOSCALER_FORECAST_RATE,
+            "The arrival rate (req/s) the autoscaler's forecast expects its horizon ahead "
+            "(acting only with autoscaling.predictive on).",
+            pool,
+            registry=registry,
+        )
+        self.forecast_error = Gauge(
+            m.AUTOSCALER_FORECAST_ERROR,
+            "|forecast - observed| / observed arrival rate of the forecast's latest "
+            "prediction whose time has come.",
+            pool,
+            registry=registry,
+        )
         self._signals: dict[tuple[str, str], set[str]] = {}
         self._causes: dict[tuple[str, str], set[str]] = {}
 
@@ -113,9 +128,16 @@ class AutoscalerMetrics:
         cause: str,
         stale: bool,
         signals: Mapping[str, tuple[float | None, float]],
+        forecast: Outlook | None = None,
     ) -> None:
-        """One evaluation: ``signals`` maps a signal label to (observed or None, target)."""
+        """One evaluation: ``signals`` maps a signal label to (observed or None, target);
+        ``forecast``: the decision's arrival-rate forecast (None: none made, the series
+        keep their last values)."""
         key = (namespace, pool)
+        if forecast is not None:
+            self.forecast.labels(namespace, pool).set(forecast.rate)
+            if forecast.error is not None:
+                self.forecast_error.labels(namespace, pool).set(forecast.error)
         self.desired.labels(namespace, pool).set(desired)
         self.current.labels(namespace, pool).set(current)
         self.decisions.labels(namespace, pool, cause).inc()
@@ -132,7 +154,7 @@ class AutoscalerMetrics:
 
     def forget_pool(self, namespace: str, pool: str) -> None:
         key = (namespace, pool)
-        for gauge in (self.desired, self.current, self.stale):
+        for gauge in (self.desired, self.current, self.stale, self.forecast, self.forecast_error):
             with contextlib.suppress(KeyError):
                 gauge.remove(namespace, pool)
         for name in self._signals.pop(key, set()):

@@ -50,7 +50,8 @@ def test_without_refusals_the_decision_is_unchanged() -> None:
             plain.reason,
         )
         assert with_demand.recommendation == plain.recommendation
-        assert replace(with_state, serving=()) == plain_state
+        # the arrival rate feeds the forecast (kept with predictive off), nothing else
+        assert replace(with_state, serving=(), forecast=None) == plain_state
         assert "refused" not in with_demand.reason
 
 

@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 
 from preheat.api.pool import to_config
 from preheat.core.autoscaling import Demand, Mix, Signals, decide
-from preheat.core.autoscaling.forecast import Forecast, HoltWinters, observe, predict, seasonal
+from preheat.core.autoscaling.forecast import (
+    MAX_PENDING,
+    Forecast,
+    HoltWinters,
+    ahead,
+    observe,
+    predict,
+    seasonal,
+)
 from preheat.core.pool import PredictiveConfig
 from tests.core.autoscaling.autoscalingkit import config, ctx, signals
 
@@ -55,9 +63,55 @@ def test_the_daily_season_is_used_only_after_a_whole_day() -> None:
 
 def test_the_forecasts_error_is_kept_for_the_reason() -> None:
     f = _feed([(0.0, 10.0), (15.0, 10.0)])
-    f = replace(f, predicted=(30.0, 12.0))
+    f = replace(f, pending=((30.0, 12.0),))
     f = observe(f, 30.0, 10.0)
     assert f.error == pytest.approx(0.2)
+    assert f.pending == ()
+
+
+def test_a_prediction_is_checked_by_the_first_observation_at_or_after_its_time() -> None:
+    """Horizon 60 s, an evaluation every 20 s: the forecast made at t is checked at t + 60
+    (not at the next evaluation, which a horizon longer than the interval never meets)."""
+    f = observe(None, 0.0, 10.0)
+    f, said = ahead(f, 60.0)
+    assert (said.rate, said.horizon_s, said.error) == (10.0, 60.0, None)
+    for t in (20.0, 40.0):
+        f = observe(f, t, 10.0)
+        f, said = ahead(f, 60.0)
+        assert said.error is None  # nothing due yet
+    assert [at for at, _ in f.pending] == [60.0, 80.0, 100.0]
+    f = observe(f, 65.0, 12.5)  # the one for 60 s is due: 10 against 12.5
+    assert f.error == pytest.approx(0.2)
+    assert [at for at, _ in f.pending] == [80.0, 100.0]
+    f, said = ahead(f, 60.0)
+    assert said.error == pytest.approx(0.2)
+    assert said.describe() == f"forecast {said.rate:.1f} req/s in 60 s, last forecast off by 20%"
+
+
+def test_a_rise_the_trend_follows_makes_the_error_shrink() -> None:
+    f: Forecast | None = None
+    errors = []
+    for i in range(40):
+        t = 15.0 * i
+        f = observe(f, t, 10.0 + 0.1 * t)
+        f, said = ahead(f, 60.0)
+        errors.append(said.error)
+    assert errors[5] is not None
+    assert errors[-1] is not None
+    assert errors[-1] < 0.02 < errors[5]
+
+
+@given(st.lists(st.floats(0, 1e4), min_size=1, max_size=60), st.floats(1, 600))
+def test_pending_predictions_stay_bounded_and_errors_are_finite(
+    rates: list[float], h: float
+) -> None:
+    f: Forecast | None = None
+    for i, y in enumerate(rates):
+        f = observe(f, 15.0 * i, y)
+        f, said = ahead(f, h)
+        assert said.error is None or (said.error >= 0 and math.isfinite(said.error))
+    assert f is not None
+    assert len(f.pending) <= MAX_PENDING
 
 
 @given(st.lists(st.floats(0, 1e4), min_size=1, max_size=40), st.floats(0, 3600))
@@ -105,6 +159,20 @@ def test_predictive_sizes_ahead_of_a_rise_and_says_so() -> None:
     assert on[0] > off[0]
     assert "forecast " in reason
     assert "req/s in 60 s" in reason
+
+
+def test_the_decision_carries_the_forecast_whether_or_not_it_acts() -> None:
+    for enabled in (False, True):
+        cfg = replace(config(), predictive=PredictiveConfig(enabled=enabled, horizon_s=30.0))
+        d, state = decide(ctx(0.0, _rising(0.0, 10.0), desired=2, cfg=cfg, max_=40))
+        assert d.forecast is not None
+        assert (d.forecast.rate, d.forecast.horizon_s, d.forecast.error) == (10.0, 30.0, None)
+        d, state = decide(replace(ctx(30.0, _rising(30.0, 8.0), desired=2, cfg=cfg), state=state))
+        assert d.forecast is not None
+        assert d.forecast.error == pytest.approx(0.25)
+        assert ("last forecast off by 25%" in d.reason) is enabled, d.reason
+    d, _ = decide(ctx(0.0, signals(0.0, 100.0), desired=2))  # no router figures: none
+    assert d.forecast is None
 
 
 def test_predictive_never_sizes_below_the_observed_rate() -> None:

@@ -36,7 +36,7 @@ from preheat.core.autoscaling import (
     standby,
     zero,
 )
-from preheat.core.autoscaling.forecast import Forecast
+from preheat.core.autoscaling.forecast import Forecast, Outlook
 from preheat.core.autoscaling.types import (
     Cause,
     Context,
@@ -118,8 +118,20 @@ def _hold(
 def decide(ctx: Context) -> tuple[Decision, PolicyState]:
     """One evaluation: the active and standby counts wanted now, why, and the next state.
 
-    ``ctx`` is not changed; call again with the returned state on the next tick.
+    ``ctx`` is not changed; call again with the returned state on the next tick. The
+    decision carries the arrival-rate forecast made at this evaluation (``forecast``; None
+    when none was: no router figures, stale metrics), whether or not it acted.
     """
+    decision, state = _decide(ctx)
+    f = state.forecast
+    if f is not None and f is not ctx.state.forecast and f.pending:
+        at, rate = f.pending[-1]
+        outlook = Outlook(rate, at - f.t, f.error)
+        decision = replace(decision, forecast=outlook)
+    return decision, state
+
+
+def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
     cfg, reps, counts, st, now = ctx.autoscaling, ctx.replicas, ctx.counts, ctx.state, ctx.now
     current = reps.desired
     if not cfg.objectives:
@@ -151,10 +163,11 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
     factor = ctx.tuning.max_latency_factor
     views = [recommend.view(o, sv, serving, current, cfg.tolerance, factor) for o, sv in observed]
     fed_back, _ = recommend.combine(views)  # the feedback alone
-    predicted, forecast_state, forecast_note = _forecast(ctx)
+    predicted, forecast_state, outlook = _forecast(ctx)
     views, model_note = _with_capacity(ctx, views, serving, predicted)
-    if forecast_note and model_note:
-        model_note = f"{model_note}; {forecast_note}"
+    if predicted is not None and outlook is not None:
+        said = outlook.describe()
+        model_note = f"{model_note}; {said}" if model_note else said
     raw, driver = recommend.combine(views)
     # 2b. refused demand: what the window's pods served understates it by A / (A - R).
     seen = ctx.signals.demand
@@ -257,24 +270,24 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
     return _hold(ctx, cause, reason, base, rec)
 
 
-def _forecast(ctx: Context) -> tuple[float | None, Forecast | None, str]:
-    """``autoscaling.predictive``: (the rate to size for, or None; the forecast's next
-    state; what it said)."""
+def _forecast(ctx: Context) -> tuple[float | None, Forecast | None, Outlook | None]:
+    """The arrival-rate forecast: (the rate to size for, None unless
+    ``autoscaling.predictive`` is on; the forecast's next state; what it says now).
+
+    It is kept whether or not it acts (its figures go to the decision and the metrics), so
+    an SRE sees how far off it would have been before turning it on."""
     pred = ctx.autoscaling.predictive
     seen = ctx.signals.demand
-    if not pred.enabled:
-        return None, None, ""
     if seen is None:
-        return None, ctx.state.forecast, ""
+        return None, ctx.state.forecast, None
     hw = ctx.tuning.holt_winters
     f = forecast.observe(ctx.state.forecast, ctx.now, seen.arrival_rate, hw)
-    ahead = forecast.predict(f, pred.horizon_s, hw)
-    f = replace(f, predicted=(ctx.now + pred.horizon_s, ahead))
+    f, outlook = forecast.ahead(f, pred.horizon_s, hw)
+    if not pred.enabled:
+        return None, f, outlook
     now_rate = seen.arrival_rate
-    rate = now_rate + pred.trust * max(0.0, ahead - now_rate)
-    err = "" if f.error is None else f", last forecast off by {f.error * 100:.0f}%"
-    note = f"forecast {ahead:.1f} req/s in {pred.horizon_s:g} s{err}"
-    return rate, f, note
+    rate = now_rate + pred.trust * max(0.0, outlook.rate - now_rate)
+    return rate, f, outlook
 
 
 def _with_capacity(

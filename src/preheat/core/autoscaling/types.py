@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass, field
 
 from preheat.core.autoscaling.cost import ServiceCost
-from preheat.core.autoscaling.forecast import Forecast, HoltWinters
+from preheat.core.autoscaling.forecast import Forecast, HoltWinters, Outlook
 from preheat.core.pool import AutoscalingConfig, Objective, ReplicasConfig, Signal
 
 
@@ -178,7 +178,7 @@ class PolicyState:
     # (time, active pods serving) at each evaluation that had the routers' demand figures,
     # over the demand window: the pods that served (and refused) what the window counted
     serving: tuple[tuple[float, int], ...] = ()
-    # autoscaling.predictive: the arrival-rate forecast's state (None: off, or no rate yet)
+    # the arrival-rate forecast's state (None: no rate yet); kept with predictive off too
     forecast: Forecast | None = None
 
 
@@ -220,3 +220,6 @@ class Decision:
     signals: Signals
     panic: bool = False
     wake: bool = False
+    # the arrival-rate forecast made at this evaluation (acting only with
+    # autoscaling.predictive on); None: none made
+    forecast: Outlook | None = None
