@@ -27,6 +27,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from pydantic.alias_generators import to_camel
 
+from preheat.api.traffic import TrafficSpec, to_traffic
+from preheat.api.traffic import cross_problems as traffic_problems
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.manifests import GROUP, KIND, PLURAL, VERSION
 from preheat.core.pool import (
@@ -573,6 +575,12 @@ class InferencePoolSpec(_Model):
         description="The worker pod's pull secrets, ServiceAccount, runtime and priority "
         "classes and extra environment, over the operator's defaults.",
     )
+    traffic: TrafficSpec = Field(
+        default_factory=TrafficSpec,
+        json_schema_extra={"default": {}},
+        description="SLO classes (TTFT target, priority, sheddable, degradation) and "
+        "tenant quotas; the router serves requests by them.",
+    )
 
 
 # --- status ---------------------------------------------------------------------------
@@ -810,6 +818,9 @@ def _cross_field_problems(raw: Mapping[str, Any]) -> list[str]:
         dupes = sorted({z for z in names if names.count(z) > 1})
         if dupes:
             problems.append(f"topology.zones lists {', '.join(dupes)} more than once")
+    traffic = _section(raw, spec, "traffic")
+    if traffic is not None:
+        problems += traffic_problems(traffic)
     return problems
 
 
@@ -921,6 +932,7 @@ def config_from_spec(spec: InferencePoolSpec, *, name: str, namespace: str) -> P
             hotspot_margin_ms=spec.routing.hotspot_margin_ms,
         ),
         pod=pod_config(spec.pod),
+        traffic=to_traffic(spec.traffic),
     )
 
 

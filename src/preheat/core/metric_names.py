@@ -104,6 +104,15 @@ REFUSED_REJECTED = "rejected"  # admission: predicted TTFT past the deadline, qu
 REFUSED_UNAVAILABLE = "unavailable"  # no endpoint in time, every try failed before a token
 REFUSED_DEADLINE = "deadline"  # no first token within the request's deadline (worker's abort)
 
+# traffic classes: every request's outcome and TTFT by its SLO class ("" = none), and the
+# requests a tenant's quota refused (tenant: the quota entry's name, a bounded set)
+ROUTER_CLASS_REQUESTS = "preheat_router_class_requests"  # counter: pool, slo_class, outcome
+ROUTER_CLASS_TTFT_SECONDS = "preheat_router_class_ttft_seconds"  # histogram: pool, slo_class
+ROUTER_RATE_LIMITED = "preheat_router_rate_limited"  # counter: pool, tenant, limit
+LABEL_SLO_CLASS = "slo_class"
+LABEL_TENANT = "tenant"
+LABEL_LIMIT = "limit"  # requests, tokens
+
 LABEL_API = "api"  # grpc, pick, openai
 LABEL_POOL = "pool"
 LABEL_REASON = "reason"

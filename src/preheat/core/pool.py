@@ -10,6 +10,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from preheat.core.traffic.classes import Traffic
+
 # --- the pool's internal config (frozen, no Optionals) ------------------------------------
 
 
@@ -181,3 +183,4 @@ class PoolConfig:
     autoscaling: AutoscalingConfig
     routing: RoutingConfig
     pod: PodConfig = field(default_factory=PodConfig)
+    traffic: Traffic = field(default_factory=Traffic)  # SLO classes and tenant quotas

@@ -82,7 +82,7 @@ class _PoolEntry:
     name: str
     namespace: str
     model: str
-    routing: dict[str, float]
+    routing: dict[str, Any]
 
 
 class SharedRouter:

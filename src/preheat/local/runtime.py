@@ -40,8 +40,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
+import yaml
 
 from preheat.api.poolfile import PoolFile
+from preheat.api.traffic import traffic_mapping
 from preheat.autoscaler.describe import describe_signals
 from preheat.autoscaler.prometheus import PrometheusSource
 from preheat.autoscaler.scrape import DirectScrapeSource
@@ -729,7 +731,7 @@ class LocalPool:
     # --- publishing ----------------------------------------------------------------------
 
     def _write_routing(self) -> None:
-        text = "".join(f"{k}: {v:g}\n" for k, v in routing_settings(self.config).items())
+        text = yaml.safe_dump(routing_settings(self.config), sort_keys=False)
         atomic_write(self.out / ROUTING_FILE, text)
 
     def _write_discovery(self, *, force: bool = False) -> None:
@@ -924,14 +926,17 @@ def atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def routing_settings(config: PoolConfig) -> dict[str, float]:
+def routing_settings(config: PoolConfig) -> dict[str, Any]:
     """The router's settings for the pool (its routing config file, or its ``routing`` in a
-    several-pool discovery file): the hotspot margin, and the TTFT objective as the target
-    of requests that name no deadline."""
-    out = {"hotspotMarginMs": config.routing.hotspot_margin_ms}
+    several-pool discovery file): the hotspot margin, the TTFT objective as the target
+    of requests that name no deadline, and the pool's traffic classes and tenants."""
+    out: dict[str, Any] = {"hotspotMarginMs": config.routing.hotspot_margin_ms}
     ttft = [o.target for o in config.autoscaling.objectives if o.signal is Signal.TTFT]
     if ttft:
         out["defaultTtftTargetMs"] = min(ttft)
+    traffic = traffic_mapping(config.traffic)
+    if traffic:
+        out["traffic"] = traffic
     return out
 
 

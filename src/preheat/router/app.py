@@ -33,6 +33,7 @@ from preheat.core.metric_names import ROUTER_IN_FLIGHT
 from preheat.core.routing.admission import AdmissionConfig
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.types import PrefillCost
+from preheat.core.traffic.classes import Traffic
 from preheat.process.logs import fields
 from preheat.proto.preheat.v1 import inference_pb2_grpc, router_pb2_grpc
 from preheat.router.embedded import EmbeddedRouter
@@ -74,7 +75,8 @@ class RouterConfig:
     max_retries: int = 2
     max_queue: int = 256
     queue_timeout_s: float = 10.0
-    slo_deadlines_ms: Mapping[str, float] = field(default_factory=dict)
+    # SLO classes and tenant quotas (the pool's spec.traffic, or the routing file's)
+    traffic: Traffic = field(default_factory=Traffic)
     refresh_interval_s: float = 1.0  # the store's Status poll / scrape interval
     region_rtt_ms: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     stop_grace_s: float = 2.0
@@ -103,7 +105,7 @@ class RouterConfig:
             max_retries=self.max_retries,
             max_queue=self.max_queue,
             queue_timeout_s=self.queue_timeout_s,
-            slo_deadlines_ms=dict(self.slo_deadlines_ms),
+            traffic=self.traffic,
             model=self.model,
             upstream_coalesce=self.coalesce if self.coalesce_at == "worker" else None,
             forward_token_ids=self.forward_token_ids,
@@ -111,6 +113,11 @@ class RouterConfig:
             admission=self.admission,
             first_token_timeout_s=self.first_token_timeout_s,
         )
+
+    @property
+    def slo_deadlines_ms(self) -> dict[str, float]:
+        """SLO class -> TTFT target: a view of :attr:`traffic`."""
+        return self.traffic.deadlines_ms
 
     def frontend_coalesce(self) -> CoalesceConfig:
         """What the front ends do themselves: nothing when the workers coalesce."""

@@ -11,8 +11,10 @@ SIGINT drains it: every request not yet routed is answered at once (HTTP 503 wit
 once. Exit status 2: bad flags or config.
 
 The routing config file (``--routing-config``) is the scheduler's YAML
-(``preheat.api.routing``) plus router keys: ``sloClasses`` (SLO class -> TTFT budget in ms,
-used by admission), ``defaultTtftTargetMs`` (the TTFT target of requests that name no
+(``preheat.api.routing``) plus router keys: ``traffic`` (SLO classes with priorities,
+the default class and tenant quotas: ``preheat.api.traffic``, the shape of an
+InferencePool's ``spec.traffic``), ``sloClasses`` (its older shorthand: SLO class -> TTFT
+budget in ms, used by admission), ``defaultTtftTargetMs`` (the TTFT target of requests that name no
 deadline or class: the pool's TTFT objective; ``preheat up`` writes it from the pool file;
 default 2000, 0: none) and ``maxInFlight`` (a hard ceiling of requests in flight for the
 pool; default 0: the endpoints' ``max_num_seqs`` sum). A flag overrides the file::
@@ -42,6 +44,7 @@ import yaml
 from preheat.core.routing.admission import AdmissionConfig
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.scheduler import POLICIES
+from preheat.core.traffic.classes import Traffic
 from preheat.process import aio
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging
 from preheat.router.app import RouterConfig, RouterServer, describe
@@ -254,15 +257,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_config_file(text: str) -> tuple[SchedulerConfig, dict[str, float]]:
-    """The scheduler config and the SLO-class deadlines from one YAML text; every problem
-    at once (``PreheatError(INVALID_ARGUMENT)``)."""
-    sched, slo, _ = load_config_file_full(text)
-    return sched, slo
+    """The scheduler config and the SLO-class deadlines (a view of its traffic classes)
+    from one YAML text; every problem at once (``ValueError``)."""
+    sched, traffic, _ = load_config_file_full(text)
+    return sched, traffic.deadlines_ms
 
 
 def load_config_file_full(
     text: str,
-) -> tuple[SchedulerConfig, dict[str, float], dict[str, float]]:
+) -> tuple[SchedulerConfig, Traffic, dict[str, float]]:
     """:func:`load_config_file` plus the admission keys given (``defaultTtftTargetMs``,
     ``maxInFlight``), by key."""
     data: Any = yaml.safe_load(text) if text.strip() else {}
@@ -319,13 +322,13 @@ def build_config(args: argparse.Namespace) -> RouterConfig:
     """RouterConfig from flags; ValueError naming every problem."""
     problems: list[str] = []
     sched = SchedulerConfig()
-    slo: dict[str, float] = {}
+    traffic = Traffic()
     extra: dict[str, float] = {}
     raw: Any = {}
     if args.routing_config:
         try:
             text = Path(args.routing_config).read_text()
-            sched, slo, extra = load_config_file_full(text)
+            sched, traffic, extra = load_config_file_full(text)
             raw = yaml.safe_load(text) if text.strip() else {}
         except OSError as e:
             problems.append(f"--routing-config {args.routing_config}: cannot read: {e}")
@@ -408,7 +411,7 @@ def build_config(args: argparse.Namespace) -> RouterConfig:
         max_retries=args.max_retries,
         max_queue=args.max_queue,
         queue_timeout_s=args.queue_timeout_s,
-        slo_deadlines_ms=slo,
+        traffic=traffic,
         refresh_interval_s=args.refresh_interval_s,
         api_keys=keys["--api-keys-file"],
         pick_tokens=keys["--pick-token-file"],

@@ -11,6 +11,7 @@ import pytest
 from frontendkit import eventually, gen, router, words, workers
 
 from preheat.bench.workerproc import spawn_worker
+from preheat.core.traffic.classes import legacy_traffic
 from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc
 from preheat.router.app import RouterConfig, RouterServer
 from preheat.router.endpoints import DiscoveredEndpoint, StaticDiscovery
@@ -72,7 +73,7 @@ async def test_worker_killed_after_tokens_ends_with_a_clear_error() -> None:
 async def test_deadline_that_no_pod_can_meet_is_rejected_at_once() -> None:
     async with (
         workers([{"id": "w-1"}, {"id": "w-2"}]) as ws,
-        router([w.endpoint for w in ws], slo_deadlines_ms={"interactive": 1.0}) as r,
+        router([w.endpoint for w in ws], traffic=legacy_traffic({"interactive": 1.0})) as r,
     ):
         loop = asyncio.get_running_loop()
         t0 = loop.time()

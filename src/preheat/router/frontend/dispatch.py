@@ -56,6 +56,7 @@ from preheat.core.routing.types import (
     RouteDecision,
     RoutingContext,
 )
+from preheat.core.traffic.classes import Traffic, TrafficClass, UnknownClass
 from preheat.core.validation import ModelLimits, reason_of
 from preheat.process.logs import fields, pseudonym
 from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc
@@ -82,6 +83,14 @@ RETRYABLE = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.RESOURCE_EXHAUSTED})
 UPSTREAM_INTERNAL = "internal error in the worker (the router's log has its detail)"
 DRAIN_RETRY_AFTER_S = 1.0  # what a request refused by a draining router is told
 
+# a class's priority (lower first, vLLM's convention) -> the wire's Priority, which the
+# worker maps back to the engine's 0, 1, 2 (worker/server.py)
+WIRE_PRIORITY = {
+    0: inference_pb2.PRIORITY_INTERACTIVE,
+    1: inference_pb2.PRIORITY_STANDARD,
+    2: inference_pb2.PRIORITY_BATCH,
+}
+
 UNLIMITED_MODEL_LEN = 1 << 30
 DEFAULT_BLOCK_SIZE = 16
 COMPLETION_WINDOW_S = 10.0  # the completion rate (retry-after's drain time) is over this
@@ -94,7 +103,8 @@ class DispatchConfig:
     max_retries: int = 2  # re-routes after failures before the first token
     max_queue: int = 256  # requests that may wait for a routable endpoint; beyond: reject
     queue_timeout_s: float = 10.0  # how long one may wait for a routable endpoint
-    slo_deadlines_ms: Mapping[str, float] = field(default_factory=dict)  # class -> TTFT budget
+    # SLO classes (TTFT budget, priority, queue bound) and tenant quotas of the pool
+    traffic: Traffic = field(default_factory=Traffic)
     model: str = ""  # the served model when the endpoints do not say; "" = any
     # asked of the worker on every request that does not say (None: no coalescing upstream)
     upstream_coalesce: CoalesceConfig | None = None
@@ -141,6 +151,11 @@ class Prepared:
     tokens: list[int] | None = None  # the router's tokenization of a text prompt
     # the TTFT it is admitted against (its deadline, its SLO class's, or the pool's default)
     target_ms: float | None = None
+    klass: TrafficClass | None = None  # its SLO class (None: the pool declares none)
+
+    @property
+    def slo_class(self) -> str:
+        return self.klass.name if self.klass is not None else ""
 
     def with_token_ids(self) -> inference_pb2.GenerateRequest:
         """The request with the router's token ids in place of its text."""
@@ -341,15 +356,19 @@ class Dispatcher:
         if self._upstream_coalesce is not None and not req.HasField("coalesce"):
             req.coalesce.CopyFrom(self._upstream_coalesce)
         deadline_ms: float | None = float(req.ttft_deadline_ms) if req.ttft_deadline_ms else None
+        traffic = self.config.traffic
+        try:
+            traffic.check_tenant(req.cache_salt)
+            klass = traffic.resolve(req.slo_class, req.cache_salt)
+        except UnknownClass as e:
+            raise PreheatError(ErrorCode.INVALID_ARGUMENT, str(e)) from None
         slo_ms: float | None = None
-        if deadline_ms is None and req.slo_class:
-            if req.slo_class not in self.config.slo_deadlines_ms:
-                known = ", ".join(sorted(self.config.slo_deadlines_ms)) or "none configured"
-                raise PreheatError(
-                    ErrorCode.INVALID_ARGUMENT,
-                    f"unknown slo_class {req.slo_class!r} (known: {known})",
-                )
-            slo_ms = self.config.slo_deadlines_ms[req.slo_class]
+        if klass is not None:
+            if deadline_ms is None:
+                slo_ms = klass.ttft_ms
+            req.slo_class = klass.name  # the worker and the logs see the class it got
+            if traffic.sets_priority:  # the class's priority, never the client's own
+                req.priority = WIRE_PRIORITY.get(klass.priority, inference_pb2.PRIORITY_STANDARD)
         target = admission.ttft_target_ms(deadline_ms, slo_ms, self.config.admission)
         info = RequestInfo(
             request_id=req.request_id,
@@ -364,7 +383,7 @@ class Dispatcher:
             priority=int(req.priority),
         )
         self.metrics.observe_arrival()  # a valid request for the pool: demand, served or not
-        return Prepared(req, info, received, received_pc, tokens if prompt else None, target)
+        return Prepared(req, info, received, received_pc, tokens if prompt else None, target, klass)
 
     # --- decide --------------------------------------------------------------------------
     def _snapshot(self) -> tuple[Endpoint, ...]:
@@ -562,7 +581,9 @@ class Dispatcher:
         try:
             self._admit()
         except PreheatError as e:
-            self.metrics.observe_outcome(api, RouterOutcome.of_error(e.code))
+            self.metrics.observe_outcome(
+                api, RouterOutcome.of_error(e.code), slo_class=prep.slo_class
+            )
             raise
         self._in_flight += 1
         gauge = self.metrics.in_flight.labels(*self.metrics.series)  # the one it leaves
@@ -712,7 +733,7 @@ class Dispatcher:
             self._in_flight -= 1
             self._completions.append(self._now())
             gauge.dec()
-            self.metrics.observe_outcome(api, outcome)
+            self.metrics.observe_outcome(api, outcome, slo_class=prep.slo_class)
 
     def _send_ids(self, prep: Prepared, ep: Endpoint) -> bool:
         return (
@@ -741,6 +762,7 @@ class Dispatcher:
             )
         m = self.metrics
         m.ttft.labels(*m.series, decision.reason).observe(ttft_s)
+        m.class_ttft.labels(*m.series, prep.slo_class).observe(ttft_s)
         pred_s = decision.predicted_ttft_ms / 1e3
         m.predicted_ttft.labels(*m.series).observe(pred_s)
         m.ttft_error.labels(*m.series).observe(abs(ttft_s - pred_s))
@@ -767,6 +789,7 @@ class Dispatcher:
                 request_id=prep.info.request_id,
                 worker=ep.id,
                 reason=decision.reason,
+                slo_class=prep.slo_class,
                 session=pseudonym(prep.info.session_id),
                 attempts=st.attempts,
                 predicted_ttft_ms=_r(decision.predicted_ttft_ms),
@@ -795,6 +818,7 @@ class Dispatcher:
                 request_id=prep.info.request_id,
                 worker=ep.id if ep is not None else None,
                 reason=decision.reason,
+                slo_class=prep.slo_class,
                 predicted_ttft_ms=_r(decision.predicted_ttft_ms),
                 cached_blocks=decision.cached_blocks,
                 session=pseudonym(prep.info.session_id),

@@ -169,6 +169,25 @@ class RouterMetrics:
             pr,
             registry=r,
         )
+        self.class_requests = Counter(
+            mn.ROUTER_CLASS_REQUESTS,
+            "Requests by SLO class and outcome (slo_class '': the pool declares no classes)",
+            [*pm, mn.LABEL_SLO_CLASS, mn.LABEL_OUTCOME],
+            registry=r,
+        )
+        self.class_ttft = Histogram(
+            mn.ROUTER_CLASS_TTFT_SECONDS,
+            "Receipt at the router to first token sent, by SLO class, seconds",
+            [*pm, mn.LABEL_SLO_CLASS],
+            buckets=mn.LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.rate_limited = Counter(
+            mn.ROUTER_RATE_LIMITED,
+            "Requests a tenant's quota refused (429), by the quota entry and the limit hit",
+            [*pm, mn.LABEL_TENANT, mn.LABEL_LIMIT],
+            registry=r,
+        )
         self.pool = ""
         self.model = ""
         self._bound: tuple[str, str] | None = None
@@ -227,6 +246,9 @@ class RouterMetrics:
             self.refused,
             self.queue_depth,
             self.in_flight,
+            self.class_requests,
+            self.class_ttft,
+            self.rate_limited,
         )
 
     @property
@@ -238,10 +260,15 @@ class RouterMetrics:
         """A valid request for the pool arrived (once per request, before it is routed)."""
         self.arrivals.labels(self.pool, self.model).inc()
 
-    def observe_outcome(self, api: str, outcome: RouterOutcome, *, reason: str = "") -> None:
+    def observe_outcome(
+        self, api: str, outcome: RouterOutcome, *, reason: str = "", slo_class: str | None = None
+    ) -> None:
         """Records one request's outcome (once per request); ``reason``: a finer refusal
-        reason than the outcome's own (a bounded set)."""
+        reason than the outcome's own (a bounded set); ``slo_class``: its class ("": none;
+        None: not known yet, e.g. a malformed request: not counted by class)."""
         self.requests.labels(api, outcome.value).inc()
+        if slo_class is not None:
+            self.class_requests.labels(self.pool, self.model, slo_class, outcome.value).inc()
         refused = outcome.refused
         if refused:
             self.refused.labels(self.pool, self.model, reason or refused).inc()

@@ -102,6 +102,9 @@ def pool_spec(
     target = _ttft_target_ms(spec)
     if target is not None:
         routing["defaultTtftTargetMs"] = target
+    traffic = spec.get("traffic")
+    if isinstance(traffic, Mapping) and (traffic.get("classes") or traffic.get("tenants")):
+        routing["traffic"] = dict(traffic)
     endpoints = []
     for pod in sorted(pods, key=lambda p: str(_meta(p).get("name", ""))):
         node = (pod.get("spec") or {}).get("nodeName", "")

@@ -104,7 +104,7 @@ def pool_config(base: RouterConfig, spec: PoolSpec) -> RouterConfig:
         pool=spec.name,
         model=spec.model,
         scheduler=s.scheduler,
-        slo_deadlines_ms=dict(s.slo_deadlines_ms),
+        traffic=s.traffic,
         admission=s.admission,
     )
 
