@@ -2,8 +2,9 @@
 `kubernetes-validate --strict` for the default values and for every optional feature on.
 
 The helm binary comes from `scripts/get_helm.sh .cache/tools` (or $PREHEAT_HELM, or PATH);
-without it these tests skip and say so. ServiceMonitor (monitoring.coreos.com) has no
-schema in kubernetes-validate: those objects are checked for shape here instead.
+without it these tests skip and say so. ServiceMonitor and PrometheusRule (monitoring.coreos.com)
+have no schema in kubernetes-validate: those objects are checked for shape here instead (the
+rules' PromQL in tests/dashboards).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ ALL_ON = [
     "metrics.serviceMonitor.enabled=true",
     "--set",
     "grafana.dashboard.enabled=true",
+    "--set",
+    "metrics.prometheusRule.enabled=true",
     "--set",
     "networkPolicy.enabled=true",
     "--set",
@@ -98,6 +101,9 @@ def test_template_passes_kubernetes_validate_strict(values: list[str]) -> None:
     assert {"CustomResourceDefinition", "Deployment", "Service", "ClusterRole"} <= kinds
     for doc in docs:
         if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            if doc["kind"] == "PrometheusRule":  # tests/dashboards checks its rules
+                assert doc["spec"]["groups"]
+                continue
             assert doc["kind"] == "ServiceMonitor"
             assert doc["spec"]["endpoints"][0]["port"] == "http"
             assert doc["spec"]["selector"]["matchLabels"]
@@ -119,6 +125,8 @@ def test_optional_objects_follow_their_values() -> None:
     ]
     assert ("ConfigMap", "pre-preheat-dashboard") in all_on
     assert ("ConfigMap", "pre-preheat-dashboard") not in default
+    assert ("PrometheusRule", "pre-preheat-slo") in all_on
+    assert ("PrometheusRule", "pre-preheat-slo") not in default
     roles = [d for d in render(ALL_ON) if d["kind"] == "Role"]
     for who in ("operator", "router"):  # each reads (the operator: writes) pools there
         mine = [r for r in roles if r["metadata"]["name"].endswith(f"-{who}")]

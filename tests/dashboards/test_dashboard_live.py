@@ -1,0 +1,200 @@
+"""The shipped dashboard's queries and the SLO rules, run on a real Prometheus (Debian's
+package) scraping `preheat up` (sim workers and the router; ``--prometheus`` makes it write
+the file_sd targets) under a little traffic: every
+query returns data, and every recording rule records some.
+
+The panels fed only by the operator (``preheat_pool_replicas``: the operator's registry, not
+`preheat up`'s) have no source here; the test names them and checks the rest.
+Without the prometheus or helm binary the test skips, unless ``CI=true``: then it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from promqlkit import dashboard_queries, exported, load_dashboard, rule_groups, substitute
+from test_dashboard_names import _tool, rendered_rules
+
+from preheat.process.ports import ReservedPort
+
+POOL_NAME = "dash"
+TTFT_1MS = ("--set-string", "metrics.prometheusRule.slo.ttftSeconds=0.001")
+POOL = f"""\
+apiVersion: preheat.dev/v1alpha1
+kind: InferencePool
+metadata: {{name: {POOL_NAME}}}
+spec:
+  model: {{name: sim-8b}}
+  engine:
+    kind: sim
+    args: {{timeScale: 10, loadTime: 300ms, warmupTime: 200ms}}
+  replicas: {{min: 1, max: 1, warmStandby: 0}}
+"""
+
+
+def _wait(pred: Callable[[], bool], timeout_s: float, what: str, log: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.3)
+    tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+    raise AssertionError(f"timed out waiting for {what}\n{tail}")
+
+
+def _query(url: str, promql: str) -> list[dict[str, Any]]:
+    q = urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=5) as resp:
+        body = json.load(resp)
+    assert body["status"] == "success", body
+    result: list[dict[str, Any]] = body["data"]["result"]
+    return result
+
+
+def _state(run: Path) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads((run / "up.json").read_text())
+        return data
+    except (OSError, ValueError):
+        return {}
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A Prometheus scraping ``RUN/prometheus-targets.json`` every second and evaluating the
+    chart's SLO rules every second: (url, RUN). The TTFT objective is 1 ms (a bucket
+    boundary no request meets), so that the TTFT alerts must go off and the others not."""
+    binary = _tool("prometheus")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"groups": rule_groups(rendered_rules(*TTFT_1MS))}))
+    run = tmp_path / "run"
+    run.mkdir()
+    reserved = ReservedPort()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
+        f"rule_files: ['{rules}']\n"
+        "scrape_configs:\n"
+        "  - job_name: preheat-local\n"
+        "    file_sd_configs:\n"
+        f"      - files: ['{run / 'prometheus-targets.json'}']\n"
+        "        refresh_interval: 1s\n"
+    )
+    log = tmp_path / "prometheus.log"
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{reserved.port}",
+            "--log.level=warn",
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        yield f"http://127.0.0.1:{reserved.port}", run
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        reserved.release()
+
+
+def _load(target: str, tmp: Path, requests: int, rate: float) -> None:
+    trace = tmp / "trace.jsonl"
+    lines = [
+        json.dumps({"timestamp_ms": int(i * 1000 / rate), "input_tokens": 512, "output_tokens": 8})
+        for i in range(requests)
+    ]
+    trace.write_text("\n".join(lines) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "preheat.cli", "load", "--target", target, "--trace", str(trace),
+         "--no-progress", "--out", str(tmp / "load")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_panel_and_rule_has_data_on_a_live_pool(prometheus: tuple[str, Path]) -> None:
+    url, run = prometheus
+    pool = run.parent / "pool.yaml"
+    pool.write_text(POOL)
+    log = run / "up.log"
+    up = subprocess.Popen(
+        [sys.executable, "-m", "preheat.cli", "up", "-f", str(pool), "--out", str(run),
+         "--no-ui", "--interval-s", "1", "--prometheus", url],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        _wait(lambda: (_state(run).get("counts") or {}).get("active") == 1, 60, "a worker", log)
+        _wait(
+            lambda: len(_query(url, f'up{{pool="{POOL_NAME}"}} == 1')) >= 2,
+            60,
+            "Prometheus to scrape the worker and the router",
+            log,
+        )
+        _load(str(_state(run)["router"]["grpc"]), run.parent, requests=24, rate=4.0)
+        # two scrapes after the last request, so that every rate has its increase
+        _wait(
+            lambda: bool(_query(url, "sum(increase(preheat_router_arrivals_total[1m])) >= 24")),
+            30,
+            "the router's arrivals in Prometheus",
+            log,
+        )
+        time.sleep(2.5)  # two more 1 s scrapes and rule evaluations
+
+        known = exported()
+        operator_only = {n for n, s in known.items() if s.source == "operator"}
+        empty: list[str] = []
+        skipped: list[str] = []
+        for where, expr in dashboard_queries(load_dashboard()):
+            if any(name in expr for name in operator_only):
+                skipped.append(where)
+                continue
+            promql = substitute(expr, {"pool": POOL_NAME}, "30s")
+            if not _query(url, promql):
+                empty.append(f"{where}: {promql}")
+        assert empty == [], "\n".join(empty)
+        assert skipped == ["panel 'Replicas by state' (A)"]  # the operator's gauge alone
+
+        groups = rule_groups(rendered_rules(*TTFT_1MS))
+        for rule in (r for g in groups for r in g["rules"] if "record" in r):
+            series = _query(url, f'{rule["record"]}{{pool="{POOL_NAME}"}}')
+            assert series, f"recording rule {rule['record']} recorded nothing"
+            # every request was slower than 1 ms; none was refused
+            want = 1.0 if "ttft_slow" in rule["record"] else 0.0
+            assert float(series[0]["value"][1]) == want, (rule["record"], series)
+        alerts = {
+            a["metric"]["alertname"]: a["metric"]["alertstate"]
+            for a in _query(url, f'ALERTS{{pool="{POOL_NAME}"}}')
+        }
+        # "for" holds them pending (2 and 15 minutes) rather than firing
+        assert alerts == {
+            "PreheatTTFTBudgetBurnFast": "pending",
+            "PreheatTTFTBudgetBurnSlow": "pending",
+        }
+    finally:
+        if up.poll() is None:
+            up.send_signal(signal.SIGINT)
+            try:
+                up.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                up.kill()
+                up.wait()
+    assert up.returncode == 0, log.read_text()[-3000:]
