@@ -56,6 +56,7 @@ from preheat.core.routing.types import (
     RouteDecision,
     RoutingContext,
 )
+from preheat.core.traffic import lanes
 from preheat.core.traffic.classes import Traffic, TrafficClass, UnknownClass
 from preheat.core.validation import ModelLimits, reason_of
 from preheat.process.logs import fields, pseudonym
@@ -202,6 +203,12 @@ class Dispatcher:
         self._state = SchedulerState()
         self._stubs: dict[int, Any] = {}
         self._waiting = 0
+        # the router's wait queue (core.traffic.lanes): who waits, in which class
+        self._held: dict[int, lanes.Held] = {}
+        self._held_by_class: dict[str, int] = {}
+        self._held_seq = 0
+        self._retrying: set[int] = set()  # held retries (they wait for another endpoint)
+        self._turn = asyncio.Event()  # set (and replaced) whenever a held request leaves
         self._in_flight = 0  # generate() calls admitted and not finished
         self._limit: LimitState = admission.initial_state(config.admission)
         self._completions: collections.deque[float] = collections.deque()
@@ -390,18 +397,29 @@ class Dispatcher:
         return tuple(self.store.snapshot())
 
     async def _wait_routable(
-        self, deadline: float | None, exclude: frozenset[str] = frozenset()
+        self,
+        deadline: float | None,
+        exclude: frozenset[str] = frozenset(),
+        prep: Prepared | None = None,
     ) -> tuple[Endpoint, ...]:
         """The snapshot (less ``exclude``) once it has an endpoint: waits in the bounded
-        queue if needed, e.g. for a standby being promoted after the only endpoint failed."""
+        queue if needed, e.g. for a standby being promoted after the only endpoint failed.
+        Waiting requests leave in :func:`preheat.core.traffic.lanes.serve_order` (class
+        priority, then earliest deadline), each class within its own bound."""
         self._refuse_if_draining()
         endpoints = self._routable(exclude)
-        if endpoints:
+        if endpoints and self._head() is None:
             return endpoints
-        if self._waiting >= self.config.max_queue:
+        klass = prep.klass if prep is not None else None
+        name = klass.name if klass is not None else ""
+        bound = (klass.max_queue if klass is not None else 0) or self.config.max_queue
+        if self._waiting >= self.config.max_queue or not lanes.may_wait(
+            self._held_by_class, name, bound
+        ):
+            which = f"the router queue of class {name!r}" if name else "the router queue"
             raise PreheatError(
                 ErrorCode.RESOURCE_EXHAUSTED,
-                f"no routable endpoint and the router queue is full ({self._waiting} requests "
+                f"no routable endpoint and {which} is full ({self._waiting} requests "
                 "waiting); retry later",
                 retry_after_s=1.0,
             )
@@ -410,11 +428,27 @@ class Dispatcher:
         if deadline is not None:
             limit = min(limit, deadline)
         waited = max(0.0, limit - loop.time())  # the request's deadline may cut it short
+        self._held_seq += 1
+        me = lanes.Held(
+            key=self._held_seq,
+            priority=klass.priority if klass is not None else int(lanes.NO_CLASS_PRIORITY),
+            deadline=lanes.deadline_of(prep.received, prep.target_ms)
+            if prep is not None
+            else math.inf,
+            arrival=loop.time(),
+            klass=name,
+        )
+        self._held[me.key] = me
+        if exclude:  # a retry waits for an endpoint it has not tried: not in the order
+            self._retrying.add(me.key)
+        self._held_by_class[name] = self._held_by_class.get(name, 0) + 1
         self._waiting += 1
         held = self.metrics.queue_depth.labels(*self.metrics.series)
         held.inc()
         try:
-            while not endpoints:
+            while True:
+                if endpoints and (bool(exclude) or self._head() == me.key):
+                    return endpoints
                 remaining = limit - loop.time()
                 if remaining <= 0:
                     raise PreheatError(
@@ -422,22 +456,36 @@ class Dispatcher:
                         self._none_routable(waited, exclude),
                         retry_after_s=1.0,
                     )
-                await self._wait_changed_or_drain(remaining)
+                await self._wait_changed_or_drain(remaining, self._turn)
                 self._refuse_if_draining()  # a drain wakes the queue: refused, not held
                 endpoints = self._routable(exclude)
-            return endpoints
         finally:
+            del self._held[me.key]
+            self._retrying.discard(me.key)
+            self._held_by_class[name] -= 1
             self._waiting -= 1
             held.dec()
+            turn, self._turn = self._turn, asyncio.Event()
+            turn.set()  # the next one in order may go
 
-    async def _wait_changed_or_drain(self, timeout_s: float) -> None:
+    def _head(self) -> int | None:
+        """The key of the held request served next (None: none waits in the order)."""
+        waiting = [h for k, h in self._held.items() if k not in self._retrying]
+        return min(waiting, key=lanes.order_key).key if waiting else None
+
+    async def _wait_changed_or_drain(
+        self, timeout_s: float, turn: asyncio.Event | None = None
+    ) -> None:
         changed = asyncio.ensure_future(self.store.wait_changed(timeout_s))
         drain = asyncio.ensure_future(self._draining.wait())
+        waits = {changed, drain}
+        if turn is not None:
+            waits.add(asyncio.ensure_future(turn.wait()))
         try:
-            await asyncio.wait({changed, drain}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            changed.cancel()
-            drain.cancel()
+            for w in waits:
+                w.cancel()
 
     def _routable(self, exclude: frozenset[str]) -> tuple[Endpoint, ...]:
         endpoints = self._snapshot()
@@ -488,7 +536,7 @@ class Dispatcher:
         record: bool = True,
     ) -> RouteDecision:
         """The scheduler's decision (never a rejection: that raises RESOURCE_EXHAUSTED)."""
-        endpoints = await self._wait_routable(deadline, exclude)
+        endpoints = await self._wait_routable(deadline, exclude, prep)
         now = self._now()
         ctx = RoutingContext(
             now=now,

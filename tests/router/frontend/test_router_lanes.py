@@ -1,0 +1,69 @@
+"""The router's wait queue by class (issue 18, item 2): while no endpoint is routable,
+held requests leave by class priority then deadline, and a class's bound keeps a batch
+flood from taking the places interactive requests need."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+from frontendkit import eventually, gen, router, workers
+
+from preheat.core.traffic.classes import Traffic, TrafficClass
+from preheat.router.app import RouterConfig, RouterServer
+from preheat.router.endpoints import StaticDiscovery
+
+TRAFFIC = Traffic(
+    classes=(
+        TrafficClass(name="interactive", ttft_ms=60_000, priority=0),
+        TrafficClass(name="batch", ttft_ms=60_000, priority=2, max_queue=2),
+    ),
+    default_class="interactive",
+)
+
+
+async def test_a_full_batch_lane_leaves_the_interactive_lane_open() -> None:
+    async with router([], max_queue=10, queue_timeout_s=10.0, traffic=TRAFFIC) as r:
+        held = [
+            asyncio.create_task(r.generate(gen(slo_class="batch"), timeout=15)) for _ in range(2)
+        ]
+        await eventually(lambda: r.server.dispatcher._waiting == 2, 5)
+        with pytest.raises(grpc.aio.AioRpcError) as ei:
+            await r.generate(gen(slo_class="batch"), timeout=10)
+        assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "the router queue of class 'batch' is full" in (ei.value.details() or "")
+        held.append(asyncio.create_task(r.generate(gen(slo_class="interactive"), timeout=15)))
+        await eventually(lambda: r.server.dispatcher._waiting == 3, 5)
+        for t in held:
+            t.cancel()
+        await asyncio.gather(*held, return_exceptions=True)
+
+
+async def test_held_requests_leave_by_priority_then_deadline_not_arrival() -> None:
+    async with workers([{"id": "late"}]) as ws:
+        disc = StaticDiscovery([])
+        config = RouterConfig(refresh_interval_s=0.1, queue_timeout_s=15, traffic=TRAFFIC)
+        server = RouterServer(disc, config)
+        await server.start()
+        try:
+            d = server.dispatcher
+            order: list[str] = []
+
+            async def route(name: str, klass: str, deadline_ms: int = 0) -> None:
+                prep = d.prepare(gen(name, 2, slo_class=klass, ttft_deadline_ms=deadline_ms))
+                await d.decide(prep, record=False)
+                order.append(name)
+
+            tasks = [
+                asyncio.create_task(route("batch-1", "batch")),
+                asyncio.create_task(route("batch-2", "batch")),
+                asyncio.create_task(route("late-deadline", "interactive", 50_000)),
+                asyncio.create_task(route("early-deadline", "interactive", 20_000)),
+            ]
+            await eventually(lambda: d._waiting == 4, 5)
+            disc.set_endpoints([ws[0].endpoint])
+            await asyncio.wait_for(asyncio.gather(*tasks), 15)
+            assert order == ["early-deadline", "late-deadline", "batch-1", "batch-2"]
+        finally:
+            await asyncio.wait_for(server.stop(), 20)
