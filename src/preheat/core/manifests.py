@@ -339,6 +339,10 @@ def worker_args(config: PoolConfig, options: BuildOptions) -> list[str]:
             args += [flag, f"{value:g}"]
         else:
             args += [flag, str(value)]
+    if config.engine.kind == "sim" and config.traffic.classes:
+        # the pool's classes carry priorities: the sim engine schedules by them, as the
+        # vLLM engine always does (engine/vllm.py: --scheduling-policy priority)
+        args += ["--sim-opt", "scheduling_policy=priority"]
     return args
 
 

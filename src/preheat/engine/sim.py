@@ -73,6 +73,9 @@ class SimConfig:
     vocab_size: int = 32_000
     eos_probability: float = 0.0
     max_stretch_steps: int = 32
+    # vLLM's --scheduling-policy: "fcfs" (vLLM's default, and the calibrated fidelity runs')
+    # or "priority" (lower EngineRequest.priority first; see simcore)
+    scheduling_policy: str = "fcfs"
     cost: CostModel = field(default_factory=CostModel.default)
 
     @property
@@ -90,6 +93,7 @@ class SimConfig:
             seed=self.seed,
             eos_probability=self.eos_probability,
             max_stretch_steps=self.max_stretch_steps,
+            scheduling_policy=self.scheduling_policy,
         )
 
     # Cost-model knobs accepted by from_options, besides the SimConfig fields.

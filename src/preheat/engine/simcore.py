@@ -9,14 +9,23 @@ What it models, after vLLM's V1 scheduler:
 - **Continuous batching**: each iteration schedules running requests first (oldest first),
   then admits waiting ones (FCFS) while there are fewer than ``max_num_seqs`` running and
   token budget (``max_num_batched_tokens``) left. Prefills are chunked to the budget.
+- **Scheduling policy** (``scheduling_policy``, vLLM's ``--scheduling-policy``): ``fcfs``
+  (the default) as above; ``priority`` as vLLM 0.32's ``v1/core/sched``: the waiting queue
+  is a heap on (priority, arrival, request id), lower first (``PriorityRequestQueue``, the
+  ordering of ``Request.__lt__``), and when a running request needs KV that is not free the
+  victim is the running request with the largest (priority, arrival), not the newest; a
+  victim already scheduled in this step gives its tokens back to the budget. As in vLLM, a
+  waiting request never preempts a running one by itself: waiting requests are admitted
+  only when nothing was preempted in the step, while slots, budget and KV last.
 - **Paged KV** of ``num_gpu_blocks`` blocks of ``block_size`` tokens, allocated as a
   request's computed tokens grow.
 - **Prefix caching**: every full block is named by :func:`preheat.core.blocks.block_hash`
   (chained); a new request reuses the longest cached prefix of full blocks, at most
   ``prompt_len - 1`` tokens (vLLM always computes at least the last prompt token to get
   logits). Blocks no request references stay cached and are evicted LRU when needed.
-- **Preemption** by recompute: when KV runs out, the newest running request goes back to the
-  front of the waiting queue and its blocks are freed (their hashes stay cached until
+- **Preemption** by recompute: when KV runs out, the newest running request (``fcfs``; the
+  lowest-priority one under ``priority``) goes back to the front of the waiting queue (its
+  place in the priority order) and its blocks are freed (their hashes stay cached until
   evicted, so the recompute often hits the cache).
 - **Abort** frees the sequence and its blocks at once.
 
@@ -31,6 +40,7 @@ tokens as runs (one :class:`TokenRun` per request per call, not one object per t
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from collections import OrderedDict, deque
@@ -51,6 +61,7 @@ from preheat.engine.base import (
 from preheat.engine.costmodel import CostModel
 
 CacheCallback = Callable[[CacheEvent], None]
+SCHEDULING_POLICIES = ("fcfs", "priority")
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,14 @@ class CoreConfig:
     seed: int = 0
     eos_probability: float = 0.0  # per generated token; 0 = run to max_tokens
     max_stretch_steps: int = 32  # re-cost a decode stretch at least this often
+    scheduling_policy: str = "fcfs"  # or "priority" (vLLM's --scheduling-policy)
+
+    def __post_init__(self) -> None:
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ValueError(
+                f"scheduling_policy must be one of {', '.join(SCHEDULING_POLICIES)}, "
+                f"got {self.scheduling_policy!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +152,7 @@ class _Seq:
     cached_tokens: int = 0
     num_preemptions: int = 0
     root: int = ROOT_HASH  # the chain's root: the request's cache salt (tenant_root)
+    priority: int = 0  # lower runs first (scheduling_policy "priority" only)
 
     @property
     def num_tokens(self) -> int:
@@ -259,7 +279,10 @@ class SimCore:
         self.counters = CoreCounters()
         self._pool = _BlockPool(config.num_gpu_blocks, self._emit_cache)
         self._seqs: dict[str, _Seq] = {}
-        self._waiting: deque[_Seq] = deque()
+        self._priority = config.scheduling_policy == "priority"
+        self._waiting: deque[_Seq] | _PriorityQueue = (
+            _PriorityQueue() if self._priority else deque()
+        )
         self._running: list[_Seq] = []
         self._plan: _Plan | None = None
         self._clock = 0.0  # the engine is busy until here
@@ -350,6 +373,7 @@ class SimCore:
             stop_at, reason = _first_stop_id(rng, cfg.vocab_size, opts, stop_at, reason)
         seq = _Seq(request.request_id, request.prompt_token_ids, now, stop_at, reason, rng)
         seq.root = tenant_root(request.cache_salt)
+        seq.priority = request.priority
         n_full = n_prompt // cfg.block_size
         if block_hashes is not None:
             if len(block_hashes) != n_full:
@@ -467,8 +491,21 @@ class SimCore:
             need = self._blocks_needed(seq, seq.num_computed + num_new)
             self_preempted = False
             while need > len(pool.free):
-                # Out of KV: preempt the newest running request (vLLM's recompute policy).
-                victim = self._running.pop()
+                # Out of KV: preempt the newest running request (vLLM's recompute policy),
+                # under "priority" the one with the largest (priority, arrival)
+                if self._priority:
+                    victim = max(self._running, key=_priority_key)
+                    at = self._running.index(victim)
+                    del self._running[at]
+                    if at < idx:
+                        idx -= 1
+                        for j, (s, n) in enumerate(work):
+                            if s is victim:  # scheduled earlier in this step: undone
+                                del work[j]
+                                budget += n
+                                break
+                else:
+                    victim = self._running.pop()
                 self._preempt(victim)
                 preempted = True
                 if victim is seq:
@@ -594,6 +631,42 @@ class SimCore:
         )
         usage = Usage(len(seq.prompt), seq.cached_tokens, len(seq.output))
         return Finish(seq.request_id, reason, now, usage, timing, seq.num_preemptions)
+
+
+def _priority_key(seq: _Seq) -> tuple[int, float]:
+    return (seq.priority, seq.arrival)
+
+
+class _PriorityQueue:
+    """The waiting queue under ``scheduling_policy="priority"``: vLLM's
+    ``PriorityRequestQueue``, a heap on (priority, arrival, request id); "prepending" a
+    preempted request puts it back at its place in that order, as vLLM does."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, float, str, _Seq]] = []
+
+    def append(self, seq: _Seq) -> None:
+        heapq.heappush(self._heap, (seq.priority, seq.arrival, seq.request_id, seq))
+
+    appendleft = append
+
+    def popleft(self) -> _Seq:
+        return heapq.heappop(self._heap)[3]
+
+    def __getitem__(self, i: int) -> _Seq:
+        if i != 0:
+            raise IndexError("only the head of a priority queue can be read")
+        return self._heap[0][3]
+
+    def remove(self, seq: _Seq) -> None:
+        self._heap = [e for e in self._heap if e[3] is not seq]
+        heapq.heapify(self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
 
 
 def _first_stop_id(
