@@ -27,12 +27,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from pydantic.alias_generators import to_camel
 
+from preheat.api import engine_args
 from preheat.api.traffic import TrafficSpec, to_traffic
 from preheat.api.traffic import cross_problems as traffic_problems
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.manifests import GROUP, KIND, PLURAL, VERSION
 from preheat.core.pool import (
     AutoscalingConfig,
+    EngineArgValue,
     EngineConfig,
     EnvVar,
     ModelConfig,
@@ -115,8 +117,24 @@ class ModelSpec(_Model):
     )
 
 
+def _engine_args_schema(schema: dict[str, Any]) -> None:
+    """Adds every vLLM engine argument of the pinned vLLM (the generated table,
+    :mod:`preheat.api.engine_args`) beside the typed fields, which keep their own schema."""
+    props = schema.setdefault("properties", {})
+    for key, prop in engine_args.crd_properties().items():
+        props.setdefault(key, prop)
+    schema["properties"] = dict(sorted(props.items()))
+    schema.pop("additionalProperties", None)
+
+
 class EngineArgs(_Model):
-    """Engine settings, mapped to the worker's flags. Unset means the engine's default."""
+    """Engine settings. The typed fields below are Preheat's own (the worker's flags; the
+    sim's); any other key is a vLLM engine argument of the pinned vLLM in camelCase
+    (``maxNumBatchedTokens``, ``quantization``, ``speculativeConfig``, ...), checked against
+    vLLM's own definitions (:func:`preheat.api.engine_args.problems`). Unset means the
+    engine's default."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra=_engine_args_schema)
 
     max_num_seqs: int | None = Field(
         default=None, ge=1, le=65536, description="Max running sequences."
@@ -745,6 +763,19 @@ def _set_aliases(raw: Mapping[str, Any], model: type[BaseModel]) -> set[str]:
     return out
 
 
+_ENGINE_ARG_ALIASES = tuple(i.alias or n for n, i in EngineArgs.model_fields.items())
+_ENGINE_ARG_NAMES = frozenset((*_ENGINE_ARG_ALIASES, *EngineArgs.model_fields))
+
+
+def engine_arg_problems(kind: str, args: Mapping[str, Any]) -> list[str]:
+    """The problems with the keys of ``args`` (a spec's ``engine.args``) that are not
+    :class:`EngineArgs`' typed fields: each must be a vLLM engine argument that engine
+    ``kind`` takes (:func:`preheat.api.engine_args.problems`). The worker runs the same
+    check on its ``--engine-args``, so it refuses with the same sentences."""
+    rest = {k: v for k, v in args.items() if k not in _ENGINE_ARG_NAMES}
+    return engine_args.problems(kind, rest, skip=_ENGINE_ARG_ALIASES)
+
+
 def _cross_field_problems(raw: Mapping[str, Any]) -> list[str]:
     """The checks the CEL rules state, with the same messages (plus what CEL cannot say).
 
@@ -776,6 +807,7 @@ def _cross_field_problems(raw: Mapping[str, Any]) -> list[str]:
                 problems.append(
                     f"engine.args {', '.join(VLLM_ONLY_ARGS)} apply to engine kind vllm only"
                 )
+            problems += engine_arg_problems(kind if kind in ("vllm", "sim") else "vllm", args)
             tp = _lookup(args, EngineArgs, "tensor_parallel_size")
             if _is_int(tp) and _is_int(gpus) and tp > gpus:
                 problems.append(
@@ -867,7 +899,7 @@ def _source(text: str | None) -> ModelSource:
 
 def config_from_spec(spec: InferencePoolSpec, *, name: str, namespace: str) -> PoolConfig:
     """The internal config of a spec that :func:`validate_spec` found no problem with."""
-    args: dict[str, str | int | float | bool] = {}
+    args: dict[str, EngineArgValue] = {}
     if spec.engine.args is not None:
         for key, value in spec.engine.args.model_dump(by_alias=True, exclude_none=True).items():
             args[key] = parse_duration(value) if key in DURATION_ARGS else value

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -85,7 +86,9 @@ DEFAULT_GPU_TYPES: Mapping[str, Mapping[str, str]] = {
     "nvidia-l40s": {"nvidia.com/gpu.product": "NVIDIA-L40S"},
 }
 
-# Engine spec args -> worker flags (src/preheat/worker/main.py). Durations are seconds.
+# Engine spec args with a worker flag of their own (src/preheat/worker/main.py); durations
+# are seconds. Every other arg (any vLLM engine argument, checked by preheat.api.engine_args)
+# goes to the worker as one JSON object, --engine-args.
 WORKER_FLAGS: Mapping[str, Mapping[str, str]] = {
     "sim": {
         "maxNumSeqs": "--sim-max-num-seqs",
@@ -331,8 +334,11 @@ def worker_args(config: PoolConfig, options: BuildOptions) -> list[str]:
         # vLLM's OpenAI API on its named port, under the pool's model name (not the mount)
         args += ["--openai-port", str(OPENAI_PORT), "--served-model-name", config.model.name]
     flags = WORKER_FLAGS[config.engine.kind]
+    rest = {k: v for k, v in config.engine.args if k not in flags}
     for key, value in config.engine.args:
-        flag = flags[key]
+        flag = flags.get(key)
+        if flag is None:
+            continue
         if isinstance(value, bool):
             args.append(flag if value else flag.replace("--", "--no-", 1))
         elif isinstance(value, float):
@@ -343,6 +349,10 @@ def worker_args(config: PoolConfig, options: BuildOptions) -> list[str]:
         # the pool's classes carry priorities: the sim engine schedules by them, as the
         # vLLM engine always does (engine/vllm.py: --scheduling-policy priority)
         args += ["--sim-opt", "scheduling_policy=priority"]
+    if rest:
+        # every other engine arg (vLLM's, in the pool's camelCase): the worker checks them
+        # against the same table the operator did (preheat.api.engine_args) before starting
+        args += ["--engine-args", json.dumps(rest, sort_keys=True, separators=(",", ":"))]
     return args
 
 
@@ -461,7 +471,9 @@ def startup_failure_threshold(config: PoolConfig, options: BuildOptions, period_
     """Startup probe attempts that cover model load and warm-up (sim: its own load times)."""
     budget = float(options.startup_budget_s.get(config.engine.kind, 1800))
     args = dict(config.engine.args)
-    sim_time = float(args.get("loadTime", 0)) + float(args.get("warmupTime", 0))
+    sim_time = sum(
+        float(v) for k in ("loadTime", "warmupTime") if isinstance(v := args.get(k, 0), int | float)
+    )
     budget = max(budget, 3 * sim_time)
     return max(1, math.ceil(budget / period_s))
 

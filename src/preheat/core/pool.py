@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 from preheat.core.traffic.classes import Traffic
 
@@ -50,11 +51,15 @@ class ModelConfig:
     source: ModelSource
 
 
+EngineArgValue: TypeAlias = str | int | float | bool | list[Any] | dict[str, Any]
+"""An engine arg's value: a scalar, or a list / object (vLLM's nested configs), as JSON."""
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     kind: str  # "vllm" | "sim"
     image: str  # "" = the operator's default worker image
-    args: tuple[tuple[str, str | int | float | bool], ...]  # only the args set, by spec key
+    args: tuple[tuple[str, EngineArgValue], ...]  # only the args set, by spec key
 
 
 @dataclass(frozen=True)

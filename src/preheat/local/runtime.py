@@ -1022,10 +1022,16 @@ def local_config(config: PoolConfig, engine: str) -> PoolConfig:
     args that apply to it (a cluster pool's vLLM args mean nothing to the sim)."""
     if engine == config.engine.kind:
         return config
+    from preheat.api.engine_args import SIM_VLLM_ARGS
     from preheat.core.manifests import WORKER_FLAGS
 
-    keep = tuple((k, v) for k, v in config.engine.args if k in WORKER_FLAGS[engine])
-    dropped = sorted(k for k, _ in config.engine.args if k not in WORKER_FLAGS[engine])
+    def applies(key: str) -> bool:
+        if engine == "sim":  # its own flags and the vLLM args it models
+            return key in WORKER_FLAGS["sim"] or key in SIM_VLLM_ARGS
+        return key not in WORKER_FLAGS["sim"] or key in WORKER_FLAGS["vllm"]
+
+    keep = tuple((k, v) for k, v in config.engine.args if applies(k))
+    dropped = sorted(k for k, _ in config.engine.args if not applies(k))
     if dropped:
         log.info(
             "engine_args_dropped",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 from typing import TYPE_CHECKING, Any
 
 from preheat.core.errors import PreheatError
@@ -57,9 +58,40 @@ def _given(args: argparse.Namespace, names: dict[str, str]) -> dict[str, Any]:
     return {k: getattr(args, d) for k, d in names.items() if getattr(args, d, None) is not None}
 
 
+def engine_args(args: argparse.Namespace) -> dict[str, Any]:
+    """``--engine-args``: the JSON object, checked as the operator checks a pool's
+    ``engine.args`` (:func:`preheat.api.pool.engine_arg_problems`, the same sentences);
+    :class:`EngineUnavailable` listing every problem."""
+    text = getattr(args, "engine_args", None)
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise EngineUnavailable(f"--engine-args is not JSON: {e}") from e
+    if not isinstance(value, dict):
+        raise EngineUnavailable("--engine-args must be a JSON object of engine args")
+    from preheat.api.pool import engine_arg_problems
+
+    problems = engine_arg_problems(getattr(args, "engine", "sim"), value)
+    if problems:
+        raise EngineUnavailable("invalid engine args: " + "; ".join(problems))
+    return value
+
+
+def sim_engine_options(args: dict[str, Any]) -> dict[str, Any]:
+    """SimConfig options for checked vLLM engine args of a sim pool (the keys the sim models:
+    :data:`preheat.api.engine_args.SIM_VLLM_ARGS`)."""
+    options: dict[str, Any] = {}
+    if "maxNumBatchedTokens" in args:
+        options["max_num_batched_tokens"] = args["maxNumBatchedTokens"]
+    return options
+
+
 def sim_options(args: argparse.Namespace) -> dict[str, Any]:
     """The SimConfig options the flags in ``args`` ask for."""
     options = _given(args, _SIM_FLAGS)
+    options.update(sim_engine_options(engine_args(args)))
     for item in getattr(args, "sim_opt", None) or ():
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -165,7 +197,14 @@ def _build_vllm(args: argparse.Namespace, extra: tuple[tuple[str, Any], ...] = (
         raise EngineUnavailable(
             f"the vllm engine is not available here: {e}; or use --engine sim"
         ) from e
+    from preheat.api.engine_args import to_vllm
+
     fields = _given(args, _VLLM_FLAGS)
+    more = to_vllm(engine_args(args))
+    for name in ("max_num_batched_tokens", "max_num_queued_reqs", "kv_cache_memory_bytes"):
+        if name in more:  # VllmEngineConfig's own fields
+            fields[name] = more.pop(name)
+    extra = (*extra, *sorted(more.items()))
     if getattr(args, "vllm_enforce_eager", None) is not None:
         fields["enforce_eager"] = args.vllm_enforce_eager
     if getattr(args, "served_model_name", None):

@@ -149,6 +149,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="any other SimConfig option, e.g. max_waiting=0 (repeatable)",
     )
 
+    parser.add_argument(
+        "--engine-args",
+        default=None,
+        metavar="JSON",
+        help="more engine args as a JSON object, keys as in a pool's spec.engine.args "
+        "(vLLM's engine arguments in camelCase, e.g. '{\"maxNumBatchedTokens\": 2048}'); "
+        "checked against the pinned vLLM's definitions before anything starts (exit 2)",
+    )
+
     v = parser.add_argument_group("vllm engine")
     v.add_argument("--vllm-max-model-len", type=int, default=None)
     v.add_argument("--vllm-max-num-seqs", type=int, default=None)
