@@ -45,6 +45,7 @@ from preheat.local.runtime import (
     exit_text,
     local_config,
     log_tail,
+    router_tenant_args,
     router_tokenizer_args,
     routing_settings,
 )
@@ -104,6 +105,7 @@ class SharedRouter:
         ]
         self.endpoints: dict[str, list[dict[str, Any]]] = {e.name: [] for e in self.entries}
         self.tokenizer = _common([router_tokenizer_args(c, options.router_args) for c in configs])
+        self.tenant_args = router_tenant_args(configs, options.router_args)
         self.child: Child | None = None
         self.restarts = 0
         self._crashes: list[float] = []
@@ -162,6 +164,7 @@ class SharedRouter:
             "--drain-grace-s",
             f"{self.options.drain_grace_s + ROUTER_DRAIN_MARGIN_S:g}",
             *self.tokenizer,
+            *self.tenant_args,
             *self.options.router_args,
         )
         self.child = await spawn(

@@ -650,6 +650,7 @@ class LocalPool:
             "--drain-grace-s",
             f"{self.options.drain_grace_s + ROUTER_DRAIN_MARGIN_S:g}",
             *router_tokenizer_args(self.config, self.options.router_args),
+            *router_tenant_args([self.config], self.options.router_args),
             *self.options.router_args,
         )
         self.router = await spawn(
@@ -1001,6 +1002,20 @@ def router_tokenizer_args(config: PoolConfig, router_args: Sequence[str]) -> lis
     if src.kind != "hostPath" or not src.path:
         return []
     return ["--tokenizer", f"hf:{src.path}"]
+
+
+LOCAL_TENANT_HEADER = "x-tenant"
+
+
+def router_tenant_args(configs: Sequence[PoolConfig], router_args: Sequence[str]) -> list[str]:
+    """``--tenant-header x-tenant`` when a pool lists tenants (so a user of ``preheat up``
+    can name one with a header), unless ``router_args`` name a tenant header or API keys
+    (then the key's tenant or that header is the word on the tenant)."""
+    if any(a.startswith(("--tenant-header", "--api-keys-file")) for a in router_args):
+        return []
+    if not any(c.traffic.tenants for c in configs):
+        return []
+    return ["--tenant-header", LOCAL_TENANT_HEADER]
 
 
 def _without(args: list[str], flags: tuple[str, ...]) -> list[str]:

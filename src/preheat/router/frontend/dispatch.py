@@ -64,6 +64,7 @@ from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc
 from preheat.router.endpoints import EndpointStore
 from preheat.router.frontend.bounds import check_request
 from preheat.router.frontend.metrics import RouterMetrics, RouterOutcome
+from preheat.router.frontend.quotas import Grant, Quotas, RateLimited
 from preheat.router.frontend.tokenizer import (
     PromptTokenizer,
     TooManyTokens,
@@ -214,6 +215,7 @@ class Dispatcher:
         self._completions: collections.deque[float] = collections.deque()
         self._executor: ThreadPoolExecutor | None = None
         self._draining = asyncio.Event()
+        self._quotas = Quotas()  # the pool's tenants' buckets on this replica
         uc = config.upstream_coalesce
         self._upstream_coalesce = uc.to_pb() if uc is not None and uc.enabled else None
 
@@ -626,8 +628,25 @@ class Dispatcher:
         as_ids: inference_pb2.GenerateRequest | None = None
         sent = False  # a chunk was passed on: no retry from then on
         attempt_first: float | None = None  # the current attempt's first token
+        grant: Grant | None = None
         try:
+            grant = self._charge(prep)
             self._admit()
+        except RateLimited as e:
+            m = self.metrics
+            m.rate_limited.labels(*m.series, _quota_entry(self.config.traffic, prep), e.limit).inc()
+            m.observe_outcome(api, RouterOutcome.RATE_LIMITED, slo_class=prep.slo_class)
+            log.info(
+                "rate_limited",
+                extra=fields(
+                    request_id=prep.info.request_id,
+                    tenant=prep.request.cache_salt,
+                    slo_class=prep.slo_class,
+                    limit=e.limit,
+                    retry_after_s=_r(e.retry_after_s),
+                ),
+            )
+            raise
         except PreheatError as e:
             self.metrics.observe_outcome(
                 api, RouterOutcome.of_error(e.code), slo_class=prep.slo_class
@@ -778,10 +797,22 @@ class Dispatcher:
                 self.store.request_finished(st.endpoint.id)
             raise
         finally:
+            if grant is not None:
+                used = prep.info.prompt_tokens + st.tokens
+                self._quotas.settle(self.config.traffic, grant, used, loop.time())
             self._in_flight -= 1
             self._completions.append(self._now())
             gauge.dec()
             self.metrics.observe_outcome(api, outcome, slo_class=prep.slo_class)
+
+    def _charge(self, prep: Prepared) -> Grant | None:
+        """Charges the request to its tenant's quota (``RateLimited`` when over it)."""
+        traffic = self.config.traffic
+        if not traffic.tenants:
+            return None
+        tokens = prep.info.prompt_tokens + prep.info.max_tokens
+        now = asyncio.get_running_loop().time()
+        return self._quotas.take(traffic, prep.request.cache_salt, tokens, now)
 
     def _send_ids(self, prep: Prepared, ep: Endpoint) -> bool:
         return (
@@ -896,6 +927,12 @@ async def _read_within(
                 f"worker {worker} sent no token within {limit_s:g}s (first-token timeout)"
             ) from None
         raise
+
+
+def _quota_entry(traffic: Traffic, prep: Prepared) -> str:
+    """The tenants-table entry a request was charged to (a bounded label value)."""
+    q = traffic.quota(prep.request.cache_salt)
+    return q.name if q is not None else ""
 
 
 def _prompt_size(req: inference_pb2.GenerateRequest) -> int:

@@ -66,6 +66,7 @@ from preheat.router.frontend.openai_schema import (
     to_generate_request,
 )
 from preheat.router.frontend.passthrough import PromptIds
+from preheat.router.frontend.quotas import RateLimited
 from preheat.router.frontend.vllm_routes import VllmRoutes, add_vllm_routes, model_object
 from preheat.wire.coalesce import CoalesceConfig, coalesce
 
@@ -202,6 +203,9 @@ def error_response(err: PreheatError) -> web.Response:
     headers = {}
     if err.retry_after_s is not None:
         headers["Retry-After"] = str(max(1, math.ceil(err.retry_after_s)))
+    if isinstance(err, RateLimited):  # a tenant's quota: OpenAI's rate-limit headers too
+        headers["retry-after-ms"] = str(max(1, math.ceil((err.retry_after_s or 0.0) * 1000)))
+        headers.update(err.headers)
     status, body = openai_error(err)
     return web.json_response(body, status=status, headers=headers)
 

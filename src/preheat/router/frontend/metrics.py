@@ -40,6 +40,7 @@ class RouterOutcome(enum.Enum):
     FAILED = "failed"  # the worker failed after tokens were sent
     CANCELLED = "cancelled"
     DEADLINE = "deadline"
+    RATE_LIMITED = "rate_limited"  # over its tenant's quota (429): not demand the pool refused
     ERROR = "error"
 
     @property
