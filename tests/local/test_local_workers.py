@@ -147,3 +147,22 @@ def test_autoscale_stale_metrics_hold():
     decision, _ = _decide(1500.0, 1, stale=True)
     assert decision.cause is Cause.STALE
     assert decision.active == 1
+
+
+def test_scale_down_takes_the_worker_whose_sessions_and_cache_cost_least() -> None:
+    """What the workers' Status says (sessions, cached blocks) reaches the victim choice
+    (operator issue, item 4: every warm worker used to cost the same)."""
+    from preheat.core.control.roles import choose_victims
+
+    older_busy = WorkerView(
+        "w-0", local_workers.ACTIVE, sessions=3, cached_blocks=40, started_at=1.0
+    )
+    newer_idle = WorkerView(
+        "w-1", local_workers.ACTIVE, sessions=0, cached_blocks=2, started_at=2.0
+    )
+    newer_cached = WorkerView(
+        "w-2", local_workers.ACTIVE, sessions=0, cached_blocks=90, started_at=3.0
+    )
+    views = [older_busy.pod(), newer_idle.pod(), newer_cached.pod()]
+    assert choose_victims(views, 1) == ("w-1",)
+    assert choose_victims(views, 2) == ("w-1", "w-2")

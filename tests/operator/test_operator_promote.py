@@ -344,3 +344,48 @@ async def test_the_operators_cache_token_goes_into_every_pools_secret(
     finally:
         await op.stop()
     assert op.error is None
+
+
+async def test_scale_down_drains_the_worker_that_costs_least(
+    kube: PreheatKube, operator: OperatorProcess
+) -> None:
+    """Operator issue, item 4: the victim is chosen by what the workers say losing each
+    would cost (sessions, cached blocks, requests in flight), not by name or age alone."""
+    import grpc
+
+    from preheat.api.pool import to_config
+    from preheat.operator.observe import role_plan
+    from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc
+
+    async with standby_workers([0, 0]) as workers:
+        await create_pool_with_token(kube, pool(min=2, warmStandby=0))
+        pods = [
+            await add_worker_pod(kube, "sim-tiny", i, w.ports.control)
+            for i, w in enumerate(workers)
+        ]
+        by_pod = dict(zip(pods, workers, strict=True))
+        await eventually(lambda: [state(w) for w in workers] == ["active", "active"])
+        await eventually(lambda: sorted(labels(kube).values()) == ["active", "active"])
+
+        # The pod a cost-blind scale-down takes (every warm pod costs the same: tie-break).
+        shrunk = pool(min=1, warmStandby=0)
+        config = to_config(shrunk["spec"], name="sim-tiny", namespace=NAMESPACE)
+        blind = role_plan(config, list(live(kube, PODS, NAMESPACE).values())).victims
+        assert len(blind) == 1
+        # ... serves two sessions: losing it moves them and their cache.
+        port = by_pod[blind[0]].ports.grpc
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = inference_pb2_grpc.InferenceStub(channel)
+            for session in ("chat-1", "chat-2"):
+                request = inference_pb2.GenerateRequest(
+                    prompt="a conversation worth keeping " * 4,
+                    session_id=session,
+                    sampling=inference_pb2.SamplingParams(max_tokens=3),
+                )
+                async for _ in stub.Generate(request):
+                    pass
+        assert by_pod[blind[0]].status().sessions == 2
+
+        await patch_pool(kube, NAMESPACE, "sim-tiny", {"spec": {"replicas": {"min": 1}}})
+        await eventually(lambda: sorted(labels(kube).values()) == ["active", "draining"])
+        assert labels(kube)[blind[0]] == "active", "the worker holding the sessions was drained"

@@ -114,6 +114,8 @@ class LocalWorker:
     running: int = 0
     waiting: int = 0
     kv_usage: float = 0.0
+    cached_blocks: int = 0
+    sessions: int = 0
     restarts: int = 0
     ready_seen: bool = False
     control_port: int = 0  # WorkerControl's Promote/Demote/Drain, with the run's token
@@ -140,6 +142,8 @@ class LocalWorker:
             state=workers.STANDBY if self.demote_at is not None else self.state,
             leaving=self.leaving,
             in_flight=self.in_flight,
+            cached_blocks=self.cached_blocks,
+            sessions=self.sessions,
             started_at=self.child.started_at,
         )
 
@@ -392,6 +396,8 @@ class LocalPool:
             w.running = answer.num_running
             w.waiting = answer.num_waiting
             w.kv_usage = answer.kv_cache_usage
+            w.cached_blocks = answer.cached_blocks
+            w.sessions = answer.sessions
             if w.state in workers.WARM and not w.ready_seen:
                 w.ready_seen = True
                 self._event("ready", w.name, f"warm as {w.state} (pid {w.child.pid})")

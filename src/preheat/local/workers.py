@@ -44,6 +44,8 @@ class WorkerView:
     state: str  # one of the states above
     leaving: bool = False  # told to drain or signalled to stop: on its way out
     in_flight: int = 0  # streams open on it (Status)
+    cached_blocks: int = 0  # prefix-cache blocks it holds (Status)
+    sessions: int = 0  # sessions bound to it (Status)
     started_at: float = 0.0  # the runtime's clock
 
     @property
@@ -73,6 +75,8 @@ class WorkerView:
             role=role,
             warm=self.warm,
             in_flight=self.in_flight,
+            cached_blocks=self.cached_blocks,
+            sessions=self.sessions,
             created=self.started_at,
         )
 

@@ -9,6 +9,7 @@ autoscaler's last write or a ``kubectl scale``. Pods come from kopf's index as p
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from preheat.core.autoscaling import Signals
@@ -18,6 +19,15 @@ from preheat.core.pool import PoolConfig
 from preheat.operator.status import observe_pod
 
 
+@dataclass(frozen=True)
+class WorkerLoad:
+    """What a worker said of itself (``WorkerStatus``): what losing it would cost."""
+
+    cached_blocks: int = 0
+    sessions: int = 0
+    in_flight: int = 0
+
+
 def observation(
     config: PoolConfig,
     pods: Sequence[Mapping[str, Any]],
@@ -25,15 +35,36 @@ def observation(
     now: float = 0.0,
     desired: int | None = None,
     signals: Signals | None = None,
+    loads: Mapping[str, WorkerLoad] | None = None,
 ) -> Observation:
-    """``desired``: the spec's unless the caller knows a newer write of its own."""
+    """``desired``: the spec's unless the caller knows a newer write of its own; ``loads``:
+    what the workers said of themselves, by pod name (a pod without one costs only its
+    role and warmth)."""
     target = config.replicas.desired if desired is None else desired
-    return Observation(now, config, target, tuple(observe_pod(p).view() for p in pods), signals)
+    views = []
+    for p in pods:
+        view = observe_pod(p).view()
+        load = (loads or {}).get(view.name)
+        if load is not None:
+            view = replace(
+                view,
+                cached_blocks=load.cached_blocks,
+                sessions=load.sessions,
+                in_flight=load.in_flight,
+            )
+        views.append(view)
+    return Observation(now, config, target, tuple(views), signals)
 
 
-def role_plan(config: PoolConfig, pods: Sequence[Mapping[str, Any]]) -> RolePlan:
-    """The roles the reconcile gives the pool's pods for ``spec.replicas.desired``."""
-    return step(observation(config, pods), ControlState())[1]
+def role_plan(
+    config: PoolConfig,
+    pods: Sequence[Mapping[str, Any]],
+    loads: Mapping[str, WorkerLoad] | None = None,
+) -> RolePlan:
+    """The roles the reconcile gives the pool's pods for ``spec.replicas.desired``; a
+    scale-down's victims are the pods whose ``loads`` cost the least (cache, sessions,
+    never one with requests in flight)."""
+    return step(observation(config, pods, loads=loads), ControlState())[1]
 
 
 def ready_targets(pods: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -52,4 +83,4 @@ def ready_targets(pods: Sequence[Mapping[str, Any]]) -> list[str]:
     return sorted(out)
 
 
-__all__ = ["observation", "ready_targets", "role_plan"]
+__all__ = ["WorkerLoad", "observation", "ready_targets", "role_plan"]

@@ -46,7 +46,7 @@ from preheat.core.manifests import (
 from preheat.core.pool import PoolConfig
 from preheat.operator.kube import KINDS, Conflict, Kube, kind_of, merge_patch
 from preheat.operator.metrics import Metrics
-from preheat.operator.observe import role_plan
+from preheat.operator.observe import WorkerLoad, role_plan
 from preheat.operator.status import (
     DEGRADED,
     ObservedPod,
@@ -56,6 +56,7 @@ from preheat.operator.status import (
     status_changed,
 )
 from preheat.operator.workers import WorkerRefused, WorkerUnavailable, set_role
+from preheat.wire import workerctl
 
 log = logging.getLogger(__name__)
 
@@ -321,9 +322,14 @@ class Reconciler:
         live = [p for p in observed if not p.terminating]
         if not live:
             return None
-        plan = role_plan(
-            config, [p for p, o in zip(pods, observed, strict=True) if not o.terminating]
-        )
+        staying = [p for p, o in zip(pods, observed, strict=True) if not o.terminating]
+        plan = role_plan(config, staying)
+        if plan.victims:
+            # A scale-down: pick the victims by what losing each would cost (its cache,
+            # sessions and requests in flight), as the workers say on their control port.
+            loads = await self._worker_loads(staying, token)
+            if loads:
+                plan = role_plan(config, staying, loads)
         roles = dict(plan.roles)
         roles.update({v: ROLE_DRAINING for v in plan.victims})
         costs = deletion_costs([p.view() for p in live], plan.victims)
@@ -368,6 +374,39 @@ class Reconciler:
         if found is None:
             return True
         return self.workers.get((namespace, pod_name)) == WorkerTold(*found, role, True)
+
+    async def _worker_loads(
+        self, pods: Sequence[Mapping[str, Any]], token: str
+    ) -> dict[str, WorkerLoad]:
+        """Each ready worker's :class:`WorkerLoad` from its ``Status`` (with the control
+        ``token``), concurrently; a worker that does not answer in time has none (it costs
+        only its role and warmth: an unreachable worker is a fair victim)."""
+        asked: dict[str, str] = {}
+        for pod in pods:
+            found = _worker_address(pod)
+            if found is not None and observe_pod(pod).ready:
+                asked[str((pod.get("metadata") or {}).get("name", ""))] = found[0]
+        names = sorted(asked)
+        answers = await asyncio.gather(
+            *(
+                workerctl.status(asked[n], timeout_s=self.worker_timeout_s, token=token)
+                for n in names
+            ),
+            return_exceptions=True,
+        )
+        loads: dict[str, WorkerLoad] = {}
+        for name, answer in zip(names, answers, strict=True):
+            if isinstance(answer, workerctl.WorkerUnavailableError):
+                log.info("worker %s gave no status for scale-down: %s", name, answer)
+            elif isinstance(answer, BaseException):
+                raise answer
+            else:
+                loads[name] = WorkerLoad(
+                    cached_blocks=answer.cached_blocks,
+                    sessions=answer.sessions,
+                    in_flight=answer.in_flight,
+                )
+        return loads
 
     async def _tell_workers(
         self,

@@ -61,6 +61,11 @@ class CacheHub:
         return frozenset(self._blocks)
 
     @property
+    def num_blocks(self) -> int:
+        """How many blocks are cached (without copying them)."""
+        return len(self._blocks)
+
+    @property
     def num_subscribers(self) -> int:
         return len(self._subs)
 

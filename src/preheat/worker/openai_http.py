@@ -73,6 +73,14 @@ def outcome_of(status: int) -> WorkerOutcome:
     return WorkerOutcome.ERROR
 
 
+def _session_of(scope: Any) -> str:
+    """The request's ``x-session-id`` header (the router forwards it), "" when none."""
+    for key, value in scope.get("headers") or ():
+        if bytes(key).lower() == b"x-session-id":
+            return bytes(value).decode("latin-1")[:256]
+    return ""
+
+
 async def _send_json(
     send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
 ) -> None:
@@ -130,7 +138,7 @@ class Gate:
         w = self._w
         request_id = f"openai-{uuid.uuid4().hex}"
         try:
-            handle = w.admit(request_id, on_abort=task.cancel)
+            handle = w.admit(request_id, on_abort=task.cancel, session_id=_session_of(scope))
         except PreheatError as e:
             unavailable = e.code == ErrorCode.UNAVAILABLE
             w.metrics.observe_outcome(

@@ -67,6 +67,7 @@ from preheat.wire.errors import abort
 from preheat.worker.cache_hub import CacheHub
 from preheat.worker.metrics import WorkerMetrics, WorkerOutcome
 from preheat.worker.openai_http import AppFactory, OpenAIHttp
+from preheat.worker.sessions import DEFAULT_WINDOW_S, SessionLedger
 from preheat.worker.stops import StopMatcher
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,9 @@ class WorkerConfig:
     # is given an app factory (WorkerServer's ``openai``; the sim engine has none).
     openai_port: int = 0
     cache_queue_size: int = 1024  # WatchCache events a subscriber may fall behind
+    # A session counts in WorkerStatus.sessions while its last request is this recent
+    # (the pool's routing.sessionTTL).
+    session_window_s: float = DEFAULT_WINDOW_S
 
     def __post_init__(self) -> None:
         if self.start_as not in WARM_STATES:
@@ -208,6 +212,7 @@ class WorkerServer:
         self._control: Any = None  # the control port's gRPC server (None without a token)
         self._http: Any = None  # aiohttp AppRunner, see preheat.worker.http
         self._hub: CacheHub | None = None
+        self._sessions = SessionLedger(self.config.session_window_s)
         self._tasks: set[asyncio.Task[None]] = set()
         self._startup_task: asyncio.Task[None] | None = None
         self._drain_task: asyncio.Task[None] | None = None
@@ -396,6 +401,8 @@ class WorkerServer:
             region=self.config.region,
             tokenizer=info.tokenizer,
             openai_port=self.ports.openai if self.ports is not None else 0,
+            cached_blocks=self._hub.num_blocks if self._hub is not None else 0,
+            sessions=self._sessions.count(asyncio.get_running_loop().time()),
         )
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -505,15 +512,19 @@ class WorkerServer:
                 f"worker is {self._state.value}; it takes requests only when active",
             )
 
-    def admit(self, request_id: str, on_abort: Callable[[], Any] | None = None) -> _InFlight:
+    def admit(
+        self, request_id: str, on_abort: Callable[[], Any] | None = None, session_id: str = ""
+    ) -> _InFlight:
         """Admits one request (active only): it counts as in flight until :meth:`release`,
         and a drain whose grace runs out calls ``on_abort`` (the OpenAI HTTP path's hook)."""
-        return self._admit(request_id, on_abort)
+        return self._admit(request_id, on_abort, session_id)
 
     def release(self, handle: _InFlight) -> None:
         self._release(handle)
 
-    def _admit(self, request_id: str, on_abort: Callable[[], Any] | None = None) -> _InFlight:
+    def _admit(
+        self, request_id: str, on_abort: Callable[[], Any] | None = None, session_id: str = ""
+    ) -> _InFlight:
         self._check_active()
         if request_id in self._in_flight:
             raise PreheatError(
@@ -521,6 +532,7 @@ class WorkerServer:
             )
         handle = _InFlight(request_id, on_abort)
         self._in_flight[request_id] = handle
+        self._sessions.seen(session_id, asyncio.get_running_loop().time())
         self._idle.clear()
         self.metrics.in_flight.set(len(self._in_flight))
         return handle
@@ -591,7 +603,7 @@ class WorkerServer:
                 self._check_active()
                 engine_req = self._engine_request(request_id, req)
                 coalescing = _coalesce_config(req)
-                handle = self._admit(request_id)
+                handle = self._admit(request_id, session_id=req.session_id)
                 stream = self._stream(engine_req, req, handle, received)
                 if coalescing is None:
                     async with contextlib.aclosing(stream):

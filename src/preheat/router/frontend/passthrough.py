@@ -565,7 +565,10 @@ class Passthrough:
             d.metrics.observe_outcome(api, outcome)
 
     def _headers(self, prep: Prepared) -> dict[str, str]:
-        return {"Content-Type": "application/json", "X-Request-Id": prep.info.request_id}
+        headers = {"Content-Type": "application/json", "X-Request-Id": prep.info.request_id}
+        if prep.request.session_id:  # the worker counts its sessions (scale-down's cost)
+            headers["X-Session-Id"] = prep.request.session_id
+        return headers
 
     async def _post(
         self, prep: Prepared, body: bytes, path: str, ep: Endpoint, within: float | None

@@ -45,7 +45,7 @@ class WatchCacheRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("worker_id", "model", "engine", "state", "num_running", "num_waiting", "kv_cache_usage", "block_size", "num_gpu_blocks", "max_num_seqs", "max_model_len", "in_flight", "zone", "region", "tokenizer", "openai_port")
+    __slots__ = ("worker_id", "model", "engine", "state", "num_running", "num_waiting", "kv_cache_usage", "block_size", "num_gpu_blocks", "max_num_seqs", "max_model_len", "in_flight", "zone", "region", "tokenizer", "openai_port", "cached_blocks", "sessions")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +62,8 @@ class WorkerStatus(_message.Message):
     REGION_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_FIELD_NUMBER: _ClassVar[int]
     OPENAI_PORT_FIELD_NUMBER: _ClassVar[int]
+    CACHED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     model: str
     engine: str
@@ -78,7 +80,9 @@ class WorkerStatus(_message.Message):
     region: str
     tokenizer: str
     openai_port: int
-    def __init__(self, worker_id: _Optional[str] = ..., model: _Optional[str] = ..., engine: _Optional[str] = ..., state: _Optional[_Union[LifecycleState, str]] = ..., num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., block_size: _Optional[int] = ..., num_gpu_blocks: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., max_model_len: _Optional[int] = ..., in_flight: _Optional[int] = ..., zone: _Optional[str] = ..., region: _Optional[str] = ..., tokenizer: _Optional[str] = ..., openai_port: _Optional[int] = ...) -> None: ...
+    cached_blocks: int
+    sessions: int
+    def __init__(self, worker_id: _Optional[str] = ..., model: _Optional[str] = ..., engine: _Optional[str] = ..., state: _Optional[_Union[LifecycleState, str]] = ..., num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., block_size: _Optional[int] = ..., num_gpu_blocks: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., max_model_len: _Optional[int] = ..., in_flight: _Optional[int] = ..., zone: _Optional[str] = ..., region: _Optional[str] = ..., tokenizer: _Optional[str] = ..., openai_port: _Optional[int] = ..., cached_blocks: _Optional[int] = ..., sessions: _Optional[int] = ...) -> None: ...
 
 class CacheEvent(_message.Message):
     __slots__ = ("seq", "stored", "removed", "cleared", "snapshot")
