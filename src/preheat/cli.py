@@ -27,6 +27,11 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "reconcile InferencePool resources into warm worker pods (kopf)",
         "preheat.operator.main",
     ),
+    "release-pools": (
+        "take the operator's finalizer off every InferencePool (the chart's post-delete "
+        "hook: after `helm uninstall`, pools stay and can be deleted without the operator)",
+        "preheat.operator.release",
+    ),
     "up": (
         "run an InferencePool on this machine: sim workers and a router as local processes, "
         "autoscaled like the operator does (live view; Ctrl-C drains)",

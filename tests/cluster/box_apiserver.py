@@ -15,7 +15,8 @@ plus what a whole installation needs, following the Kubernetes API's semantics:
 - **RBAC**: a request with a pod's service-account token (``box:NAMESPACE:ACCOUNT``, what
   the kubelet mounts) is authorized against the Roles, ClusterRoles and their bindings
   applied (verbs, resources and subresources, apiGroups, resourceNames, ``*``); a denied
-  one gets 403 Forbidden, as the API server answers, and is recorded in ``denied``.
+  one gets 403 Forbidden, as the API server answers, and is recorded in ``denied``; an
+  allowed one is recorded in ``allowed`` as (account, verb, apiGroup, resource).
   Discovery (``/api``, ``/apis``, ``/version``) is open; the tests' own client (no token)
   is cluster-admin.
 - **Events** are plain objects (``v1/events``): anyone may create them, ``events()`` reads them.
@@ -53,6 +54,7 @@ BUILTIN: dict[str, tuple[str, bool, set[str]]] = {
     "v1/nodes": ("Node", False, {"status"}),
     "apps/v1/deployments": ("Deployment", True, {"status", "scale"}),
     "apps/v1/replicasets": ("ReplicaSet", True, {"status", "scale"}),
+    "batch/v1/jobs": ("Job", True, {"status"}),
     "policy/v1/poddisruptionbudgets": ("PodDisruptionBudget", True, {"status"}),
     "rbac.authorization.k8s.io/v1/roles": ("Role", True, set()),
     "rbac.authorization.k8s.io/v1/rolebindings": ("RoleBinding", True, set()),
@@ -66,7 +68,7 @@ BUILTIN: dict[str, tuple[str, bool, set[str]]] = {
     "events.k8s.io/v1/events": ("Event", True, set()),
     "networking.k8s.io/v1/networkpolicies": ("NetworkPolicy", True, set()),
 }
-WATCH_TRUE = {"1", "t", "T", "TRUE", "True"}
+WATCH_TRUE = {"1", "t", "T", "TRUE", "True", "true"}
 CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
 
@@ -145,6 +147,7 @@ class BoxKube(PreheatKube):
     """PreheatKube plus CRDs, label selectors, status subresources and graceful pod deletion."""
 
     denied: list[str]
+    allowed: set[tuple[str, str, str, str]]
 
     def _rbac_objects(self) -> Any:
         for (res, _, _), obj in list(self.objects.items()):
@@ -153,6 +156,7 @@ class BoxKube(PreheatKube):
 
     def declare_builtin(self) -> None:
         self.denied = []
+        self.allowed = set()
         for key, (kind, namespaced, subresources) in BUILTIN.items():
             self.resources[key] = kmock.ResourceInfo(
                 kind=kind, namespaced=namespaced, subresources=subresources, verbs=VERBS
@@ -192,6 +196,7 @@ class BoxKube(PreheatKube):
                     },
                     status=403,
                 )
+            self.allowed.add((f"{subject[0]}:{subject[1]}", *attributes[:3]))
         if request.action == enums.action.CREATE and isinstance(request.data, dict):
             if res == CRDS:
                 self._register_crd(request.data)
@@ -350,7 +355,7 @@ def _attributes(request: rendering.Request) -> tuple[str, str, str, str, str]:
     """(verb, apiGroup, resource[/subresource], namespace, name) as the authorizer sees them."""
     method = str(getattr(request.method, "value", request.method)).upper()
     if method == "GET":
-        verb = "watch" if request.params.get("watch") in ("true", "1") else (
+        verb = "watch" if request.params.get("watch") in WATCH_TRUE else (
             "get" if request.name else "list"
         )  # fmt: skip
     else:

@@ -359,8 +359,25 @@ def helm_template(release: str, namespace: str, *values: str) -> list[dict[str, 
     return [d for d in yaml.safe_load_all(out) if d]
 
 
-def install_order(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Helm's install order, in short: CRDs, namespaces, accounts, RBAC, config, the rest."""
+def _hook(doc: Mapping[str, Any]) -> str:
+    return str(((doc.get("metadata") or {}).get("annotations") or {}).get("helm.sh/hook", ""))
+
+
+def hooks(docs: list[dict[str, Any]], event: str) -> list[dict[str, Any]]:
+    """The chart's hooks for ``event`` (``post-delete``...), in Helm's order: by
+    ``helm.sh/hook-weight``, then kind as at install."""
+
+    def weight(d: dict[str, Any]) -> int:
+        return int(d["metadata"]["annotations"].get("helm.sh/hook-weight", "0"))
+
+    mine = [d for d in docs if event in _hook(d).split(",")]
+    return sorted(install_order(mine, with_hooks=True), key=weight)
+
+
+def install_order(docs: list[dict[str, Any]], *, with_hooks: bool = False) -> list[dict[str, Any]]:
+    """Helm's install order, in short: CRDs, namespaces, accounts, RBAC, config, the rest.
+    Hooks are not installed (the chart has only delete hooks), unless ``with_hooks``."""
+    docs = [d for d in docs if with_hooks or not _hook(d)]
     first = [
         "CustomResourceDefinition", "Namespace", "ServiceAccount", "Secret", "ConfigMap",
         "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
@@ -369,4 +386,4 @@ def install_order(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(docs, key=lambda d: rank.get(str(d.get("kind")), len(first)))
 
 
-__all__ = ["BUILTIN", "Cluster", "helm_template", "install_order"]
+__all__ = ["BUILTIN", "Cluster", "helm_template", "hooks", "install_order"]

@@ -21,7 +21,9 @@ local processes.
   ``failureThreshold``, ``successThreshold``.
 - **Restarts**: a container that exits is restarted (``restartPolicy: Always``) after a
   back-off that doubles from ``backoff_s`` up to ``backoff_cap_s``; ``restartCount``,
-  ``lastState`` and a ``BackOff`` Event record it.
+  ``lastState`` and a ``BackOff`` Event record it. With ``Never`` (or ``OnFailure`` and
+  exit 0, a Job's pod) it stays stopped and the pod's phase becomes ``Succeeded`` (every
+  container exited 0) or ``Failed``.
 - **Deletion**: a Terminating pod's containers get their ``preStop`` hook (``sleep`` or
   ``httpGet``), SIGTERM, and SIGKILL when ``deletionGracePeriodSeconds`` (counted from the
   start of the hook) run out; then the kubelet deletes the pod for good.
@@ -99,6 +101,7 @@ class Container:
     started: bool = False  # the startup probe passed (or there is none)
     ready: bool = False
     last_exit: int | None = None
+    finished: bool = False  # exited and not to be restarted (restartPolicy)
     pids: list[int] = field(default_factory=list)
 
     @property
@@ -161,6 +164,11 @@ class PodRuntime:
             c.last_exit = await c.process.wait()
             c.ready = False
             if self.stopping:
+                break
+            policy = (self.pod.get("spec") or {}).get("restartPolicy") or "Always"
+            if policy == "Never" or (policy == "OnFailure" and c.last_exit == 0):
+                c.finished = True  # a Job's container: it ran to its end, not restarted
+                await self._status()
                 break
             c.restarts += 1
             if time.monotonic() - started_at > 600:
@@ -495,6 +503,13 @@ class PodRuntime:
                     await self._check(c, Probe({"httpGet": hook["httpGet"], "timeoutSeconds": 30}))
         await self._kill(c, proc, grace=max(0.0, deadline - time.monotonic()))
 
+    def _phase(self) -> str:
+        """Running, or once every container finished (``restartPolicy`` Never/OnFailure):
+        Succeeded when each exited 0, Failed otherwise."""
+        if not self.containers or not all(c.finished for c in self.containers):
+            return "Running"
+        return "Succeeded" if all(c.last_exit == 0 for c in self.containers) else "Failed"
+
     async def _status(self) -> None:
         ready = all(c.ready for c in self.containers)
         statuses = []
@@ -525,7 +540,7 @@ class PodRuntime:
             f"/api/v1/namespaces/{self.namespace}/pods/{self.name}/status",
             json={
                 "status": {
-                    "phase": "Running",
+                    "phase": self._phase(),
                     "podIP": self.ip,
                     "podIPs": [{"ip": self.ip}],
                     "hostIP": self.kubelet.host_ip,

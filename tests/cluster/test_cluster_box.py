@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from box_cluster import Cluster, helm_template, install_order
+from box_cluster import Cluster, helm_template, hooks, install_order
 from box_controllers import is_ready, terminating
 from box_traffic import Answer, chat
 
@@ -30,6 +30,7 @@ POOLS = "preheat.dev/v1alpha1/inferencepools"
 WORKER_ROLE = "preheat.dev/role"
 POOL_LABEL = "preheat.dev/pool"
 SECOND = "sim-fast"
+FINALIZER = "preheat.dev/operator"  # kopf's (operator/handlers.py startup)
 
 # Seconds a step may take: the sim engine's default load and warm-up (pool-minimal) plus
 # the probes' periods, on a busy 2-core machine.
@@ -176,8 +177,8 @@ def converged(box: Cluster, name: str) -> dict[str, Any]:
 
 
 def test_install_runs_the_rendered_deployments(box: Cluster) -> None:
-    rendered = helm_template(RELEASE, RELEASE_NS)
-    for doc in rendered:  # every object the chart renders is served back
+    rendered = install_order(helm_template(RELEASE, RELEASE_NS))  # delete hooks wait
+    for doc in rendered:  # every object the chart installs is served back
         path = box.path_of(doc, name=True)
         assert box.call(_get(box, path)) == 200, f"{doc['kind']} {doc['metadata']['name']}"
     deployments = {d["metadata"]["name"]: d for d in rendered if d["kind"] == "Deployment"}
@@ -531,3 +532,156 @@ def test_edits_converge_and_delete_removes_everything(box: Cluster) -> None:
     alive = [p for p in pids if p and _alive(p)]
     assert not alive, f"worker processes still running: {alive}"
     assert converged(box, "sim-tiny"), "the other pool is untouched"
+
+
+# --- helm uninstall -------------------------------------------------------------------------
+
+
+def test_helm_uninstall_leaves_pools_that_delete_without_the_operator(box: Cluster) -> None:
+    """Operator issue, item 5: after ``helm uninstall`` the chart's post-delete hook
+    (``preheat release-pools``) takes kopf's finalizer off the pools left behind, so
+    ``kubectl delete ipool`` completes without the operator and takes the children along.
+
+    Emulated: Helm deletes the release's objects (workloads first; the RBAC once their pods
+    are gone, so nothing the pods still send is denied), then creates the hooks in weight
+    order; the Job controller's part (one pod from the Job's template) is done here."""
+    left = pool(box, "sim-tiny")
+    assert FINALIZER in (left["metadata"].get("finalizers") or []), "kopf's finalizer"
+    docs = helm_template(RELEASE, RELEASE_NS)
+    release = [d for d in reversed(install_order(docs)) if d["kind"] != "CustomResourceDefinition"]
+    access = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+    for doc in [d for d in release if d["kind"] not in access]:
+        box.delete(doc)
+
+    def control_plane_gone() -> bool:
+        pods = [p["metadata"]["name"] for p in box.objects("v1/pods", RELEASE_NS)]
+        assert not pods, f"release pods still there: {pods}"
+        return True
+
+    box.wait(control_plane_gone, within=WARM_S, what="the operator and router pods gone")
+    for doc in [d for d in release if d["kind"] in access]:
+        box.delete(doc)
+    assert FINALIZER in (pool(box, "sim-tiny")["metadata"].get("finalizers") or [])
+
+    post_delete = hooks(docs, "post-delete")
+    assert [d["kind"] for d in post_delete][-1] == "Job", post_delete
+    box.apply(post_delete[:-1])
+    (job,) = box.apply(post_delete[-1:])
+    template = job["spec"]["template"]
+    runner = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            **template.get("metadata", {}),
+            "name": f"{job['metadata']['name']}-box0",
+            "namespace": RELEASE_NS,
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": job["metadata"]["name"],
+                    "uid": job["metadata"]["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": template["spec"],
+    }
+    box.apply([runner])
+
+    def hook_succeeded() -> bool:
+        pod_now = box.get("v1/pods", RELEASE_NS, runner["metadata"]["name"])
+        phase = ((pod_now or {}).get("status") or {}).get("phase")
+        assert phase != "Failed", f"the hook failed\n{box.logs()}"
+        return phase == "Succeeded"
+
+    box.wait(hook_succeeded, within=WARM_S + 60, what="the release-pools hook to succeed")
+    assert FINALIZER not in (pool(box, "sim-tiny")["metadata"].get("finalizers") or [])
+    for doc in reversed(post_delete):  # hook-delete-policy: hook-succeeded
+        box.delete(doc)
+
+    box.delete(pool(box, "sim-tiny"))
+
+    def all_gone() -> bool:
+        assert box.get(POOLS, NS, "sim-tiny") is None, "the pool is still there"
+        assert not children(box, "sim-tiny"), children(box, "sim-tiny")
+        assert not pool_pods(box, "sim-tiny", live=False), "worker pods left"
+        return True
+
+    box.wait(all_gone, within=90, what="the pool and its children deleted without operator")
+
+
+# --- RBAC: what the chart grants vs what the pods called -----------------------------------
+
+# Grants the box's run does not exercise, each with why it stays. Keyed by (account suffix,
+# verb, apiGroup, resource); the test fails on an exception that the run did use, too, so
+# the list cannot go stale.
+UNEXERCISED: dict[tuple[str, str, str, str], str] = {
+    ("operator", "update", "preheat.dev", "inferencepools/finalizers"): (
+        "checked by the OwnerReferencesPermissionEnforcement admission plugin (OpenShift) "
+        "when a child sets blockOwnerDeletion on its pool; the box runs no admission plugins"
+    ),
+    **{
+        ("operator", verb, "monitoring.coreos.com", "servicemonitors"): (
+            "the box serves no monitoring.coreos.com API (no Prometheus Operator), so the "
+            "operator makes no ServiceMonitor (tests/operator hold it against kmock)"
+        )
+        for verb in ("get", "create", "patch")
+    },
+    ("operator", "patch", "", "services"): (
+        "a Service is patched only when it drifts from the spec (a port changed by hand); "
+        "no step changes one"
+    ),
+    ("operator", "patch", "policy", "poddisruptionbudgets"): (
+        "a PDB is patched only when it drifts from the spec; no step changes one"
+    ),
+    ("operator", "patch", "", "secrets"): (
+        "the pool's token Secret is patched only to add the workers' cache token "
+        "(workerCacheToken.secretName), which the default install does not set"
+    ),
+}
+
+
+def _grants(docs: list[dict[str, Any]]) -> dict[str, set[tuple[str, str, str]]]:
+    """Service account -> every (verb, apiGroup, resource) its bound roles list."""
+    roles = {
+        (d["kind"], d["metadata"]["name"]): d
+        for d in docs
+        if d.get("kind") in ("Role", "ClusterRole")
+    }
+    out: dict[str, set[tuple[str, str, str]]] = {}
+    for binding in docs:
+        if binding.get("kind") not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        role = roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
+        for subject in binding.get("subjects") or []:
+            account = f"{subject['namespace']}:{subject['name']}"
+            for rule in role.get("rules") or []:
+                assert "*" not in rule["verbs"] + rule["resources"], f"wildcard in {rule}"
+                out.setdefault(account, set()).update(
+                    (verb, group, resource)
+                    for verb in rule["verbs"]
+                    for group in rule["apiGroups"]
+                    for resource in rule["resources"]
+                )
+    return out
+
+
+def test_the_charts_rbac_is_what_the_pods_called(box: Cluster) -> None:
+    """Last step, after every other: each grant in the rendered chart was used by the pods
+    during this run (or is an explained exception), and nothing they called was denied
+    (the autouse check). A grant nobody uses is a permission an attacker gets for free."""
+    grants = _grants(helm_template(RELEASE, RELEASE_NS))
+    used = box.server.allowed
+    assert used, "the emulated API server recorded no calls from the pods"
+    unused, stale = [], []
+    for account, triples in sorted(grants.items()):
+        for verb, group, resource in sorted(triples):
+            key = (account.rsplit("-", 1)[-1], verb, group, resource)
+            if (account, verb, group, resource) in used:
+                if key in UNEXERCISED:
+                    stale.append(key)
+            elif key not in UNEXERCISED:
+                unused.append(f"{account} {verb} {group or 'core'}/{resource}")
+    assert not unused, "granted by the chart, never called during the run:\n" + "\n".join(unused)
+    assert not stale, f"listed as unexercised but called: {stale}"

@@ -25,7 +25,8 @@ from preheat.core.manifests import Owner, build_service_monitor
 from preheat.operator.options import parse_config
 
 CHART = ROOT / "charts" / "preheat"
-KUBERNETES_VERSION = "1.33.0"  # the chart says kubeVersion >=1.30; validate on a recent one
+# the chart says kubeVersion >=1.30: validate on the oldest, a middle and a recent one
+KUBERNETES_VERSIONS = ("1.30.0", "1.33.0", "1.35.0")
 ALL_ON = [
     "--set",
     "metrics.serviceMonitor.enabled=true",
@@ -93,8 +94,9 @@ def test_helm_lint(values: list[str]) -> None:
 
 
 @needs_helm
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 @pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
-def test_template_passes_kubernetes_validate_strict(values: list[str]) -> None:
+def test_template_passes_kubernetes_validate_strict(values: list[str], version: str) -> None:
     kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed")
     docs = render(values)
     kinds = {d["kind"] for d in docs}
@@ -108,7 +110,7 @@ def test_template_passes_kubernetes_validate_strict(values: list[str]) -> None:
             assert doc["spec"]["endpoints"][0]["port"] == "http"
             assert doc["spec"]["selector"]["matchLabels"]
             continue
-        kv.validate(doc, KUBERNETES_VERSION, strict=True)
+        kv.validate(doc, version, strict=True)
 
 
 @needs_helm
@@ -128,10 +130,13 @@ def test_optional_objects_follow_their_values() -> None:
     assert ("PrometheusRule", "pre-preheat-slo") in all_on
     assert ("PrometheusRule", "pre-preheat-slo") not in default
     roles = [d for d in render(ALL_ON) if d["kind"] == "Role"]
-    for who in ("operator", "router"):  # each reads (the operator: writes) pools there
+    # each reads (the operator and the uninstall hook: write) pools there
+    for who in ("operator", "router", "release-pools"):
         mine = [r for r in roles if r["metadata"]["name"].endswith(f"-{who}")]
         assert sorted(r["metadata"]["namespace"] for r in mine) == ["batch", "serving"]
-    assert len(roles) == 4
+    assert len(roles) == 6
+    cluster_wide = [d["metadata"]["name"] for d in render(ALL_ON) if d["kind"] == "ClusterRole"]
+    assert cluster_wide == ["pre-preheat-router"]  # node zones only: nodes are not namespaced
 
 
 @needs_helm
@@ -182,22 +187,31 @@ def test_rbac_is_least_privilege(values: list[str]) -> None:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
     for rule in router:
         assert "secrets" not in rule["resources"]
+    # what each call needs, no more (the cluster tier checks every grant is called:
+    # tests/cluster/test_cluster_box.py::test_the_charts_rbac_is_what_the_pods_called)
     # the pools' token Secrets: read by name, made once, patched (cache token); never listed
     assert _allowed(operator, "", "secrets") == {"get", "create", "patch"}
-    assert _allowed(operator, "preheat.dev", "inferencepools/status") >= {"patch"}
-    assert _allowed(operator, "preheat.dev", "inferencepools/scale") >= {"patch", "update"}
+    assert _allowed(operator, "preheat.dev", "inferencepools") == {"get", "list", "watch", "patch"}
+    assert _allowed(operator, "preheat.dev", "inferencepools/status") == {"patch"}
+    assert not _allowed(operator, "preheat.dev", "inferencepools/scale")
     # blockOwnerDeletion on the children's ownerReferences (OwnerReferencesPermissionEnforcement)
     assert _allowed(operator, "preheat.dev", "inferencepools/finalizers") == {"update"}
-    assert _allowed(operator, "", "pods") == {"get", "list", "watch", "patch"}
-    assert _allowed(operator, "", "nodes") == {"get", "list", "watch"}
+    assert _allowed(operator, "", "pods") == {"list", "watch", "patch"}
+    for group, resource in (
+        ("", "nodes"),
+        ("", "namespaces"),
+        ("apiextensions.k8s.io", "customresourcedefinitions"),
+    ):
+        assert not _allowed(operator, group, resource), resource
     for group, resource in (
         ("apps", "deployments"),
         ("", "services"),
         ("policy", "poddisruptionbudgets"),
         ("monitoring.coreos.com", "servicemonitors"),
-    ):
-        assert {"create", "patch", "delete"} <= _allowed(operator, group, resource)
-    assert _allowed(operator, "", "events") == {"create", "patch"}
+    ):  # the garbage collector deletes them with their pool
+        assert _allowed(operator, group, resource) == {"get", "create", "patch"}, resource
+    assert _allowed(operator, "", "events") == {"create"}
+    assert not _allowed(operator, "events.k8s.io", "events")
     for rule in router:
         assert set(rule["verbs"]) <= {"get", "list", "watch"}, "the router only reads"
 

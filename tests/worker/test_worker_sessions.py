@@ -29,7 +29,7 @@ def test_the_ledger_forgets_the_oldest_session_past_its_bound() -> None:
     assert ledger.count(now=4.0) == 3
 
 
-@pytest.mark.parametrize("window, bound", [(0.0, 1), (10.0, 0)])
+@pytest.mark.parametrize(("window", "bound"), [(0.0, 1), (10.0, 0)])
 def test_the_ledger_refuses_a_window_or_bound_that_is_not_positive(
     window: float, bound: int
 ) -> None:

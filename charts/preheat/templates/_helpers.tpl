@@ -32,59 +32,55 @@ app.kubernetes.io/name: preheat-{{ .component }}
 
 {{/* Operator RBAC, least privilege: what it reads and writes, and nothing else. */}}
 {{- define "preheat.operatorRules" }}
-# The pools: watch, finalizers, status (counts, conditions), scale (the autoscaler).
+# Only what the operator calls (tests/cluster checks each grant against the calls the
+# operator made in the cluster tier; the few it cannot exercise are listed there).
+# The pools: watch (kopf), its finalizer (patch), status (patch).
 - apiGroups: [preheat.dev]
   resources: [inferencepools]
-  verbs: [get, list, watch, patch, update]
+  verbs: [get, list, watch, patch]
 - apiGroups: [preheat.dev]
-  resources: [inferencepools/status, inferencepools/scale]
-  verbs: [get, patch, update]
+  resources: [inferencepools/status]
+  verbs: [patch]
 # Children carry an ownerReference to their pool with blockOwnerDeletion: where the
 # OwnerReferencesPermissionEnforcement admission plugin is on (OpenShift), setting it needs
 # update on the owner's finalizers subresource.
 - apiGroups: [preheat.dev]
   resources: [inferencepools/finalizers]
   verbs: [update]
-# The children of a pool.
+# The children of a pool: read, made, patched when they drift from the spec. Never listed
+# or deleted: they go with their pool through ownerReferences.
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, create, patch]
 - apiGroups: [""]
   resources: [services]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, create, patch]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, create, patch]
 - apiGroups: [monitoring.coreos.com]
   resources: [servicemonitors]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, create, patch]
+{{- if .Values.networkPolicy.enabled }}
 # A pool's NetworkPolicy (networkPolicy.enabled): read, made, patched like its other children.
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, create, patch]
-# Worker pods: roles (preheat.dev/role) and pod-deletion-cost are labels/annotations.
+{{- end }}
+# Worker pods (watched by label): roles (preheat.dev/role) and pod-deletion-cost are
+# labels/annotations.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, patch]
+  verbs: [list, watch, patch]
 # Each pool's token Secret (<pool>-workers-control): read, made once, and patched only to
 # put the workers' cache token in it. No list or watch: only the Secrets it names.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, create, patch]
-# Every action is an Event on its pool (both APIs: kopf posts core/v1 Events).
-- apiGroups: ["", events.k8s.io]
-  resources: [events]
-  verbs: [create, patch]
-{{- end }}
-{{- define "preheat.operatorClusterRules" }}
-# Zones of the nodes workers run on (topology).
+# Every action is an Event on its pool (kopf posts core/v1 Events).
 - apiGroups: [""]
-  resources: [nodes]
-  verbs: [get, list, watch]
-# Does the ServiceMonitor API exist? (discovery of CRDs by name only)
-- apiGroups: [apiextensions.k8s.io]
-  resources: [customresourcedefinitions]
-  verbs: [get, list, watch]
+  resources: [events]
+  verbs: [create]
 {{- end }}
 
 {{/* The operator's config file (`preheat operator --config`): cluster-wide settings, not per

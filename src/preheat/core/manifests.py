@@ -42,6 +42,8 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "InferencePool"
 PLURAL = "inferencepools"
+# kopf's finalizer on every pool (operator/handlers.py; released by `preheat release-pools`)
+OPERATOR_FINALIZER = f"{GROUP}/operator"
 
 LABEL_POOL = "preheat.dev/pool"
 LABEL_ROLE = "preheat.dev/role"

@@ -13,7 +13,9 @@
   Kubernetes' garbage collector removes them. kopf puts its finalizer
   (``preheat.dev/operator``) on every pool because of the two daemons (kopf requires one
   for daemons and timers) and removes it once they stopped: while the operator is not
-  running, a deleted pool waits for it (uninstall order: charts/preheat/README.md).
+  running, a deleted pool waits for it, unless the chart's post-delete hook
+  (:mod:`preheat.operator.release`, ``preheat release-pools``) released it after
+  ``helm uninstall`` (uninstall order: charts/preheat/README.md).
   ``on.delete`` (optional) only forgets the pool's metrics.
 
 ``memo`` holds ``options`` (:class:`~preheat.operator.options.OperatorOptions`),
@@ -33,7 +35,16 @@ from typing import Any
 
 import kopf
 
-from preheat.core.manifests import GROUP, KIND, LABEL_NAME, LABEL_POOL, PLURAL, VERSION, WORKER_NAME
+from preheat.core.manifests import (
+    GROUP,
+    KIND,
+    LABEL_NAME,
+    LABEL_POOL,
+    OPERATOR_FINALIZER,
+    PLURAL,
+    VERSION,
+    WORKER_NAME,
+)
 from preheat.operator.autoscaling import Autoscaler, PoolLoop
 from preheat.operator.indexes import PodsIndex, PoolsIndex, nap, plain, pods_of
 from preheat.operator.kube import Kube, in_cluster_server
@@ -60,7 +71,7 @@ WORKER_PODS_SELECTOR = f"{LABEL_NAME}={WORKER_NAME},{LABEL_POOL}"
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.scanning.disabled = True  # namespaces are named (or the cluster): no scanning
     settings.posting.level = logging.WARNING  # our own Events only, not kopf's chatter
-    settings.persistence.finalizer = f"{GROUP}/operator"
+    settings.persistence.finalizer = OPERATOR_FINALIZER
     # Server-side: the pods watch streams the pools' workers only, not every pod of the
     # cluster (the handlers' ``labels=`` filters are applied by kopf on its side).
     settings.watching.label_selectors["v1", "pods"] = WORKER_PODS_SELECTOR

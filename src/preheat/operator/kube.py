@@ -166,6 +166,11 @@ class Kube:
             raise
         return dict(obj)
 
+    async def list(self, path: str) -> list[dict[str, Any]]:
+        """The items of a collection ``path`` (``/apis/GROUP/VERSION/PLURAL``, ...)."""
+        out = await self._call("GET", path, what=f"list {path}")
+        return [dict(item) for item in (out or {}).get("items") or []]
+
     async def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         meta = obj["metadata"]
         kind = kind_of(obj)
