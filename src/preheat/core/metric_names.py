@@ -112,6 +112,8 @@ ROUTER_RATE_LIMITED = "preheat_router_rate_limited"  # counter: pool, tenant, li
 LABEL_SLO_CLASS = "slo_class"
 LABEL_TENANT = "tenant"
 LABEL_LIMIT = "limit"  # requests, tokens
+ROUTER_DEGRADED = "preheat_router_degraded"  # counter: pool, slo_class, step
+LABEL_STEP = "step"  # clamp-output, queue, reject (core.traffic.ladder)
 
 LABEL_API = "api"  # grpc, pick, openai
 LABEL_POOL = "pool"

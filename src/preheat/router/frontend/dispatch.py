@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 import math
 import time
@@ -56,8 +57,9 @@ from preheat.core.routing.types import (
     RouteDecision,
     RoutingContext,
 )
-from preheat.core.traffic import lanes
+from preheat.core.traffic import ladder, lanes
 from preheat.core.traffic.classes import Traffic, TrafficClass, UnknownClass
+from preheat.core.traffic.ladder import CLAMP, REJECT
 from preheat.core.validation import ModelLimits, reason_of
 from preheat.process.logs import fields, pseudonym
 from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc
@@ -181,6 +183,8 @@ class StreamStats:
     last_token_at: float | None = None
     routed_at: float | None = None
     usage: inference_pb2.Usage | None = None
+    degraded: str = ""  # the degradation step taken (core.traffic.ladder), "" none
+    clamped_from: int = 0  # max_tokens before a clamp-output step (0: not clamped)
 
 
 class Dispatcher:
@@ -536,8 +540,11 @@ class Dispatcher:
         exclude: frozenset[str] = frozenset(),
         deadline: float | None = None,
         record: bool = True,
+        stats: StreamStats | None = None,
     ) -> RouteDecision:
-        """The scheduler's decision (never a rejection: that raises RESOURCE_EXHAUSTED)."""
+        """The scheduler's decision (never a rejection: that raises RESOURCE_EXHAUSTED).
+        With ``stats`` (a request being served, not a Pick), a request its class's target
+        would refuse takes its class's degradation ladder (``core.traffic.ladder``)."""
         endpoints = await self._wait_routable(deadline, exclude, prep)
         now = self._now()
         ctx = RoutingContext(
@@ -549,6 +556,15 @@ class Dispatcher:
         )
         decision, self._state = schedule(ctx, self.scheduler_config, self.cost, self._state)
         self.metrics.decisions.labels(*self.metrics.series, decision.reason).inc()
+        if (
+            decision.endpoint is None
+            and decision.reason == "rejected"
+            and stats is not None
+            and (stats.degraded or self._degrade(prep, stats, decision.explanation) != REJECT)
+        ):
+            # served despite the prediction: the best endpoint, without the target
+            relaxed = dataclasses.replace(ctx, request=replace_target(prep.info))
+            decision, self._state = schedule(relaxed, self.scheduler_config, self.cost, self._state)
         if decision.endpoint is None and decision.reason == "no-endpoints":
             raise PreheatError(
                 ErrorCode.UNAVAILABLE,
@@ -574,8 +590,38 @@ class Dispatcher:
             self._stubs[id(channel)] = stub
         return stub[1]
 
-    def _admit(self) -> None:
-        """Raises RESOURCE_EXHAUSTED when the pool is at its bound on requests in flight."""
+    def _degrade(self, prep: Prepared, st: StreamStats, why: str) -> str:
+        """The class's ladder step for a request the pool would refuse (``why``): a clamp
+        caps its ``max_tokens`` (in ``prep.request``); counted and logged."""
+        step = ladder.step_for(prep.klass)
+        if prep.klass is None:
+            return step
+        if step == CLAMP:
+            n = prep.request.sampling.max_tokens
+            capped = ladder.clamp(n, prep.klass)
+            if capped < n:
+                prep.request.sampling.max_tokens = capped
+                st.clamped_from = n
+        if step != REJECT:
+            st.degraded = step
+        m = self.metrics
+        m.degraded.labels(*m.series, prep.slo_class, step).inc()
+        log.info(
+            "request_degraded",
+            extra=fields(
+                request_id=prep.info.request_id,
+                slo_class=prep.slo_class,
+                step=step,
+                max_tokens=prep.request.sampling.max_tokens,
+                clamped_from=st.clamped_from or None,
+                why=why,
+            ),
+        )
+        return step
+
+    def _admit(self, prep: Prepared | None = None, st: StreamStats | None = None) -> None:
+        """Raises RESOURCE_EXHAUSTED when the pool is at its bound on requests in flight
+        (unless the request's class's ladder serves it anyway: ``st.degraded``)."""
         now = self._now()
         cutoff = now - COMPLETION_WINDOW_S
         done = self._completions
@@ -596,6 +642,12 @@ class Dispatcher:
         )
         if not verdict.admitted:
             self.metrics.decisions.labels(*self.metrics.series, "over-limit").inc()
+            if (
+                prep is not None
+                and st is not None
+                and self._degrade(prep, st, verdict.explanation) != REJECT
+            ):
+                return
             raise PreheatError(
                 ErrorCode.RESOURCE_EXHAUSTED,
                 f"rejected: {verdict.explanation}",
@@ -631,7 +683,7 @@ class Dispatcher:
         grant: Grant | None = None
         try:
             grant = self._charge(prep)
-            self._admit()
+            self._admit(prep, st)
         except RateLimited as e:
             m = self.metrics
             m.rate_limited.labels(*m.series, _quota_entry(self.config.traffic, prep), e.limit).inc()
@@ -657,7 +709,9 @@ class Dispatcher:
         gauge.inc()
         try:
             while True:
-                decision = await self.decide(prep, exclude=frozenset(tried), deadline=deadline)
+                decision = await self.decide(
+                    prep, exclude=frozenset(tried), deadline=deadline, stats=st
+                )
                 ep = decision.endpoint
                 assert ep is not None
                 st.endpoint, st.decision = ep, decision
@@ -927,6 +981,11 @@ async def _read_within(
                 f"worker {worker} sent no token within {limit_s:g}s (first-token timeout)"
             ) from None
         raise
+
+
+def replace_target(info: RequestInfo) -> RequestInfo:
+    """``info`` without a TTFT target: the scheduler then picks the best endpoint."""
+    return dataclasses.replace(info, ttft_deadline_ms=None)
 
 
 def _quota_entry(traffic: Traffic, prep: Prepared) -> str:

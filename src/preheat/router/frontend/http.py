@@ -255,6 +255,30 @@ def _headers(
     return headers
 
 
+DEGRADED_HEADER = "X-Preheat-Degraded"
+
+
+def _degraded(stats: StreamStats | None) -> dict[str, Any] | None:
+    """The degradation step the request took (the ``preheat`` block's ``degraded``)."""
+    if stats is None or not stats.degraded:
+        return None
+    out: dict[str, Any] = {"step": stats.degraded}
+    if stats.clamped_from:
+        out["max_tokens_asked"] = stats.clamped_from
+    return out
+
+
+def _degraded_headers(stats: StreamStats | None) -> dict[str, str]:
+    """``X-Preheat-Degraded: STEP`` (``; max_tokens_asked=N`` after a clamp)."""
+    deg = _degraded(stats)
+    if deg is None:
+        return {}
+    value = str(deg["step"])
+    if "max_tokens_asked" in deg:
+        value += f"; max_tokens_asked={deg['max_tokens_asked']}"
+    return {DEGRADED_HEADER: value}
+
+
 def _too_large(size: str, limit: int) -> web.Response:
     return _limit_response(
         413,
@@ -371,8 +395,8 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
                 log.info("request_failed", extra=fields(code=e.code.value, reason=e.message))
                 return error_response(e)
             if body.stream:
-                return await _sse(request, chat, body, obj_id, model, created, first, chunks)
-            return await _whole(chat, obj_id, model, created, first, chunks)
+                return await _sse(request, chat, body, obj_id, model, created, first, chunks, stats)
+            return await _whole(chat, obj_id, model, created, first, chunks, stats)
 
 
 async def _passthrough(
@@ -419,10 +443,10 @@ async def _sse(
     created: int,
     first: inference_pb2.GenerateResponse,
     chunks: AsyncIterator[inference_pb2.GenerateResponse],
+    stats: StreamStats | None = None,
 ) -> web.StreamResponse:
-    resp = web.StreamResponse(
-        headers=_headers(first, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    )
+    base = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    resp = web.StreamResponse(headers=_headers(first, {**base, **_degraded_headers(stats)}))
     await resp.prepare(request)
     kind = "chat.completion.chunk" if chat else "text_completion"
 
@@ -452,6 +476,8 @@ async def _sse(
                 event["usage"] = None
             if (extra := _preheat(chunk)) is not None:
                 event["preheat"] = extra
+            if finish is not None and (deg := _degraded(stats)) is not None:
+                event.setdefault("preheat", {})["degraded"] = deg
             await send(event)
             if aborted:
                 raise _aborted()
@@ -484,6 +510,7 @@ async def _whole(
     created: int,
     first: inference_pb2.GenerateResponse,
     chunks: AsyncIterator[inference_pb2.GenerateResponse],
+    stats: StreamStats | None = None,
 ) -> web.Response:
     parts = [first.text]
     last = first
@@ -519,7 +546,9 @@ async def _whole(
     }
     if (extra := _preheat(last)) is not None:
         whole["preheat"] = extra
-    return web.json_response(whole, headers=_headers(first))
+    if (deg := _degraded(stats)) is not None:
+        whole.setdefault("preheat", {})["degraded"] = deg
+    return web.json_response(whole, headers=_headers(first, _degraded_headers(stats)))
 
 
 async def _completions(request: web.Request) -> web.StreamResponse:

@@ -183,6 +183,13 @@ class RouterMetrics:
             buckets=mn.LATENCY_BUCKETS,
             registry=r,
         )
+        self.degraded = Counter(
+            mn.ROUTER_DEGRADED,
+            "Requests the pool would have served too late or refused, by the step of their "
+            "class's degradation ladder taken (clamp-output, queue, reject)",
+            [*pm, mn.LABEL_SLO_CLASS, mn.LABEL_STEP],
+            registry=r,
+        )
         self.rate_limited = Counter(
             mn.ROUTER_RATE_LIMITED,
             "Requests a tenant's quota refused (429), by the quota entry and the limit hit",
@@ -250,6 +257,7 @@ class RouterMetrics:
             self.class_requests,
             self.class_ttft,
             self.rate_limited,
+            self.degraded,
         )
 
     @property
