@@ -125,6 +125,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="extra `preheat router` flag, e.g. --router-arg=--policy=p2c",
     )
     parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="the router and every worker export OpenTelemetry traces (OTLP/gRPC), configured "
+        "by the standard OTEL_* variables they inherit (OTEL_EXPORTER_OTLP_ENDPOINT, ...)",
+    )
+    parser.add_argument(
         "--no-ui",
         action="store_true",
         help="structured logs instead of the live view (the default when not a terminal)",
@@ -266,8 +272,8 @@ def run(args: argparse.Namespace) -> int:
         interval_s=args.interval_s,
         drain_grace_s=args.drain_grace_s,
         startup_budget_s=args.startup_timeout_s,
-        worker_args=tuple(args.worker_arg),
-        router_args=tuple(args.router_arg),
+        worker_args=(*args.worker_arg, *(["--tracing"] if args.tracing else [])),
+        router_args=(*args.router_arg, *(["--tracing"] if args.tracing else [])),
         prometheus_url=prometheus,
         command=shlex.join(["preheat", "up", *sys.argv[2:]]),
         max_starting=args.max_starting,

@@ -35,6 +35,7 @@ from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.types import PrefillCost
 from preheat.core.traffic.classes import Traffic
 from preheat.process.logs import fields
+from preheat.process.tracing import Tracing
 from preheat.proto.preheat.v1 import inference_pb2_grpc, router_pb2_grpc
 from preheat.router.embedded import EmbeddedRouter
 from preheat.router.endpoints import DiscoverySource, EndpointStore
@@ -93,6 +94,8 @@ class RouterConfig:
     drain_grace_s: float = 30.0  # SIGTERM: in-flight requests get this long (new ones: 503)
     # what every pool's routing settings start from (the multi-pool sources' pools)
     routing_base: RoutingBase = field(default_factory=RoutingBase)
+    # OpenTelemetry tracing (--tracing): every pool's dispatcher records its requests' spans
+    tracing: Tracing | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.coalesce_at not in ("worker", "router"):

@@ -76,6 +76,7 @@ class EmbeddedRouter:
             config.dispatch_config(),
             self.metrics,
         )
+        self.dispatcher.tracing = config.tracing
         self.store_task: asyncio.Task[None] | None = None  # ends only if discovery fails
 
     def ready(self) -> bool:

@@ -47,6 +47,7 @@ from preheat.core.routing.scheduler import POLICIES
 from preheat.core.traffic.classes import Traffic
 from preheat.process import aio
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging
+from preheat.process.tracing import add_tracing_flag, setup_tracing
 from preheat.router.app import RouterConfig, RouterServer, describe
 from preheat.router.endpoints import DiscoverySource, StaticDiscovery, StaticDiscoveryError
 from preheat.router.frontend.auth import CredentialFileError, KeySet
@@ -254,6 +255,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="kv (key=value) or json (env PREHEAT_LOG_FORMAT)",
     )
     g.add_argument("--log-level", default="INFO")
+    add_tracing_flag(g)
 
 
 def load_config_file(text: str) -> tuple[SchedulerConfig, dict[str, float]]:
@@ -441,7 +443,13 @@ def run(args: argparse.Namespace) -> int:
         log.error("bad_configuration", extra=fields(error=str(e)))
         print(f"preheat router: {e}", file=sys.stderr)
         return 2
-    return aio.run(serve(discovery, config, pool_source=pool_source))
+    tracing = setup_tracing(args.tracing, "preheat-router")
+    config = dataclasses.replace(config, tracing=tracing)
+    try:
+        return aio.run(serve(discovery, config, pool_source=pool_source))
+    finally:
+        if tracing is not None:
+            tracing.shutdown()
 
 
 async def serve(

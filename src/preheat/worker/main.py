@@ -36,6 +36,7 @@ from preheat.core.lifecycle import WARM_STATES, LifecycleState
 from preheat.engine.base import Engine
 from preheat.process import aio
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging
+from preheat.process.tracing import Tracing, add_tracing_flag, setup_tracing
 from preheat.wire.controltls import TLSFileError, tls_files
 from preheat.wire.tokens import TokenError, read_token
 from preheat.worker.engines import ENGINES, EngineUnavailable, build_worker_engine
@@ -127,6 +128,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="kv (key=value) or json (env PREHEAT_LOG_FORMAT)",
     )
     g.add_argument("--log-level", default="INFO")
+    add_tracing_flag(g)
 
     s = parser.add_argument_group("sim engine")
     s.add_argument("--sim-num-gpu-blocks", type=int, default=None, help="KV blocks")
@@ -244,7 +246,12 @@ def run(args: argparse.Namespace) -> int:
         drain_grace_s=args.drain_grace_s,
         openai_port=max(0, args.openai_port),
     )
-    return aio.run(serve(engine, config, openai=openai))
+    tracing = setup_tracing(args.tracing, "preheat-worker")
+    try:
+        return aio.run(serve(engine, config, openai=openai, tracing=tracing))
+    finally:
+        if tracing is not None:
+            tracing.shutdown()
 
 
 async def _first(*coros: Coroutine[Any, Any, Any]) -> None:
@@ -260,11 +267,18 @@ async def _first(*coros: Coroutine[Any, Any, Any]) -> None:
                 await t
 
 
-async def serve(engine: Engine, config: WorkerConfig, *, openai: AppFactory | None = None) -> int:
+async def serve(
+    engine: Engine,
+    config: WorkerConfig,
+    *,
+    openai: AppFactory | None = None,
+    tracing: Tracing | None = None,
+) -> int:
     """Runs one worker until SIGTERM/SIGINT or a completed drain; returns the exit status."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     server = WorkerServer(engine, config, openai=openai)
+    server.tracing = tracing
 
     def on_signal(signum: int) -> None:
         log.info("signal_received", extra=fields(signal=signal.Signals(signum).name))

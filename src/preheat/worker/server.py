@@ -54,6 +54,7 @@ from preheat.engine.base import (
     Usage,
 )
 from preheat.process.logs import fields, request_context
+from preheat.process.tracing import Tracing
 from preheat.proto.preheat.v1 import (
     inference_pb2,
     inference_pb2_grpc,
@@ -64,6 +65,7 @@ from preheat.wire.coalesce import CoalesceConfig, coalesce
 from preheat.wire.controltls import TLSFiles, server_credentials
 from preheat.wire.convert import checked_request
 from preheat.wire.errors import abort
+from preheat.worker import tracing
 from preheat.worker.cache_hub import CacheHub
 from preheat.worker.metrics import WorkerMetrics, WorkerOutcome
 from preheat.worker.openai_http import AppFactory, OpenAIHttp
@@ -220,6 +222,7 @@ class WorkerServer:
         self._shut_down = False
         self.ports: Ports | None = None
         self.metrics.set_state(self._state)
+        self.tracing: Tracing | None = None  # set by main when tracing is on
 
     # --- public surface ------------------------------------------------------------------
     @property
@@ -577,6 +580,8 @@ class WorkerServer:
         outcome = WorkerOutcome.ERROR
         handle: _InFlight | None = None
         finished = False
+        trace = tracing.start(self.tracing, context, req)
+        error = ""
 
         def finish() -> None:
             # Released and counted before the status goes out (a refusal's abort sends it
@@ -588,6 +593,10 @@ class WorkerServer:
             if handle is not None:
                 self._release(handle)
             self.metrics.observe_outcome(outcome)
+            if trace is not None:
+                if outcome in _TRACE_EVENTS:
+                    trace.event(_TRACE_EVENTS[outcome])
+                trace.end(outcome.value, error)
             log.info(
                 "request_done",
                 extra=fields(
@@ -610,6 +619,8 @@ class WorkerServer:
                         async for chunk, final_outcome in stream:
                             if final_outcome is not None:
                                 outcome = final_outcome
+                            if trace is not None:
+                                trace.chunk(chunk)
                             yield chunk
                 else:
                     outcomes: list[WorkerOutcome] = []
@@ -621,11 +632,14 @@ class WorkerServer:
                         async for chunk in merged:
                             if outcomes:
                                 outcome = outcomes[-1]
+                            if trace is not None:
+                                trace.chunk(chunk)
                             yield chunk
                     if outcomes:
                         outcome = outcomes[-1]
             except PreheatError as e:
                 outcome = _OUTCOME.get(e.code, WorkerOutcome.ERROR)
+                error = e.message
                 log.info(
                     "request_refused",
                     extra=fields(code=e.code.value, reason=e.message),
@@ -802,6 +816,17 @@ class WorkerServer:
             aclose = getattr(gen, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+
+# outcomes a trace shows as an event on worker.generate (the others end it plainly)
+_TRACE_EVENTS = {
+    WorkerOutcome.CANCELLED: "cancelled",
+    WorkerOutcome.DEADLINE: "deadline",
+    WorkerOutcome.ABORTED: "aborted",
+    WorkerOutcome.REJECTED: "refused",
+    WorkerOutcome.UNAVAILABLE: "refused",
+    WorkerOutcome.INVALID: "refused",
+}
 
 
 def _logprobs_pb(items: tuple[TokenLogprobs, ...]) -> list[inference_pb2.TokenLogprobs]:

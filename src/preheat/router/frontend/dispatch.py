@@ -62,6 +62,7 @@ from preheat.core.traffic.classes import Traffic, TrafficClass, UnknownClass
 from preheat.core.traffic.ladder import CLAMP, REJECT
 from preheat.core.validation import ModelLimits, reason_of
 from preheat.process.logs import fields, pseudonym
+from preheat.process.tracing import Tracing
 from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc
 from preheat.router.endpoints import EndpointStore
 from preheat.router.frontend.bounds import check_request
@@ -73,6 +74,7 @@ from preheat.router.frontend.tokenizer import (
     encode_within,
     prompt_block_hashes,
 )
+from preheat.router.frontend.tracing import RequestTrace
 from preheat.wire.coalesce import CoalesceConfig
 from preheat.wire.convert import PromptTooLong, checked_request
 from preheat.wire.errors import error_code
@@ -156,6 +158,7 @@ class Prepared:
     # the TTFT it is admitted against (its deadline, its SLO class's, or the pool's default)
     target_ms: float | None = None
     klass: TrafficClass | None = None  # its SLO class (None: the pool declares none)
+    trace: RequestTrace | None = None  # its spans, when tracing is on
 
     @property
     def slo_class(self) -> str:
@@ -185,6 +188,7 @@ class StreamStats:
     usage: inference_pb2.Usage | None = None
     degraded: str = ""  # the degradation step taken (core.traffic.ladder), "" none
     clamped_from: int = 0  # max_tokens before a clamp-output step (0: not clamped)
+    finish_reason: int = 0  # the last chunk's (inference_pb2.FinishReason)
 
 
 class Dispatcher:
@@ -220,6 +224,7 @@ class Dispatcher:
         self._executor: ThreadPoolExecutor | None = None
         self._draining = asyncio.Event()
         self._quotas = Quotas()  # the pool's tenants' buckets on this replica
+        self.tracing: Tracing | None = None  # set by main when tracing is on
         uc = config.upstream_coalesce
         self._upstream_coalesce = uc.to_pb() if uc is not None and uc.enabled else None
 
@@ -545,7 +550,10 @@ class Dispatcher:
         """The scheduler's decision (never a rejection: that raises RESOURCE_EXHAUSTED).
         With ``stats`` (a request being served, not a Pick), a request its class's target
         would refuse takes its class's degradation ladder (``core.traffic.ladder``)."""
+        tr = prep.trace
+        t0 = perf_counter() if tr is not None else 0.0
         endpoints = await self._wait_routable(deadline, exclude, prep)
+        t1 = perf_counter() if tr is not None else 0.0
         now = self._now()
         ctx = RoutingContext(
             now=now,
@@ -565,6 +573,8 @@ class Dispatcher:
             # served despite the prediction: the best endpoint, without the target
             relaxed = dataclasses.replace(ctx, request=replace_target(prep.info))
             decision, self._state = schedule(relaxed, self.scheduler_config, self.cost, self._state)
+        if tr is not None:
+            tr.scheduled(decision, t0, t1, perf_counter())
         if decision.endpoint is None and decision.reason == "no-endpoints":
             raise PreheatError(
                 ErrorCode.UNAVAILABLE,
@@ -681,6 +691,8 @@ class Dispatcher:
         sent = False  # a chunk was passed on: no retry from then on
         attempt_first: float | None = None  # the current attempt's first token
         grant: Grant | None = None
+        tr = prep.trace
+        error = ""
         try:
             grant = self._charge(prep)
             self._admit(prep, st)
@@ -698,12 +710,22 @@ class Dispatcher:
                     retry_after_s=_r(e.retry_after_s),
                 ),
             )
+            if tr is not None:
+                now = perf_counter()
+                tr.admission(False, prep.slo_class, prep.request.cache_salt, e.message, now)
+                tr.end(RouterOutcome.RATE_LIMITED.value, now, error=e.message)
             raise
         except PreheatError as e:
             self.metrics.observe_outcome(
                 api, RouterOutcome.of_error(e.code), slo_class=prep.slo_class
             )
+            if tr is not None:
+                now = perf_counter()
+                tr.admission(False, prep.slo_class, prep.request.cache_salt, e.message, now)
+                tr.end(RouterOutcome.of_error(e.code).value, now, error=e.message)
             raise
+        if tr is not None:
+            tr.admission(True, prep.slo_class, prep.request.cache_salt, "", perf_counter())
         self._in_flight += 1
         gauge = self.metrics.in_flight.labels(*self.metrics.series)  # the one it leaves
         gauge.inc()
@@ -726,7 +748,8 @@ class Dispatcher:
                 if self._send_ids(prep, ep):
                     as_ids = as_ids if as_ids is not None else prep.with_token_ids()
                     upstream = as_ids
-                call = self._stub(ep).Generate(upstream, timeout=remaining)
+                md = None if tr is None else tr.upstream(ep.id, ep.address, st.routed_at)
+                call = self._stub(ep).Generate(upstream, timeout=remaining, metadata=md)
                 chunks: AsyncIterator[inference_pb2.GenerateResponse] = call.__aiter__()
                 itl_hist = self.metrics.itl.labels(*self.metrics.series, decision.reason)
                 held: list[inference_pb2.GenerateResponse] = []
@@ -748,6 +771,8 @@ class Dispatcher:
                                 )
                             break
                         ended = chunk.finish_reason != inference_pb2.FINISH_REASON_UNSPECIFIED
+                        if ended:
+                            st.finish_reason = chunk.finish_reason
                         n = len(chunk.token_ids)
                         first: float | None = None
                         if n or chunk.text:
@@ -818,6 +843,8 @@ class Dispatcher:
                             tokens_discarded=st.tokens,
                         ),
                     )
+                    if tr is not None:
+                        tr.attempt_failed(code.value, detail, retry, perf_counter())
                     if retry:
                         tried.add(ep.id)
                         st.tokens, st.usage = 0, None
@@ -844,6 +871,7 @@ class Dispatcher:
             outcome = RouterOutcome.of_error(e.code)
             if e.code is ErrorCode.UNAVAILABLE and sent:
                 outcome = RouterOutcome.FAILED
+            error = e.message
             raise
         except (asyncio.CancelledError, GeneratorExit):
             outcome = RouterOutcome.CANCELLED
@@ -858,6 +886,15 @@ class Dispatcher:
             self._completions.append(self._now())
             gauge.dec()
             self.metrics.observe_outcome(api, outcome, slo_class=prep.slo_class)
+            if tr is not None:
+                tr.end(
+                    outcome.value,
+                    perf_counter(),
+                    tokens=st.tokens,
+                    usage=st.usage,
+                    finish_reason=st.finish_reason,
+                    error=error,
+                )
 
     def _charge(self, prep: Prepared) -> Grant | None:
         """Charges the request to its tenant's quota (``RateLimited`` when over it)."""
@@ -894,6 +931,9 @@ class Dispatcher:
                 self.config.admission,
             )
         m = self.metrics
+        tr = prep.trace
+        if tr is not None:
+            tr.first_token(now)
         m.ttft.labels(*m.series, decision.reason).observe(ttft_s)
         m.class_ttft.labels(*m.series, prep.slo_class).observe(ttft_s)
         pred_s = decision.predicted_ttft_ms / 1e3

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +27,10 @@ from preheat.proto.preheat.v1 import (
     router_pb2,
     router_pb2_grpc,
 )
+from preheat.router.frontend import tracing
 from preheat.router.frontend.dispatch import Dispatcher
 from preheat.router.frontend.metrics import RouterOutcome
+from preheat.router.frontend.tracing import RequestTrace
 from preheat.wire.coalesce import CoalesceConfig, coalesce
 from preheat.wire.errors import abort, grpc_status
 
@@ -91,12 +94,15 @@ class InferenceProxy(inference_pb2_grpc.InferenceServicer):
     ) -> AsyncIterator[inference_pb2.GenerateResponse]:
         loop = asyncio.get_running_loop()
         received = loop.time()
+        received_pc = time.perf_counter()
         md = _metadata(context)
         metrics = self._pools.metrics
+        trace: RequestTrace | None = None
         try:
             pool = self._pools.resolve(request.model)
             d = pool.dispatcher
             metrics = d.metrics
+            trace = tracing.start(d.tracing, md, "grpc", "text_completion", received_pc)
             prep = await d.prepare_async(
                 _with_session(_for_pool(pool, request), md),
                 client_region=md.get(CLIENT_REGION_KEY, ""),
@@ -104,7 +110,10 @@ class InferenceProxy(inference_pb2_grpc.InferenceServicer):
                 received=received,
                 tenant=_tenant(d, md),
             )
+            prep = tracing.prepared(prep, trace)
         except PreheatError as e:
+            if trace is not None:
+                trace.refused(e.code.value, e.message, time.perf_counter())
             metrics.observe_outcome("grpc", RouterOutcome.INVALID)
             log.info("request_refused", extra=fields(code=e.code.value, reason=e.message))
             await abort(context, e)

@@ -51,6 +51,7 @@ from preheat.process.httpserve import serve
 from preheat.process.logs import fields, request_context
 from preheat.proto.preheat.v1 import inference_pb2
 from preheat.router.endpoints.datastore import UNKNOWN_MODEL_LEN
+from preheat.router.frontend import tracing
 from preheat.router.frontend.auth import KeySet, api_key_middleware, http_tenant
 from preheat.router.frontend.dispatch import StreamStats
 from preheat.router.frontend.errors import JsonErrorAppRunner, json_errors, openai_error
@@ -67,6 +68,7 @@ from preheat.router.frontend.openai_schema import (
 )
 from preheat.router.frontend.passthrough import PromptIds
 from preheat.router.frontend.quotas import RateLimited
+from preheat.router.frontend.tracing import RequestTrace
 from preheat.router.frontend.vllm_routes import VllmRoutes, add_vllm_routes, model_object
 from preheat.wire.coalesce import CoalesceConfig, coalesce
 
@@ -327,8 +329,10 @@ def _parse_completion(raw: bytes) -> tuple[CompletionBody, str]:
 async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
     fe = request.app[FRONTEND_KEY]
     received = asyncio.get_running_loop().time()
+    received_pc = time.perf_counter()
     api = "openai"
     metrics = fe.metrics
+    trace: RequestTrace | None = None
     try:
         raw = await _read_body(request, fe.limits)
         if isinstance(raw, web.Response):
@@ -356,6 +360,8 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
             body, prompt, max_tokens, session_id=_session(request, body), request_id=""
         )
         greq.model = pool.canonical(greq.model)
+        op = "chat" if chat else "text_completion"
+        trace = tracing.start(d.tracing, request.headers, api, op, received_pc)
         prep = await d.prepare_async(
             greq,
             client_region=request.headers.get("x-client-region", ""),
@@ -363,7 +369,10 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
             received=received,
             tenant=http_tenant(request, fe.tenant_header),
         )
+        prep = tracing.prepared(prep, trace)
     except PreheatError as e:
+        if trace is not None:
+            trace.refused(e.code.value, e.message, time.perf_counter())
         metrics.observe_outcome(api, RouterOutcome.of_error(e.code))
         log.info("request_refused", extra=fields(code=e.code.value, reason=e.message))
         return error_response(e)

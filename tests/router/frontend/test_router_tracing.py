@@ -1,0 +1,155 @@
+"""Router and worker spans of the requests that go wrong: a retried request shows both
+attempts, a rejected one the decision that refused it, a cancelled one the cancel; tracing off
+records nothing. Spans go to an in-memory exporter (the OTLP path: tests/tracing)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from frontendkit import eventually, gen, router, words, workers
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from preheat.core.routing.admission import AdmissionConfig
+from preheat.process.tracing import Tracing, setup_tracing
+
+
+@pytest.fixture
+def traced() -> Iterator[tuple[Tracing, InMemorySpanExporter]]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing = Tracing(provider, "preheat.test")
+    yield tracing, exporter
+    tracing.shutdown()
+
+
+def named(spans: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
+    return [s for s in spans if s.name == name]
+
+
+def events(span: ReadableSpan) -> list[str]:
+    return [e.name for e in span.events]
+
+
+async def test_a_retried_request_shows_both_attempts(
+    traced: tuple[Tracing, InMemorySpanExporter],
+) -> None:
+    tracing, exporter = traced
+    frozen = {"id": "frozen", "engine": {"time_scale": 50.0}}  # no first token in time
+    async with (
+        workers([frozen, {"id": "healthy"}]) as ws,
+        router([w.endpoint for w in ws], tracing=tracing, first_token_timeout_s=0.3) as r,
+    ):
+        r.server.store.inject_rtt("frozen", 0.1)  # the frozen one looks best
+        r.server.store.inject_rtt("healthy", 400.0)
+        chunks = await r.generate(gen(words(1500, "retry"), 2), timeout=20)
+        assert chunks[-1].worker_id == "healthy"
+        await eventually(lambda: bool(named(exporter.get_finished_spans(), "router.request")))
+    spans = exporter.get_finished_spans()
+    schedules = sorted(named(spans, "router.schedule"), key=lambda s: s.start_time or 0)
+    assert [s.attributes["dev.preheat.endpoint"] for s in schedules] == ["frozen", "healthy"]
+    assert [s.attributes["dev.preheat.attempt"] for s in schedules] == [1, 2]
+    # the healthy one was the alternate of the first decision
+    assert any("healthy=" in a for a in schedules[0].attributes["dev.preheat.alternates"])
+    calls = sorted(named(spans, "router.upstream"), key=lambda s: s.start_time or 0)
+    assert [c.attributes["dev.preheat.endpoint"] for c in calls] == ["frozen", "healthy"]
+    assert calls[0].status.status_code is StatusCode.ERROR
+    assert calls[0].attributes["dev.preheat.retrying"] is True
+    assert "first-token timeout" in (calls[0].status.description or "")
+    assert calls[1].status.status_code is StatusCode.UNSET
+    (root,) = named(spans, "router.request")
+    assert root.attributes["dev.preheat.outcome"] == "ok"
+    assert {s.context.trace_id for s in spans if s.name.startswith("router.")} == {
+        root.context.trace_id
+    }
+
+
+async def test_a_rejected_request_shows_the_decision(
+    traced: tuple[Tracing, InMemorySpanExporter],
+) -> None:
+    tracing, exporter = traced
+    async with (
+        workers([{"id": "w-1"}]) as ws,
+        router(
+            [w.endpoint for w in ws],
+            tracing=tracing,
+            admission=AdmissionConfig(default_ttft_target_ms=0, max_in_flight=1),
+        ) as r,
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as ei:
+            await r.generate(gen(words(3000), 2, ttft_deadline_ms=1), timeout=30)
+        assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        await eventually(lambda: bool(named(exporter.get_finished_spans(), "router.request")))
+        spans = exporter.get_finished_spans()
+        (schedule,) = named(spans, "router.schedule")
+        assert schedule.status.status_code is StatusCode.ERROR
+        assert schedule.attributes["dev.preheat.reason"] == "rejected"
+        assert "dev.preheat.endpoint" not in (schedule.attributes or {})
+        (root,) = named(spans, "router.request")
+        assert root.attributes["dev.preheat.outcome"] == "rejected"
+        assert not named(spans, "router.upstream")  # never sent
+
+        # over the in-flight bound: the admission span says so
+        exporter.clear()
+        long = asyncio.create_task(r.generate(gen(words(8), 400), timeout=30))
+        await eventually(lambda: r.server.dispatcher.busy == 1, 10)
+        with pytest.raises(grpc.aio.AioRpcError) as ei:
+            await r.generate(gen(words(8, "b"), 2), timeout=10)
+        assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        long.cancel()
+        await asyncio.gather(long, return_exceptions=True)
+        await eventually(lambda: len(named(exporter.get_finished_spans(), "router.request")) == 2)
+    admissions = named(exporter.get_finished_spans(), "router.admission")
+    refused = [a for a in admissions if a.attributes["dev.preheat.admitted"] is False]
+    assert len(refused) == 1
+    assert refused[0].status.status_code is StatusCode.ERROR
+    assert "in flight" in str(refused[0].attributes["dev.preheat.reason"])
+
+
+async def test_a_cancelled_request_shows_the_cancel_in_router_and_worker(
+    traced: tuple[Tracing, InMemorySpanExporter],
+) -> None:
+    tracing, exporter = traced
+    async with workers([{"id": "w-1", "engine": {"time_scale": 5.0}}]) as ws:
+        ws[0].server.tracing = tracing
+        async with router([w.endpoint for w in ws], tracing=tracing) as r:
+            call = r.inference.Generate(gen(words(8), 2000), timeout=30)
+            first = await asyncio.wait_for(call.read(), 20)
+            assert first.token_ids
+            call.cancel()
+
+            def ended() -> bool:
+                done = {s.name for s in exporter.get_finished_spans()}
+                return {"router.request", "worker.generate"} <= done
+
+            await eventually(ended, 10)
+    spans = exporter.get_finished_spans()
+    (root,) = named(spans, "router.request")
+    assert "cancelled" in events(root)
+    assert root.attributes["dev.preheat.outcome"] == "cancelled"
+    (worker,) = named(spans, "worker.generate")
+    assert "cancelled" in events(worker)
+    (upstream,) = named(spans, "router.upstream")
+    assert worker.parent is not None
+    assert worker.parent.span_id == upstream.context.span_id
+
+
+def test_tracing_is_off_without_the_flag_and_with_the_sdk_disabled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert setup_tracing(False, "preheat-router") is None
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert setup_tracing(True, "preheat-router") is None
+
+
+def test_a_malformed_traceparent_starts_a_new_trace() -> None:
+    assert Tracing.extract({"traceparent": "00-zz-yy-01"}) is None
+    assert Tracing.extract({}) is None
+    good = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    assert Tracing.extract({"traceparent": good}) is not None
