@@ -22,7 +22,7 @@ from poolkit import CHART_CRD_PATH, CRD_PATH, ROOT
 
 from preheat.api.pool import to_config
 from preheat.core.manifests import Owner, build_service_monitor
-from preheat.operator.options import parse_config
+from preheat.operator.options import autoscaler_env, parse_config
 
 CHART = ROOT / "charts" / "preheat"
 # the chart says kubeVersion >=1.30: validate on the oldest, a middle and a recent one
@@ -245,17 +245,23 @@ def test_the_operator_reads_prometheus_and_the_routers_when_configured() -> None
     router selector, the routers' held and refused requests too (refused demand)."""
 
     def env(values: list[str]) -> dict[str, str]:
+        """The autoscaler's settings as the operator reads them from its config file."""
         for doc in render(values):
-            if doc["kind"] == "Deployment" and doc["metadata"]["name"].endswith("-operator"):
-                container = doc["spec"]["template"]["spec"]["containers"][0]
-                return {e["name"]: e.get("value", "") for e in container.get("env", [])}
-        raise AssertionError("no operator Deployment")
+            if doc["kind"] == "ConfigMap" and doc["metadata"]["name"].endswith("-operator"):
+                config = yaml.safe_load(doc["data"]["operator.yaml"])
+                parse_config(config)  # the operator accepts it
+                return autoscaler_env(config)
+        raise AssertionError("no operator ConfigMap")
 
     assert "PREHEAT_PROMETHEUS_URL" not in env([])
     on = env(ALL_ON)
     assert on["PREHEAT_PROMETHEUS_URL"] == "http://prometheus.monitoring:9090"
     assert on["PREHEAT_PROMETHEUS_ROUTER_SELECTOR"] == 'namespace="{namespace}",pool="{pool}"'
     assert "PREHEAT_PROMETHEUS_SELECTOR" not in on  # the operator's default
+    assert (
+        env(["--set", "operator.autoscaler.intervalSeconds=5"])["PREHEAT_AUTOSCALER_INTERVAL_S"]
+        == "5"
+    )
 
 
 @needs_helm

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -80,3 +81,37 @@ def test_worker_network_policy_settings_are_checked() -> None:
         parse_config({"workerNetworkPolicy": {"enabled": "yes", "from": []}})
     assert "workerNetworkPolicy: unknown key 'from'" in err.value.message
     assert "workerNetworkPolicy.enabled must be true or false" in err.value.message
+
+
+def test_the_config_files_autoscaler_section_wins_over_the_environment(tmp_path: Any) -> None:
+    """Operator issue, item 6: the autoscaler's Prometheus settings are operator config (the
+    chart renders them there), not only environment variables."""
+    config = tmp_path / "operator.yaml"
+    config.write_text(
+        "autoscaler:\n"
+        "  prometheusUrl: http://prometheus.monitoring:9090\n"
+        '  routerSelector: namespace="{namespace}",pool="{pool}"\n'
+        "  selector: ''\n"
+        "  intervalSeconds: 5\n"
+    )
+    env = {
+        "PREHEAT_OPERATOR_CONFIG": str(config),
+        "PREHEAT_PROMETHEUS_URL": "http://old:9090",
+        "PREHEAT_PROMETHEUS_SELECTOR": 'job="workers"',
+    }
+    auto = options_from_env(env).autoscaler
+    assert auto.prometheus_url == "http://prometheus.monitoring:9090"
+    assert auto.prometheus_router_selector == 'namespace="{namespace}",pool="{pool}"'
+    assert auto.prometheus_selector == 'job="workers"'  # "" in the file: the env's holds
+    assert auto.interval_s == 5.0
+
+
+def test_bad_autoscaler_settings_are_refused_all_at_once() -> None:
+    with pytest.raises(OperatorConfigError) as err:
+        parse_config(
+            {"autoscaler": {"prometheusUrl": "prometheus:9090", "intervalSeconds": 0, "x": 1}}
+        )
+    message = str(err.value)
+    assert "autoscaler: unknown key 'x'" in message
+    assert "prometheusUrl must be an http(s) URL" in message
+    assert "intervalSeconds must be a number > 0" in message

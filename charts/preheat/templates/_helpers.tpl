@@ -96,6 +96,11 @@ workerServiceMonitorLabels: {{ .Values.metrics.serviceMonitor.labels | toJson }}
 {{- $pod := deepCopy .Values.operator.worker.pod }}
 {{- if not $pod.imagePullSecrets }}{{- $_ := set $pod "imagePullSecrets" .Values.imagePullSecrets }}{{- end }}
 workerPod: {{ $pod | toJson }}
+autoscaler:
+  prometheusUrl: {{ .Values.operator.autoscaler.prometheusUrl | quote }}
+  selector: {{ .Values.operator.autoscaler.selector | quote }}
+  routerSelector: {{ .Values.operator.autoscaler.routerSelector | quote }}
+  intervalSeconds: {{ .Values.operator.autoscaler.intervalSeconds }}
 workerNetworkPolicy:
   enabled: {{ .Values.networkPolicy.enabled }}
   controlPlaneNamespace: {{ .Release.Namespace }}

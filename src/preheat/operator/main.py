@@ -14,6 +14,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import kopf
 import yaml
@@ -26,6 +27,7 @@ from preheat.operator.metrics import Metrics
 from preheat.operator.options import (
     OperatorConfigError,
     OperatorOptions,
+    autoscaler_env,
     parse_config,
 )
 from preheat.operator.services import services
@@ -80,10 +82,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace) -> OperatorOptions:
     build, monitor = BuildOptions(), "auto"
     namespaces: tuple[str, ...] = ()
+    doc: dict[str, Any] = {}
     if args.config:
-        build, namespaces, monitor = parse_config(
-            yaml.safe_load(Path(args.config).read_text()) or {}
-        )
+        doc = yaml.safe_load(Path(args.config).read_text()) or {}
+        build, namespaces, monitor = parse_config(doc)
     build = replace(build, log_format=args.log_format)
     return OperatorOptions(
         build=build,
@@ -93,7 +95,7 @@ def options_from_args(args: argparse.Namespace) -> OperatorOptions:
         health_port=int(args.health_port),
         kubeconfig=args.kubeconfig,
         cache_token=read_token(args.worker_cache_token_file, "PREHEAT_CACHE_TOKEN"),
-    ).with_env(os.environ)
+    ).with_env({**os.environ, **autoscaler_env(doc)})
 
 
 async def _health_app(metrics: Metrics, ready: asyncio.Event, port: int) -> web.AppRunner | None:

@@ -153,8 +153,53 @@ _CONFIG_KEYS = frozenset(
         "workerServiceMonitorLabels",
         "workerPod",
         "workerNetworkPolicy",
+        "autoscaler",
     }
 )
+
+# The config file's ``autoscaler`` keys and the environment variables they stand for (the
+# file wins over the environment: the chart renders the file, so a change rolls the pod).
+_AUTOSCALER_KEYS = {
+    "prometheusUrl": ENV_PROMETHEUS_URL,
+    "selector": ENV_PROMETHEUS_SELECTOR,
+    "routerSelector": ENV_PROMETHEUS_ROUTER_SELECTOR,
+    "intervalSeconds": ENV_INTERVAL_S,
+}
+
+
+def autoscaler_env(doc: Mapping[str, Any]) -> dict[str, str]:
+    """The config file's ``autoscaler`` section as the environment variables it sets
+    (``""`` values are left out: the environment's, or the default, hold)."""
+    raw = doc.get("autoscaler") or {}
+    out: dict[str, str] = {}
+    if isinstance(raw, Mapping):
+        for key, env_name in _AUTOSCALER_KEYS.items():
+            value = raw.get(key)
+            if value is not None and value != "":
+                out[env_name] = str(value)
+    return out
+
+
+def _autoscaler_problems(raw: Any) -> list[str]:
+    if raw is None:
+        return []
+    if not isinstance(raw, Mapping):
+        return [f"autoscaler must be a mapping, got {raw!r:.60}"]
+    problems = [
+        f"autoscaler: unknown key {k!r} (known: {', '.join(_AUTOSCALER_KEYS)})"
+        for k in raw
+        if k not in _AUTOSCALER_KEYS
+    ]
+    for key in ("prometheusUrl", "selector", "routerSelector"):
+        if not isinstance(raw.get(key, ""), str):
+            problems.append(f"autoscaler.{key} must be a string, got {raw[key]!r:.60}")
+    url = raw.get("prometheusUrl") or ""
+    if isinstance(url, str) and url and not url.startswith(("http://", "https://")):
+        problems.append(f"autoscaler.prometheusUrl must be an http(s) URL, got {url!r:.80}")
+    interval = raw.get("intervalSeconds", 15)
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
+        problems.append(f"autoscaler.intervalSeconds must be a number > 0, got {interval!r:.40}")
+    return problems
 
 
 class OperatorConfigError(PreheatError):
@@ -191,6 +236,7 @@ def parse_config(doc: Mapping[str, Any]) -> tuple[BuildOptions, tuple[str, ...],
     problems += pod_problems
     network_policy, policy_problems = _network_policy(doc.get("workerNetworkPolicy"))
     problems += policy_problems
+    problems += _autoscaler_problems(doc.get("autoscaler"))
     ints: dict[str, int] = {}
     for key, default in (("drainGraceSeconds", 30), ("preStopSleepSeconds", 5)):
         value = doc.get(key, default)
@@ -239,23 +285,18 @@ def _network_policy(raw: Any) -> tuple[NetworkPolicyOptions, list[str]]:
     return NetworkPolicyOptions(enabled, namespace, tuple(scrapers)), []
 
 
-def load_build_options(path: str) -> BuildOptions:
-    """BuildOptions from a config file ("" = the defaults)."""
-    if not path:
-        return BuildOptions()
-    return parse_config(yaml.safe_load(Path(path).read_text()) or {})[0]
-
-
 def options_from_env(env: Mapping[str, str]) -> OperatorOptions:
     """The options under ``kopf run -m preheat.operator.handlers``: the config file
     (``PREHEAT_OPERATOR_CONFIG``), the cache token (``PREHEAT_WORKER_CACHE_TOKEN_FILE`` or
     ``PREHEAT_CACHE_TOKEN``) and the rest of :meth:`OperatorOptions.with_env`."""
+    path = env.get(CONFIG_ENV, "")
+    doc = (yaml.safe_load(Path(path).read_text()) or {}) if path else {}
     return OperatorOptions(
-        build=load_build_options(env.get(CONFIG_ENV, "")),
+        build=parse_config(doc)[0],
         cache_token=read_token(
             env.get("PREHEAT_WORKER_CACHE_TOKEN_FILE", ""), "PREHEAT_CACHE_TOKEN"
         ),
-    ).with_env(env)
+    ).with_env({**env, **autoscaler_env(doc)})
 
 
 __all__ = [
@@ -265,7 +306,7 @@ __all__ = [
     "OperatorOptions",
     "PoolTarget",
     "SourceFactory",
-    "load_build_options",
+    "autoscaler_env",
     "options_from_env",
     "parse_config",
 ]
