@@ -61,8 +61,8 @@ CASES: list[tuple[str, bytes, list[str]]] = [
         b"replicas: {max: 1}, resources: {gpus: 0, gpuType: h100}}\n",
         [
             "spec.model: required field is missing",
-            "spec.engine.args numGpuBlocks, timeScale, loadTime, warmupTime, seed apply to "
-            "engine kind sim only",
+            "spec.engine.args numGpuBlocks, timeScale, loadTime, warmupTime, seed, modelSize "
+            "apply to engine kind sim only",
             "spec.resources.gpuType (h100) needs resources.gpus >= 1",
         ],
     ),

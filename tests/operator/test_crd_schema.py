@@ -210,7 +210,7 @@ CEL_BAD: list[tuple[str, dict[str, Any], str, str]] = [
         "sim args on vllm",
         {"engine": {"args": {"seed": 1}}},
         "spec.engine",
-        "engine.args numGpuBlocks, timeScale, loadTime, warmupTime, seed "
+        "engine.args numGpuBlocks, timeScale, loadTime, warmupTime, seed, modelSize "
         "apply to engine kind sim only",
     ),
     (

@@ -150,3 +150,44 @@ def test_the_crd_lists_every_vllm_arg_with_its_type_and_bounds() -> None:
     # Preheat's typed field wins over vLLM's row for the same key
     assert props["maxNumSeqs"]["maximum"] == 65536
     assert "additionalProperties" not in args
+
+
+def test_a_sim_pool_s_levers_reach_the_sim_worker_s_cost_model() -> None:
+    """The vLLM keys the sim models, through the operator's worker args into the sim."""
+    from preheat.engine.sim import SimEngine
+    from preheat.worker.engines import build_engine
+    from preheat.worker.main import add_arguments
+
+    levers = {
+        "quantization": "fp8",
+        "kvCacheDtype": "fp8",
+        "maxNumBatchedTokens": 4096,
+        "modelSize": "32b",
+        "speculativeConfig": {
+            "method": "eagle",
+            "num_speculative_tokens": 3,
+            "synthetic_acceptance_rates": [0.8, 0.64, 0.512],
+        },
+    }
+    assert _problems(levers, kind="sim") == []
+    argv = worker_args(
+        to_config(_spec(levers, kind="sim"), name="p", namespace="ns"), BuildOptions()
+    )
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    engine = build_engine(parser.parse_args(argv))
+    assert isinstance(engine, SimEngine)
+    cost = engine.config.cost
+    assert (cost.model_size, cost.weights, cost.kv_dtype) == ("32b", "fp8", "fp8")
+    assert (cost.spec_method, cost.spec_tokens) == ("eagle", 3)
+    assert cost.spec_accept_len == pytest.approx(1 + 0.8 + 0.64 + 0.512)
+    assert engine.config.max_num_batched_tokens == 4096
+    # the KV memory FP8 weights and an FP8 cache leave the 32B (16 tokens a block)
+    assert engine.config.num_gpu_blocks > 10_000
+
+
+def test_the_sim_needs_the_expected_acceptance_to_simulate_speculation() -> None:
+    spec = {"speculativeConfig": {"method": "ngram", "num_speculative_tokens": 3}}
+    (problem,) = _problems(spec, kind="sim")
+    assert problem.startswith("engine.args.speculativeConfig: the sim engine needs the expected")
+    assert _problems(spec, kind="vllm") == []

@@ -209,7 +209,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     (
         "sim args on vllm",
         spec(engine={"kind": "vllm", "args": {"numGpuBlocks": 10}}),
-        "engine.args numGpuBlocks, timeScale, loadTime, warmupTime, seed "
+        "engine.args numGpuBlocks, timeScale, loadTime, warmupTime, seed, modelSize "
         "apply to engine kind sim only",
     ),
     (

@@ -41,13 +41,22 @@ OWNED: Mapping[str, str] = {
 }
 
 SIM_VLLM_ARGS = (
-    # vLLM args the sim engine models (besides maxNumSeqs, maxModelLen, blockSize)
+    # vLLM args the sim engine models (besides maxNumSeqs, maxModelLen, blockSize): the
+    # batching budget, FP8 weights, an FP8 KV cache, speculative decoding
+    # (preheat.engine.costmodel; sim_options maps them)
     "maxNumBatchedTokens",
+    "quantization",
+    "kvCacheDtype",
+    "speculativeConfig",
 )
 SIM_QUANTIZATION = ("fp8",)  # weight formats with a measured cost (engine/costmodel.py)
 SIM_KV_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 SIM_SPEC_METHODS = ("ngram", "draft_model", "eagle", "eagle3")
 SIM_SPEC_KEYS = (
+    # what the sim reads: the method (its draft cost), k, and the expected acceptance
+    # (vLLM's synthetic_acceptance_length, or its per-position unconditional
+    # synthetic_acceptance_rates: E = 1 + their sum); model and prompt_lookup_* are taken
+    # and change nothing in the sim (its draft costs are the measured 1B / EAGLE head)
     "method",
     "num_speculative_tokens",
     "synthetic_acceptance_length",
@@ -263,8 +272,41 @@ def _sim_problems(path: str, key: str, value: Any) -> list[str]:
             )
         if not isinstance(spec.get("num_speculative_tokens"), int):
             out.append(f"{path}.num_speculative_tokens: the sim engine needs it (an integer)")
+        given = [
+            k for k in ("synthetic_acceptance_length", "synthetic_acceptance_rates") if k in spec
+        ]
+        if len(given) != 1:
+            out.append(
+                f"{path}: the sim engine needs the expected acceptance, one of "
+                "synthetic_acceptance_length (tokens per step, 1..k+1) or "
+                "synthetic_acceptance_rates (per position, non-increasing, in [0, 1])"
+            )
         return out
     return []
+
+
+def sim_options(args: Mapping[str, Any]) -> dict[str, Any]:
+    """SimConfig options (``preheat.engine.sim``) for checked engine args of a sim pool:
+    the vLLM keys it models (:data:`SIM_VLLM_ARGS`) and ``modelSize``."""
+    out: dict[str, Any] = {}
+    if args.get("maxNumBatchedTokens") is not None:
+        out["max_num_batched_tokens"] = args["maxNumBatchedTokens"]
+    if args.get("modelSize") is not None:
+        out["model_size"] = args["modelSize"]
+    if "quantization" in args:
+        out["quantization"] = args["quantization"] or "none"
+    if args.get("kvCacheDtype") is not None:
+        out["kv_cache_dtype"] = args["kvCacheDtype"]
+    spec = args.get("speculativeConfig")
+    if isinstance(spec, Mapping):
+        sc = {snake(str(k)): v for k, v in spec.items()}
+        out["spec_method"] = sc.get("method")
+        out["spec_tokens"] = sc.get("num_speculative_tokens")
+        if sc.get("synthetic_acceptance_length") is not None:
+            out["spec_acceptance_length"] = sc["synthetic_acceptance_length"]
+        elif sc.get("synthetic_acceptance_rates") is not None:
+            out["spec_acceptance_length"] = 1.0 + sum(sc["synthetic_acceptance_rates"])
+    return out
 
 
 def to_vllm(args: Mapping[str, Any]) -> dict[str, Any]:
@@ -378,6 +420,7 @@ __all__ = [
     "docs_markdown",
     "problems",
     "rows",
+    "sim_options",
     "snake",
     "table",
     "to_vllm",

@@ -59,7 +59,7 @@ _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 SOURCE_PATTERN = r"^(pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/[^/]+)*/?|hostpath:///.*)$"
 LATENCY_SIGNALS = ("ttft", "itl", "e2e")
 PER_REPLICA_SIGNALS = ("queueDepth", "concurrency")
-SIM_ONLY_ARGS = ("numGpuBlocks", "timeScale", "loadTime", "warmupTime", "seed")
+SIM_ONLY_ARGS = ("numGpuBlocks", "timeScale", "loadTime", "warmupTime", "seed", "modelSize")
 VLLM_ONLY_ARGS = ("gpuMemoryUtilization", "dtype", "enforceEager", "tensorParallelSize")
 DURATION_ARGS = ("loadTime", "warmupTime")
 
@@ -166,6 +166,13 @@ class EngineArgs(_Model):
         default=None, pattern=DURATION_PATTERN, max_length=32, description="sim only: warm-up."
     )
     seed: int | None = Field(default=None, ge=0, description="sim only: seed for the sim's text.")
+    model_size: Literal["8b", "32b"] | None = Field(
+        default=None,
+        description=(
+            "sim only: the measured model shape whose H100 costs the sim engine uses (8b: "
+            "Llama-3-8B, the default; 32b: Qwen2.5-32B-like)."
+        ),
+    )
 
 
 ENGINE_SIM_ONLY_RULE = _cel(

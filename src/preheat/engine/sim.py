@@ -43,7 +43,15 @@ from preheat.engine.base import (
     FinishReason,
     Sampling,
 )
-from preheat.engine.costmodel import CostModel, load_calibration
+from preheat.engine.costmodel import (
+    MODEL_SIZES,
+    PACKAGED_32B,
+    SPEC_METHODS,
+    CostModel,
+    acceptance_length,
+    kv_cache_tokens,
+    load_calibration,
+)
 from preheat.engine.simcore import CoreConfig, Emissions, Finish, SimCore
 from preheat.engine.simmetrics import VllmMetrics
 from preheat.engine.simtokenizer import SimTokenizer
@@ -103,6 +111,14 @@ class SimConfig:
         "warmup_s",
         "page_cache",
         "calibration",
+        # engine levers (engine/costmodel.py; a pool's vLLM engine args, mapped by the worker)
+        "model_size",  # 8b | 32b
+        "quantization",  # none | fp8 (weights)
+        "kv_cache_dtype",  # auto | bfloat16 | float16 | fp8 | fp8_e4m3 | fp8_e5m2
+        "spec_method",  # ngram | draft_model | eagle | eagle3
+        "spec_tokens",  # k
+        "spec_acceptance_length",  # E, tokens per sequence per verification step
+        "spec_acceptance_rate",  # a per drafted token: E = (1 - a^(k+1)) / (1 - a)
     )
 
     @classmethod
@@ -115,6 +131,7 @@ class SimConfig:
         errors: list[str] = []
         kwargs: dict[str, object] = {}
         cost_kwargs: dict[str, object] = {}
+        lever_options: dict[str, object] = {}
         for key, raw in options.items():
             k = key.replace("-", "_")
             try:
@@ -128,16 +145,99 @@ class SimConfig:
                     cost_kwargs[k] = _convert(raw, bool)
                 elif k == "calibration":
                     cost_kwargs["calibration"] = str(raw)
+                elif k in cls.COST_OPTIONS:
+                    lever_options[k] = raw
                 else:
                     errors.append(f"unknown sim engine option {key!r}")
             except (TypeError, ValueError) as e:
                 errors.append(f"sim engine option {key}={raw!r}: {e}")
+        try:
+            levers = lever_settings(lever_options)
+        except ValueError as e:
+            errors.append(str(e))
+            levers = {}
         if errors:
             raise PreheatError(ErrorCode.INVALID_ARGUMENT, "; ".join(errors))
         calibration = cost_kwargs.pop("calibration", None)
         data = load_calibration(None if calibration is None else Path(str(calibration)))
-        cost = CostModel.from_calibration(data, **cost_kwargs)
+        cost = CostModel.from_calibration(data, **cost_kwargs, **levers)
+        if cost.model_size != "8b":
+            cost = CostModel.from_32b(
+                load_calibration(packaged=PACKAGED_32B), cost.with_(model_size="8b")
+            ).with_(**{k: v for k, v in dataclasses.asdict(cost).items() if k in _KEEP_ON_RESHAPE})
+        if "num_gpu_blocks" not in kwargs and (
+            cost.model_size != "8b" or cost.weights != "bf16" or cost.kv_dtype != "bf16"
+        ):
+            # the KV memory these weights and this cache format leave on one H100
+            block = int(typing.cast(int, kwargs.get("block_size", cls.block_size)))
+            kwargs["num_gpu_blocks"] = max(
+                1, kv_cache_tokens(cost.model_size, cost.weights, cost.kv_dtype) // block
+            )
         return cls(cost=cost, **kwargs)  # type: ignore[arg-type]
+
+
+_KEEP_ON_RESHAPE = (
+    "scale",
+    "load_s",
+    "warmup_s",
+    "page_cache",
+    "weights",
+    "kv_dtype",
+    "spec_method",
+    "spec_tokens",
+    "spec_accept_len",
+)
+
+
+def lever_settings(options: Mapping[str, object]) -> dict[str, object]:
+    """CostModel fields for the sim's lever options (SimConfig.COST_OPTIONS), or ValueError
+    naming the option and what it takes."""
+    out: dict[str, object] = {}
+    size = str(options.get("model_size", "8b")).lower()
+    if size not in MODEL_SIZES:
+        raise ValueError(f"sim engine option model_size={size!r}: one of {', '.join(MODEL_SIZES)}")
+    out["model_size"] = size
+    quant = options.get("quantization")
+    if quant is not None and str(quant).lower() not in ("none", "fp8"):
+        raise ValueError(f"sim engine option quantization={quant!r}: the sim models none, fp8")
+    out["weights"] = "fp8" if str(quant).lower() == "fp8" else "bf16"
+    kv = str(options.get("kv_cache_dtype", "auto")).lower()
+    if kv not in ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"):
+        raise ValueError(
+            f"sim engine option kv_cache_dtype={kv!r}: the sim models auto, bfloat16, float16, "
+            "fp8, fp8_e4m3, fp8_e5m2"
+        )
+    out["kv_dtype"] = "fp8" if kv.startswith("fp8") else "bf16"
+    method = options.get("spec_method")
+    if method is None:
+        return out
+    if method not in SPEC_METHODS:
+        raise ValueError(
+            f"sim engine option spec_method={method!r}: one of {', '.join(SPEC_METHODS)}"
+        )
+    k = int(typing.cast(int, options.get("spec_tokens", 0)))
+    if k < 1:
+        raise ValueError("sim engine option spec_tokens: speculative decoding needs k >= 1")
+    length = options.get("spec_acceptance_length")
+    rate = options.get("spec_acceptance_rate")
+    if (length is None) == (rate is None):
+        raise ValueError(
+            "speculative decoding in the sim needs one of spec_acceptance_length (E, in "
+            "[1, k+1]) or spec_acceptance_rate (a, in [0, 1])"
+        )
+    if rate is not None:
+        a = float(typing.cast(float, rate))
+        if not 0.0 <= a <= 1.0:
+            raise ValueError(f"sim engine option spec_acceptance_rate={a}: must be in [0, 1]")
+        e = acceptance_length(k, a)
+    else:
+        e = float(typing.cast(float, length))
+        if not 1.0 <= e <= k + 1:
+            raise ValueError(
+                f"sim engine option spec_acceptance_length={e}: must be in [1, {k + 1}]"
+            )
+    out.update(spec_method=str(method), spec_tokens=k, spec_accept_len=e)
+    return out
 
 
 def _convert(raw: object, hint: object) -> object:

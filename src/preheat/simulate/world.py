@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import cast
 
+from preheat.api.engine_args import sim_options as sim_engine_options
 from preheat.autoscaler.scrape import RouterScrape, Scrape, Served, compute, router_demand
 from preheat.autoscaler.source import wake_signals, wakes
 from preheat.core import autoscaling as core_autoscaling
@@ -203,6 +204,7 @@ def engine_config(pool: PoolConfig, options: SimOptions) -> SimConfig:
     ):
         if spec_key in args:
             opts[key] = args[spec_key]
+    opts.update(sim_engine_options(args))  # the vLLM args the sim models, and modelSize
     opts.setdefault("seed", options.seed)
     opts.update(options.engine_options)
     return SimConfig.from_options(opts)

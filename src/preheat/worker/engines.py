@@ -79,18 +79,11 @@ def engine_args(args: argparse.Namespace) -> dict[str, Any]:
     return value
 
 
-def sim_engine_options(args: dict[str, Any]) -> dict[str, Any]:
-    """SimConfig options for checked vLLM engine args of a sim pool (the keys the sim models:
-    :data:`preheat.api.engine_args.SIM_VLLM_ARGS`)."""
-    options: dict[str, Any] = {}
-    if "maxNumBatchedTokens" in args:
-        options["max_num_batched_tokens"] = args["maxNumBatchedTokens"]
-    return options
-
-
 def sim_options(args: argparse.Namespace) -> dict[str, Any]:
     """The SimConfig options the flags in ``args`` ask for."""
     options = _given(args, _SIM_FLAGS)
+    from preheat.api.engine_args import sim_options as sim_engine_options
+
     options.update(sim_engine_options(engine_args(args)))
     for item in getattr(args, "sim_opt", None) or ():
         key, sep, value = item.partition("=")
