@@ -233,7 +233,7 @@ class _World:
         self.events: list[ScaleEvent] = []
         self.samples: list[ReplicaSample] = []
         self.desired = pool.replicas.desired
-        self.control = ControlState()
+        self.control = ControlState.new_pool()
         zones = pool.topology.zones or ("zone-a",)
         self.zones = tuple(zones)
         default_region = options.network.region_of(self.zones[0])

@@ -85,6 +85,18 @@ def test_at_the_pod_rate_the_prediction_meets_the_target(
     rate = pod_rate(COST, mix, target, pct)
     if rate > 0:
         assert predicted_ttft_ms(COST, mix, rate, pct) <= target + 1e-6
+        # and with headroom: a rate 1/0.9 of it does not saturate the pod
+        assert math.isfinite(predicted_ttft_ms(COST, mix, rate / 0.9, pct))
+
+
+def test_the_pod_rate_keeps_headroom_below_the_knee() -> None:
+    """Near saturation the model's p99 barely depends on the target (the batch, and with
+    it the TTFT, diverges): the pod is sized at 90% of the saturating rate, not at it."""
+    mix = Mix(requests=100, prompt_tokens=928, cached_tokens=0, output_tokens=284)
+    r400, r500 = pod_rate(COST, mix, 400.0, 99.0), pod_rate(COST, mix, 500.0, 99.0)
+    assert r400 == pytest.approx(r500, rel=0.01)  # both at the headroom bound
+    assert math.isfinite(predicted_ttft_ms(COST, mix, r500 / 0.9 * 0.999, 99.0))
+    assert math.isinf(predicted_ttft_ms(COST, mix, r500 / 0.9 * 1.02, 99.0))
 
 
 @given(st.integers(1, 64), st.floats(0, 1000), st.floats(0.1, 10))
@@ -102,21 +114,54 @@ def test_the_latency_step_is_bounded_by_the_factor(
     st.integers(1, 64) | st.none(),
     st.integers(0, 200) | st.none(),
     st.integers(0, 64),
+    st.integers(0, 64),
+    st.booleans(),
     st.booleans(),
 )
 def test_combine_keeps_the_model_as_floor_and_caps_a_backlogs_feedback(
-    model: int | None, feedback: int | None, serving: int, late: bool
+    model: int | None,
+    feedback: int | None,
+    serving: int,
+    desired: int,
+    late: bool,
+    persistent: bool,
 ) -> None:
-    got = combine(model, feedback, serving, late)
+    got = combine(
+        model, feedback, serving=serving, desired=desired, late=late, persistent=persistent
+    )
     if model is None:
         assert got == feedback
         return
     assert got is not None
     assert got >= model
-    if feedback is not None and late:
-        assert got <= max(model, 2 * model, serving + 1)
-    if feedback is not None and not late:
+    if feedback is None:
+        assert got == model
+    elif not late:
         assert got == max(model, feedback)
+    else:
+        assert got <= max(model, desired, 2 * model)  # never by the serving pods' count
+        if not persistent or desired > serving:
+            assert got <= max(model, desired)  # late but not for long, or pods coming
+
+
+@pytest.mark.parametrize(
+    ("model", "feedback", "serving", "desired", "persistent", "want", "why"),
+    [
+        (3, 9, 2, 4, True, 4, "pods coming cover the model: they clear the backlog"),
+        (3, 9, 2, 2, False, 3, "the rate explains the lateness: the model"),
+        (1, 6, 2, 2, False, 2, "unexplained, not a window yet: hold"),
+        (1, 6, 2, 2, True, 2, "unexplained for a window: corrected to 2 x model at most"),
+        (2, 6, 2, 2, True, 4, "... which may be above the serving pods"),
+        (2, 3, 2, 2, True, 3, "... and no more than the feedback asks"),
+    ],
+)
+def test_combine_when_late(
+    model: int, feedback: int, serving: int, desired: int, persistent: bool, want: int, why: str
+) -> None:
+    got = combine(
+        model, feedback, serving=serving, desired=desired, late=True, persistent=persistent
+    )
+    assert got == want, why
 
 
 def test_the_policy_sizes_from_the_rate_when_latency_is_still_fine() -> None:
@@ -137,15 +182,39 @@ def test_the_policy_sizes_from_the_rate_when_latency_is_still_fine() -> None:
     assert "capacity" not in off.reason
 
 
-def test_a_backlog_asks_for_no_more_than_twice_the_model() -> None:
-    """Late by 10x on 2 pods: feedback alone would ask for 6 (the step bounded at 3x); the
-    model for the rate says 1, so the backlog gets max(2 x 1, 2 + 1) = 3."""
-    sig = replace(
-        signals(0.0, 4000.0),
-        demand=Demand(arrival_rate=1.0, refused_rate=0.0, window_s=60.0),
+def _late(now: float, ttft: float, rate: float) -> object:
+    return replace(
+        signals(now, ttft),
+        demand=Demand(arrival_rate=rate, refused_rate=0.0, window_s=60.0),
         mix=AZURE,
     )
-    dec, _ = decide(ctx(0.0, sig, desired=2))
-    assert dec.active == 3
-    bare, _ = decide(ctx(0.0, sig, desired=2, tuning=PolicyTuning(cost=None)))
+
+
+def test_a_backlog_the_model_does_not_explain_waits_a_window_then_corrects() -> None:
+    """Late by 10x on 2 pods at a rate the model says 1 pod takes: feedback alone would ask
+    for 6 (the step bounded at 3x). The policy holds 2 and says why; still late a whole
+    window (60 s) later, the feedback corrects the model, to 2 x 1 at most: it holds 2."""
+    dec, state = decide(ctx(0.0, _late(0.0, 4000.0, 1.0), desired=2))  # type: ignore[arg-type]
+    assert dec.active == 2
+    assert "more than the rate needs: waiting a window" in dec.reason
+    assert state.late_since == 0.0
+    dec, state = decide(replace(ctx(60.0, _late(60.0, 4000.0, 1.0), desired=2), state=state))  # type: ignore[arg-type]
+    assert dec.active == 2
+    assert "waiting a window" not in dec.reason
+    assert state.late_since == 0.0
+    bare, _ = decide(ctx(0.0, _late(0.0, 4000.0, 1.0), desired=2, tuning=PolicyTuning(cost=None)))  # type: ignore[arg-type]
     assert bare.active == 6  # ceil(2 x min(10, 3))
+    # on time again: the lateness is forgotten
+    _, state = decide(replace(ctx(75.0, _late(75.0, 100.0, 1.0), desired=2), state=state))  # type: ignore[arg-type]
+    assert state.late_since is None
+
+
+def test_late_with_pods_coming_that_cover_the_rate_asks_for_no_more() -> None:
+    """2 serving, 2 more warming; the rate needs 3. A 10x-late p95 (a backlog) asks for
+    no more: the pods coming clear it. Without them, the model's 3."""
+    rate = pod_rate(COST, AZURE, 400.0, 95.0) * 2.5
+    dec, _ = decide(ctx(0.0, _late(0.0, 4000.0, rate), desired=4, active=2, warming=2))  # type: ignore[arg-type]
+    assert dec.active == 4
+    assert dec.recommendation == 4
+    dec, _ = decide(ctx(0.0, _late(0.0, 4000.0, rate), desired=2))  # type: ignore[arg-type]
+    assert dec.active == 3

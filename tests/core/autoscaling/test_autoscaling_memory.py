@@ -103,3 +103,18 @@ def test_a_restored_policy_holds_and_releases_as_the_uninterrupted_one() -> None
     assert "window began at start-up" in held[0].reason
     fresh_down = next(t + shift for t, dec in fresh.decisions if dec.direction is Direction.DOWN)
     assert fresh_down >= 210.0 + 300.0 > down
+
+
+def test_a_pool_seen_from_its_creation_has_no_unseen_window_to_hold() -> None:
+    """Proposal 0007's hold is for a policy that may have lost the pool's history; a
+    driver that saw the pool from its creation (the simulator, preheat up, the operator on
+    a pool created less than a window ago) has nothing before to hold."""
+    cfg = config(down=(300.0, 0.0, 4))
+    lost = Driver(cfg=cfg, desired=4)
+    new = Driver(cfg=cfg, desired=4, state=PolicyState(seen_from_creation=True))
+    for d in (lost, new):
+        d.tick(0.0, signals(0.0, 100.0), active=4)  # far under target: asks for 1
+    assert lost.desired == 4
+    assert "window began at start-up" in lost.decisions[0][1].reason
+    assert new.desired == 1
+    assert new.decisions[0][1].cause is Cause.SCALE_DOWN

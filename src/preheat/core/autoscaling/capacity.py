@@ -79,8 +79,14 @@ def pod_rate(
     max_utilization: float = 0.9,
 ) -> float:
     """The highest arrival rate (req/s) one pod takes with its TTFT percentile within
-    ``target_ms`` and its prefill share within ``max_utilization``; 0: not even one request
-    (the prefill alone exceeds the target)."""
+    ``target_ms`` and at most ``max_utilization`` of the rate that saturates it (the
+    prefill share reaching 1, or the decoding batch outgrowing the batch or the KV cache);
+    0: not even one request (the prefill alone exceeds the target).
+
+    The headroom: near saturation the decoding batch, and with it the step time and the
+    TTFT, climbs steeply (the model's p99 at 400 and 500 ms differs by a few percent of
+    the rate), so a pool sized at the knee is saturated by the first rate a little over
+    the window's mean."""
     if predicted_ttft_ms(cost, mix, 1e-9, percentile) > target_ms:
         return 0.0
     lo, hi = 0.0, 1.0
@@ -101,6 +107,8 @@ def _ok(
     st = _state(cost, mix, lam)
     if st is None or lam * st[2] / 1000.0 > max_util:
         return False
+    if max_util > 0 and math.isinf(predicted_ttft_ms(cost, mix, lam / max_util, pct)):
+        return False  # within max_util of saturation
     return predicted_ttft_ms(cost, mix, lam, pct) <= target
 
 
@@ -122,18 +130,43 @@ def replicas_for(
     return max(1, min(highest, math.ceil(round(arrival_rate / per_pod, 9))))
 
 
-def combine(model: int | None, feedback: int | None, serving: int, late: bool) -> int | None:
-    """The latency objective's replicas from the model and the feedback.
+def combine(
+    model: int | None,
+    feedback: int | None,
+    *,
+    serving: int,
+    desired: int,
+    late: bool,
+    persistent: bool,
+) -> int | None:
+    """An objective's replicas from the model and its feedback.
 
-    The model is the floor: the rate needs that many whatever the latency says. Late
-    (observed over target beyond tolerance): the feedback may ask for more, since the model
-    has been wrong, but no more than ``max(2 * model, serving + 1)``: a backlog's latency
-    asks for many times the pods, which arrive after it has cleared. Not late: the larger
-    of the two (the feedback's scale-down goes no lower than the model)."""
+    ``model``: the pods the arrival rate needs (:func:`replicas_for`); ``feedback``: what
+    the objective's observed value asks for; ``serving``: the active pods that produced it;
+    ``desired``: the size the pool converges to (serving plus those warming or promoted);
+    ``late``: the observation is over its target beyond tolerance; ``persistent``: the pool
+    has been late, with the model saying the serving pods suffice, for a whole window.
+
+    - Not late: the larger of the two (feedback's scale-down goes no lower than the model).
+    - Late, with pods coming that cover the model (``desired > serving``, ``desired >=
+      model``): no more than ``desired``. A backlog's latency and queue ask for many times
+      the pods, which arrive after it has cleared; the pods already coming clear it.
+    - Late, with the model above the serving pods: the model. The rate explains the
+      lateness, and sizes the pool for it.
+    - Late although the model says the serving pods suffice: the model is wrong, or the
+      window was noisy (a p99 of a few hundred requests is a couple of them). Feedback
+      corrects the model once the lateness has lasted a whole window (``persistent``), to
+      no more than ``2 * model``; until then it holds ``desired``. The bound is on the
+      model, not on the serving pods: a latency no pod count can meet (the tail's own
+      prefill over the target) does not grow the pool by one more pod each window.
+    """
     if model is None:
         return feedback
     if feedback is None:
         return model
-    if late:
-        return max(model, min(feedback, max(2 * model, serving + 1)))
-    return max(model, feedback)
+    if not late:
+        return max(model, feedback)
+    coming = desired > serving and desired >= model
+    if coming or model > serving or not persistent:
+        return max(model, min(feedback, desired))
+    return max(model, min(feedback, 2 * model))

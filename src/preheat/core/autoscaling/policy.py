@@ -5,16 +5,20 @@ The pipeline, each step a small module of its own:
 1. freshness: missing or stale signals hold the current size (never scale on silence);
 2. :mod:`~.recommend`: per objective the replicas it needs (a latency objective's step
    bounded by ``PolicyTuning.max_latency_factor``), the max over objectives;
-   :mod:`~.capacity`: for a TTFT objective, the pods the arrival rate and request mix need
-   by the engine's costs, combined with that feedback (the model is the floor and caps a
-   backlog's overshoot);
+   :mod:`~.capacity`: the pods the arrival rate and request mix need to meet the TTFT
+   objectives by the engine's costs, combined with every objective's feedback
+   (:func:`~.capacity.combine`: the model is the floor; a backlog's latency, queue and
+   in-flight count ask for no more than the pods already coming or the model; feedback
+   corrects the model only after a whole window late, to twice the model at most);
    :mod:`~.forecast` (``autoscaling.predictive``, off by default): the estimate also sizes
    for the arrival rate forecast ``horizon`` ahead, acting on ``trust`` of a predicted rise
    (never on a predicted fall: the observed rate and the objectives keep what they need);
    :mod:`~.demand`: what the routers refused is demand too (the served load times
    ``A / (A - R)``);
 3. :mod:`~.panic`: far past a latency target -> scale up now, never down for a while;
-4. :mod:`~.stabilize`: per-direction windows over the recommendation history;
+4. :mod:`~.stabilize`: per-direction windows over the recommendation history (the part
+   before the first evaluation holds the current size unless the driver saw the pool
+   from its creation, ``PolicyState.seen_from_creation``);
 5. warming credit: what the pool is already converging to (``replicas.desired``, pods
    warming or being promoted) covers a recommendation computed from the serving pods;
 6. :mod:`~.limits`: cooldowns, max step, bounds; :mod:`~.zero`: scale-to-zero and wake;
@@ -164,7 +168,7 @@ def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
     views = [recommend.view(o, sv, serving, current, cfg.tolerance, factor) for o, sv in observed]
     fed_back, _ = recommend.combine(views)  # the feedback alone
     predicted, forecast_state, outlook = _forecast(ctx)
-    views, model_note = _with_capacity(ctx, views, serving, predicted)
+    views, model_note, late_since = _with_capacity(ctx, views, serving, predicted)
     if predicted is not None and outlook is not None:
         said = outlook.describe()
         model_note = f"{model_note}; {said}" if model_note else said
@@ -202,6 +206,7 @@ def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
         since=since,
         serving=served_log,
         forecast=forecast_state,
+        late_since=late_since,
     )
     head = _head(driver, cfg.window_s, cfg.tolerance)
     if model_note:
@@ -231,7 +236,8 @@ def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
         return _scale(ctx, base, target, Cause.WAKE, "requests arrived at zero; waking", rec)
 
     # 4. stabilization (panic: the latest recommendation, up only).
-    target = stabilize.stabilized(history, now, current, cfg, since=since)
+    unseen_from = None if st.seen_from_creation else since
+    target = stabilize.stabilized(history, now, current, cfg, since=unseen_from)
     if panicking:
         target = max(current, rec if fired is not None else target)
     target = limits.bounded(target, lowest, reps.max)
@@ -263,7 +269,7 @@ def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
 
     # hold: say what kept it.
     # the window's unseen part alone kept it (what was seen would have scaled down)
-    unseen_hold = stabilize.unseen(now, since, cfg) and (
+    unseen_hold = stabilize.unseen(now, unseen_from, cfg) and (
         stabilize.down_recommendation(history, now, cfg) < current
     )
     cause, reason = _why_hold(ctx, rec, raw, driver, head, panicking, lowest, unseen_hold)
@@ -295,33 +301,61 @@ def _with_capacity(
     views: list[recommend.ObjectiveView],
     serving: int,
     predicted: float | None = None,
-) -> tuple[list[recommend.ObjectiveView], str]:
-    """The TTFT objectives' replicas with the capacity estimate combined in
-    (:func:`capacity.combine`), and what the estimate said ("" when none was made: no cost
-    model, no arrival rate, or no finished requests to read the mix from). ``predicted``:
-    the rate the forecast asks to size for (at least the observed one)."""
+) -> tuple[list[recommend.ObjectiveView], str, float | None]:
+    """Every objective's replicas with the capacity estimate combined in
+    (:func:`capacity.combine`); what the estimate said ("" when none was made: no cost
+    model, no arrival rate, no finished requests to read the mix from, or no TTFT
+    objective); and the next ``PolicyState.late_since``. ``predicted``: the rate the
+    forecast asks to size for (at least the observed one).
+
+    The estimate is the pods the rate needs to meet the TTFT objectives (the largest over
+    them); the queue, concurrency and other latency objectives are bounded by it the same
+    way, since a backlog inflates them all alike."""
     cost, mix, seen = ctx.tuning.cost, ctx.signals.mix, ctx.signals.demand
     if cost is None or mix is None or seen is None or seen.arrival_rate <= 0:
-        return views, ""
+        return views, "", None
     rate = max(seen.arrival_rate, predicted or 0.0)
-    out: list[recommend.ObjectiveView] = []
-    note = ""
+    model: int | None = None
     for v in views:
         obj = v.objective
-        if obj.signal is not Signal.TTFT:
-            out.append(v)
-            continue
-        model = capacity.replicas_for(rate, cost, mix, obj.target, obj.percentile, ctx.replicas.max)
-        late = v.ratio is not None and v.ratio > 1.0 + ctx.autoscaling.tolerance
-        both = capacity.combine(model, v.replicas, serving, late)
-        if model is not None and not note:
-            note = (
-                f"capacity: {rate:.1f} req/s of {mix.prompt_tokens:.0f} prompt "
-                f"({mix.cached_tokens:.0f} cached) / {mix.output_tokens:.0f} output tokens "
-                f"needs {model}"
+        if obj.signal is Signal.TTFT:
+            need = capacity.replicas_for(
+                rate, cost, mix, obj.target, obj.percentile, ctx.replicas.max
             )
-        out.append(replace(v, replicas=both))
-    return out, note
+            if need is not None:
+                model = need if model is None else max(model, need)
+    if model is None:
+        return views, "", None
+    desired, tol = ctx.replicas.desired, ctx.autoscaling.tolerance
+    late = [v.ratio is not None and v.ratio > 1.0 + tol for v in views]
+    coming = desired > serving and desired >= model
+    unexplained = any(late) and not coming and model <= serving
+    since = ctx.state.late_since if unexplained else None
+    if unexplained and since is None:
+        since = ctx.now
+    persistent = since is not None and ctx.now - since >= ctx.autoscaling.window_s
+    out = [
+        replace(
+            v,
+            replicas=capacity.combine(
+                model,
+                v.replicas,
+                serving=serving,
+                desired=desired,
+                late=is_late,
+                persistent=persistent,
+            ),
+        )
+        for v, is_late in zip(views, late, strict=True)
+    ]
+    note = (
+        f"capacity: {rate:.1f} req/s of {mix.prompt_tokens:.0f} prompt "
+        f"({mix.cached_tokens:.0f} cached) / {mix.output_tokens:.0f} output tokens "
+        f"needs {model}"
+    )
+    if unexplained and not persistent:
+        note = f"{note}; late with {serving} serving, more than the rate needs: waiting a window"
+    return out, note, since
 
 
 def _why_hold(
