@@ -11,6 +11,8 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
+from preheat.process.children import die_with_parent
+
 Handler = Callable[[argparse.Namespace], int]
 
 _COMMANDS: dict[str, tuple[str, str]] = {
@@ -87,6 +89,7 @@ def build_parser(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    die_with_parent()  # a child of `preheat up` or a benchmark: go when the parent goes
     args_in = list(sys.argv[1:] if argv is None else argv)
     wanted = args_in[0] if args_in and args_in[0] in _COMMANDS else None
     parser, handlers = build_parser(wanted)

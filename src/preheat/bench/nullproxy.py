@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Sequence
 import grpc
 
 from preheat.process import aio
+from preheat.process.children import die_with_parent
 from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc, router_pb2, router_pb2_grpc
 
 
@@ -85,6 +86,7 @@ async def serve(target: str, host: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    die_with_parent()  # started by the benchmark's spawner: go when it goes
     parser = argparse.ArgumentParser(prog="python -m preheat.bench.nullproxy", description=__doc__)
     parser.add_argument("--target", required=True, help="host:port of a worker")
     parser.add_argument("--host", default="127.0.0.1")

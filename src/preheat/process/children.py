@@ -7,10 +7,18 @@ child is started
 
 - in its own process group (a Ctrl-C in the terminal reaches only the parent, which then
   drains the children in order), and
-- with ``PR_SET_PDEATHSIG`` = SIGTERM (Linux ``prctl``, set in the child before ``exec``):
-  if the parent dies, even by SIGKILL, the kernel sends every child SIGTERM and each
-  drains and exits. A child whose parent died before the ``prctl`` took effect exits at
-  once (it checks its parent id right after).
+- with ``PR_SET_PDEATHSIG`` = SIGTERM (Linux ``prctl``): if the parent dies, even by
+  SIGKILL, the kernel sends every child SIGTERM and each drains and exits. The child sets
+  it itself as it starts (:func:`die_with_parent`, called first thing by ``preheat`` and
+  the benchmark's helpers, when :data:`PARENT_ENV` names its parent), and a child whose
+  parent died before the ``prctl`` took effect exits at once (it checks its parent id
+  right after).
+
+No ``preexec_fn``: with one, Python forks with ``fork()`` and runs the parent's fork
+handlers in the child before ``exec``; gRPC's restart its poller there, which then fails on
+the epoll descriptor ``close_fds`` closed (``epoll_wait error: Bad file descriptor``) and
+kills the child before it runs (grpc/grpc#43055). Without one (and with
+``process_group=0``), Python uses ``vfork()``, which runs no fork handlers.
 
 Output goes to a log file (appended) or, without one, to a pipe the caller reads
 (``child.proc.stdout``). ``preheat up`` reserves its children's ports
@@ -27,7 +35,7 @@ import ctypes.util
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,18 +53,23 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
-def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> Callable[[], None]:
-    """A ``preexec_fn``: the child gets ``sig`` when ``parent_pid`` dies (Linux only)."""
+PARENT_ENV = "PREHEAT_DIE_WITH_PARENT"
+"""Set by :func:`spawn` to the parent's pid: the child's :func:`die_with_parent` reads it."""
+
+
+def die_with_parent(sig: int = signal.SIGTERM, environ: Any = None) -> None:
+    """In a child :func:`spawn` started (``PARENT_ENV`` set): have the kernel send ``sig``
+    when the parent dies, and exit at once if it died already. Takes the variable out of
+    the environment (its own children get their own). Nothing without it."""
+    env = os.environ if environ is None else environ
+    raw = env.pop(PARENT_ENV, "")
+    if not raw:
+        return
     libc = _libc()
-
-    def preexec() -> None:
-        os.setpgid(0, 0)  # its own process group: a terminal's Ctrl-C is not for it
-        if libc is not None:
-            libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl: nobody to serve
-            os._exit(1)
-
-    return preexec
+    if libc is not None:
+        libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    if str(os.getppid()) != raw:  # the parent died before prctl: nobody to serve
+        os._exit(1)
 
 
 @dataclass
@@ -112,7 +125,12 @@ async def spawn(
     """Starts ``argv`` in its own process group, dying with this process, output (stdout and
     stderr) to ``log_path`` (appended: a restarted child keeps its earlier lines) or, when it
     is None, to a pipe the caller reads (``child.proc.stdout``)."""
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        **(env or {}),
+        PARENT_ENV: str(os.getpid()),
+    }
     if log_path is None:
         proc = await _exec(argv, asyncio.subprocess.PIPE, full_env)
     else:
@@ -129,7 +147,7 @@ async def _exec(argv: Sequence[str], out: Any, env: dict[str, str]) -> asyncio.s
         stdout=out,
         stderr=asyncio.subprocess.STDOUT,
         env=env,
-        preexec_fn=die_with_parent(os.getpid()),
+        process_group=0,  # its own group; no preexec_fn: vfork, no fork handlers (above)
     )
 
 
