@@ -458,7 +458,13 @@ class OperatorProcess:
     operator's loop after it stopped are recorded in ``leaked`` (the fixture fails on them).
     """
 
-    def __init__(self, namespace: str = NAMESPACE, build: Any = None, autoscaler: Any = None):
+    def __init__(
+        self,
+        namespace: str = NAMESPACE,
+        build: Any = None,
+        autoscaler: Any = None,
+        tracing: Any = None,
+    ):
         from preheat.core.manifests import BuildOptions
         from preheat.operator.options import AutoscalerOptions, OperatorOptions
 
@@ -471,6 +477,7 @@ class OperatorProcess:
             kubeconfig=os.environ["KUBECONFIG"],
             autoscaler=autoscaler or AutoscalerOptions(),
         )
+        self.tracing = tracing  # preheat.process.tracing.Tracing: its spans (None: off)
         self.stop_flag = threading.Event()
         self.ready = threading.Event()
         self.thread: threading.Thread | None = None
@@ -489,7 +496,12 @@ class OperatorProcess:
 
             relay_task = asyncio.create_task(relay())
             try:
-                await serve(self.options, stop_flag=self.stop_flag, ready_flag=ready)
+                await serve(
+                    self.options,
+                    stop_flag=self.stop_flag,
+                    ready_flag=ready,
+                    tracing=self.tracing,
+                )
             finally:
                 relay_task.cancel()
                 await asyncio.gather(relay_task, return_exceptions=True)

@@ -26,12 +26,13 @@ from preheat.core.autoscaling import Cause, Decision
 from preheat.core.autoscaling.memory import remember, restore
 from preheat.core.control import ControlState, signal_query, step, tally
 from preheat.core.pool import AutoscalingConfig
-from preheat.operator import conditions, policy_history
+from preheat.operator import conditions, policy_history, tracing
 from preheat.operator.kube import POOLS
 from preheat.operator.metrics import AutoscalerMetrics
 from preheat.operator.observe import observation, ready_targets
 from preheat.operator.options import AutoscalerOptions, PoolTarget
 from preheat.operator.reconciler import Reconciler
+from preheat.process.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +57,13 @@ class Autoscaler:
     metrics: AutoscalerMetrics
     pools: dict[tuple[str, str], PoolLoop] = field(default_factory=dict)
     closing: bool = False  # the operator is stopping (its API client may be closed)
+    tracing: Tracing | None = None  # operator.autoscale spans (--tracing)
 
     async def evaluate(
         self, reconciler: Reconciler, pool: Mapping[str, Any], pods: PodsReader, loop: PoolLoop
     ) -> Decision | None:
         """One evaluation of one pool; None when it has no objectives (or a bad spec)."""
+        start_ns = tracing.started(self.tracing)
         meta = pool.get("metadata") or {}
         namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
         if meta.get("deletionTimestamp"):
@@ -100,6 +103,8 @@ class Autoscaler:
         self.metrics.observe(namespace, name, desired=decision.active, current=active,
                              cause=decision.cause.value, stale=stale, signals=seen,
                              forecast=decision.forecast)  # fmt: skip
+        tracing.autoscaled(self.tracing, namespace, name, decision, current=current,
+                           active=active, signals=seen, start_ns=start_ns)  # fmt: skip
         if decision.active != current:
             patch = {"spec": {"replicas": {"desired": decision.active}}}
             await reconciler.kube.patch(POOLS, namespace, name, patch)

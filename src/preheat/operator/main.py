@@ -32,6 +32,7 @@ from preheat.operator.options import (
 )
 from preheat.operator.services import services
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging
+from preheat.process.tracing import Tracing, add_tracing_flag, setup_tracing
 from preheat.wire.tokens import TokenError, read_token
 
 log = logging.getLogger("preheat.operator")
@@ -77,6 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="kv (key=value) or json (env PREHEAT_LOG_FORMAT)",
     )
     parser.add_argument("--log-level", default="INFO")
+    add_tracing_flag(parser)
 
 
 def options_from_args(args: argparse.Namespace) -> OperatorOptions:
@@ -126,8 +128,10 @@ async def serve(
     stop_flag: asyncio.Event | threading.Event | None = None,
     ready_flag: asyncio.Event | None = None,
     metrics: Metrics | None = None,
+    tracing: Tracing | None = None,
 ) -> None:
-    """Run the operator until ``stop_flag`` is set (or a signal arrives)."""
+    """Run the operator until ``stop_flag`` is set (or a signal arrives); ``tracing``: the
+    reconcile and autoscaling spans' tracer (``--tracing``)."""
     from preheat.operator import handlers  # noqa: F401  (registers the handlers with kopf)
 
     metrics = metrics or Metrics()
@@ -138,6 +142,7 @@ async def serve(
         build = replace(build, service_monitor=await kube.has_api("monitoring.coreos.com/v1"))
     options = replace(options, build=build)
     reconciler, autoscaler = services(options, kube, metrics)
+    reconciler.tracing = autoscaler.tracing = tracing
     site = await _health_app(metrics, ready, options.health_port)
     log.info(
         "operator_starting",
@@ -168,7 +173,12 @@ def run(args: argparse.Namespace) -> int:
     except (OperatorConfigError, OSError, yaml.YAMLError, TokenError, ValueError) as e:
         log.error("bad_configuration", extra=fields(error=str(e)))
         return 2
-    asyncio.run(serve(options))
+    tracing = setup_tracing(args.tracing, "preheat-operator")
+    try:
+        asyncio.run(serve(options, tracing=tracing))
+    finally:
+        if tracing is not None:
+            tracing.shutdown()
     return 0
 
 

@@ -44,6 +44,7 @@ from preheat.core.manifests import (
     selector_string,
 )
 from preheat.core.pool import PoolConfig
+from preheat.operator import tracing
 from preheat.operator.kube import KINDS, Conflict, Kube, kind_of, merge_patch
 from preheat.operator.metrics import Metrics
 from preheat.operator.observe import WorkerLoad, role_plan
@@ -56,6 +57,7 @@ from preheat.operator.status import (
     status_changed,
 )
 from preheat.operator.workers import WorkerRefused, WorkerUnavailable, set_role
+from preheat.process.tracing import Tracing
 from preheat.wire import workerctl
 
 log = logging.getLogger(__name__)
@@ -115,6 +117,7 @@ class Reconciler:
     # that does not apply them (a pod event) reports it, even from a stale body whose
     # status predates that write (kopf's index is read before the pool's lock is held)
     applied: dict[PoolKey, int] = field(default_factory=dict)
+    tracing: Tracing | None = None  # operator.reconcile spans (--tracing)
 
     def lock(self, key: PoolKey) -> asyncio.Lock:
         return self.locks.setdefault(key, asyncio.Lock())
@@ -140,7 +143,8 @@ class Reconciler:
         meta = pool.get("metadata") or {}
         namespace, name = str(meta["namespace"]), str(meta["name"])
         async with self.lock((namespace, name)):
-            await self._reconcile(pool, [self._fresh(p) for p in pods()], children=children)
+            with tracing.reconciling(self.tracing, namespace, name, children):
+                await self._reconcile(pool, [self._fresh(p) for p in pods()], children=children)
 
     def _fresh(self, pod: Mapping[str, Any]) -> Mapping[str, Any]:
         """The pod with our own last role/cost patch when the index has not seen it yet."""
@@ -221,6 +225,7 @@ class Reconciler:
                 _event(pool, "Warning", problem.reason, problem.message)
             await self._write_status(pool, status, previous)
             self.metrics.reconciles.labels("degraded").inc()
+            tracing.note("degraded", problem.reason)
             return
 
         key = (namespace, name)
@@ -240,6 +245,7 @@ class Reconciler:
             _event(pool, "Normal", "Recovered", "the spec is usable again; children reconciled")
         await self._write_status(pool, status, previous)
         self.metrics.reconciles.labels("ok").inc()
+        tracing.note("ok")
         if unavailable is not None:
             raise unavailable  # status written; kopf retries the pool after the error's delay
 

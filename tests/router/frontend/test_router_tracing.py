@@ -153,3 +153,41 @@ def test_a_malformed_traceparent_starts_a_new_trace() -> None:
     assert Tracing.extract({}) is None
     good = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
     assert Tracing.extract({"traceparent": good}) is not None
+
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+
+
+async def test_ttft_and_e2e_buckets_carry_the_trace_as_an_exemplar(
+    traced: tuple[Tracing, InMemorySpanExporter],
+) -> None:
+    tracing, exporter = traced
+    async with (
+        workers([{"id": "w-1"}]) as ws,
+        router([w.endpoint for w in ws], tracing=tracing) as r,
+    ):
+        await r.generate(gen(words(16), 3))
+        async with r.http.get(r.url + "/metrics", headers={"Accept": OPENMETRICS}) as resp:
+            assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
+            text = await resp.text()
+        async with r.http.get(r.url + "/metrics") as resp:  # no Accept: the text format
+            plain = await resp.text()
+    (root,) = named(exporter.get_finished_spans(), "router.request")
+    trace_id = format(root.context.trace_id, "032x")
+    for metric in ("preheat_router_ttft_seconds_bucket", "preheat_router_e2e_seconds_bucket"):
+        lines = [ln for ln in text.splitlines() if ln.startswith(metric) and " # {" in ln]
+        assert len(lines) == 1, (metric, lines)
+        assert f'trace_id="{trace_id}"' in lines[0]
+    assert text.endswith("# EOF\n")
+    assert text.count("# EOF") == 1
+    assert " # {" not in plain
+    assert "# EOF" not in plain
+
+
+async def test_no_exemplar_without_tracing() -> None:
+    async with workers([{"id": "w-1"}]) as ws, router([w.endpoint for w in ws]) as r:
+        await r.generate(gen(words(16), 3))
+        async with r.http.get(r.url + "/metrics", headers={"Accept": OPENMETRICS}) as resp:
+            text = await resp.text()
+    assert "preheat_router_ttft_seconds_bucket" in text
+    assert " # {" not in text

@@ -932,9 +932,11 @@ class Dispatcher:
             )
         m = self.metrics
         tr = prep.trace
+        exemplar = None
         if tr is not None:
             tr.first_token(now)
-        m.ttft.labels(*m.series, decision.reason).observe(ttft_s)
+            exemplar = tr.exemplar
+        m.ttft.labels(*m.series, decision.reason).observe(ttft_s, exemplar)
         m.class_ttft.labels(*m.series, prep.slo_class).observe(ttft_s)
         pred_s = decision.predicted_ttft_ms / 1e3
         m.predicted_ttft.labels(*m.series).observe(pred_s)
@@ -947,7 +949,8 @@ class Dispatcher:
     ) -> None:
         now = perf_counter()
         m = self.metrics
-        m.e2e.labels(*m.series, decision.reason).observe(now - prep.received_pc)
+        exemplar = prep.trace.exemplar if prep.trace is not None else None
+        m.e2e.labels(*m.series, decision.reason).observe(now - prep.received_pc, exemplar)
         actual_blocks: int | None = None
         if st.usage is not None and prep.info.block_size > 0:
             actual_blocks = st.usage.cached_tokens // prep.info.block_size

@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
 
 from preheat import __version__
 from preheat.core.errors import ErrorCode, PreheatError
@@ -578,9 +579,17 @@ async def _models(request: web.Request) -> web.Response:
 
 
 async def _metrics(request: web.Request) -> web.Response:
+    """The registries in the format the scraper asks for: OpenMetrics (which carries the
+    TTFT and e2e histograms' trace exemplars when tracing is on) when its Accept header
+    names it, as Prometheus's does, else the Prometheus text format."""
     fe = request.app[FRONTEND_KEY]
-    body = b"".join(generate_latest(r) for r in fe.registries)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+    if not content_type.startswith("application/openmetrics-text"):
+        body = b"".join(encode(r) for r in fe.registries)
+    else:  # one OpenMetrics document: one "# EOF" at its end
+        eof = b"# EOF\n"
+        body = b"".join(encode(r).removesuffix(eof) for r in fe.registries) + eof
+    return web.Response(body=body, headers={"Content-Type": content_type})
 
 
 async def _healthz(request: web.Request) -> web.Response:

@@ -98,6 +98,13 @@ class RequestTrace:
         self._attempt = 0
         self._upstream: Span | None = None
 
+        ctx = self.root.get_span_context()
+        # the OpenMetrics exemplar that links a TTFT or e2e bucket to this trace: only for a
+        # sampled trace (an unsampled one is not exported: a link to nothing)
+        self.exemplar: dict[str, str] | None = (
+            {"trace_id": format(ctx.trace_id, "032x")} if ctx.trace_flags.sampled else None
+        )
+
     @property
     def trace_id(self) -> str:
         """The trace id, 32 lower-case hex digits (exemplars, logs)."""
