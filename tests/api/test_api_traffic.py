@@ -99,3 +99,20 @@ def test_the_crd_carries_the_traffic_schema() -> None:
     assert {"priority", "sheddable", "degrade", "maxQueue"} <= set(klass["properties"])
     tenant = traffic["properties"]["tenants"]["items"]["properties"]
     assert {"requestsPerSecond", "requestBurst", "tokensPerMinute", "tokenBurst"} <= set(tenant)
+
+
+def test_the_response_cache_is_off_unless_enabled_and_round_trips() -> None:
+    off, problems = parse_traffic({"classes": [{"name": "a", "ttftMs": 1}]})
+    assert problems == []
+    assert not off.cache.enabled
+    on, problems = parse_traffic(
+        {"responseCache": {"enabled": True, "ttlSeconds": 30, "maxBytes": 1 << 20}}
+    )
+    assert problems == []
+    assert (on.cache.enabled, on.cache.ttl_s, on.cache.max_bytes) == (True, 30, 1 << 20)
+    assert not on.cache.share_tenants
+    again, _ = parse_traffic(traffic_mapping(on))
+    assert again == on
+    _, bad = parse_traffic({"responseCache": {"enabled": True, "ttlSeconds": 0, "maxBytes": 5}})
+    assert any("responseCache.ttlSeconds" in p for p in bad)
+    assert any("responseCache.maxBytes" in p for p in bad)

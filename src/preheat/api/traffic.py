@@ -35,6 +35,7 @@ from preheat.core.traffic.classes import (
     Traffic,
     TrafficClass,
 )
+from preheat.core.traffic.respcache import DEFAULT_MAX_BYTES, DEFAULT_TTL_S, CacheConfig
 
 _NAME = r"^[A-Za-z0-9]([-_.A-Za-z0-9]*[A-Za-z0-9])?$"
 _TENANT = r"^(\*|[^\s]{1,253})$"
@@ -130,6 +131,25 @@ class TenantSpec(_Model):
     )
 
 
+class ResponseCacheSpec(_Model):
+    """A short-lived cache of answers to deterministic requests (temperature 0 or a seed,
+    one choice), answered by the router."""
+
+    enabled: bool = Field(default=False, description="Off by default.")
+    ttl_seconds: float = Field(
+        default=DEFAULT_TTL_S, gt=0, le=86_400, description="How long an answer is kept."
+    )
+    max_bytes: int = Field(
+        default=DEFAULT_MAX_BYTES,
+        ge=1024,
+        le=1 << 34,
+        description="Memory bound per router replica (least recently used go first).",
+    )
+    share_across_tenants: bool = Field(
+        default=False, description="One tenant's answer may serve another tenant's request."
+    )
+
+
 class TrafficSpec(_Model):
     """SLO classes with priorities, and tenant quotas."""
 
@@ -143,6 +163,9 @@ class TrafficSpec(_Model):
     )
     tenants: list[TenantSpec] = Field(
         default_factory=list, max_length=10_000, description="Tenant quotas."
+    )
+    response_cache: ResponseCacheSpec | None = Field(
+        default=None, description="The router's response cache for deterministic requests."
     )
 
 
@@ -224,6 +247,18 @@ def to_traffic(spec: TrafficSpec) -> Traffic:
             )
             for t in spec.tenants
         ),
+        cache=_cache(spec.response_cache),
+    )
+
+
+def _cache(spec: ResponseCacheSpec | None) -> CacheConfig:
+    if spec is None:
+        return CacheConfig()
+    return CacheConfig(
+        enabled=spec.enabled,
+        ttl_s=spec.ttl_seconds,
+        max_bytes=spec.max_bytes,
+        share_tenants=spec.share_across_tenants,
     )
 
 
@@ -263,7 +298,7 @@ def parse_traffic(raw: Any, where: str = "traffic") -> tuple[Traffic, list[str]]
 def traffic_mapping(t: Traffic) -> dict[str, Any]:
     """``t`` in the external shape (camelCase, unset fields left out): what ``preheat up``
     hands its router as a pool's ``traffic`` routing key. ``{}`` when it declares nothing."""
-    if not t.classes and not t.tenants:
+    if not t.classes and not t.tenants and t.cache == CacheConfig():
         return {}
     classes: list[dict[str, Any]] = []
     for c in t.classes:
@@ -296,4 +331,11 @@ def traffic_mapping(t: Traffic) -> dict[str, Any]:
     out: dict[str, Any] = {"classes": classes, "tenants": tenants}
     if t.default_class:
         out["defaultClass"] = t.default_class
+    if t.cache != CacheConfig():
+        out["responseCache"] = {
+            "enabled": t.cache.enabled,
+            "ttlSeconds": t.cache.ttl_s,
+            "maxBytes": t.cache.max_bytes,
+            "shareAcrossTenants": t.cache.share_tenants,
+        }
     return out

@@ -114,6 +114,8 @@ LABEL_TENANT = "tenant"
 LABEL_LIMIT = "limit"  # requests, tokens
 ROUTER_DEGRADED = "preheat_router_degraded"  # counter: pool, slo_class, step
 LABEL_STEP = "step"  # clamp-output, queue, reject (core.traffic.ladder)
+ROUTER_RESPONSE_CACHE = "preheat_router_response_cache"  # counter: pool, result
+LABEL_RESULT = "result"  # hit, miss, bypass, store
 
 LABEL_API = "api"  # grpc, pick, openai
 LABEL_POOL = "pool"

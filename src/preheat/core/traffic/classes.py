@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from preheat.core.traffic.respcache import CacheConfig
+
 PRIORITY_INTERACTIVE = 0
 PRIORITY_STANDARD = 1
 PRIORITY_BATCH = 2
@@ -68,6 +70,7 @@ class Traffic:
     # the class's priority is the request's (False: the old ``sloClasses`` map, whose
     # classes only set a TTFT budget and leave the request's own priority)
     sets_priority: bool = True
+    cache: CacheConfig = field(default_factory=CacheConfig)  # the response cache (off)
     _by_name: Mapping[str, TrafficClass] = field(default_factory=dict, compare=False, repr=False)
     _tenants: Mapping[str, TenantQuota] = field(default_factory=dict, compare=False, repr=False)
 

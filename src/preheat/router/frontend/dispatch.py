@@ -60,6 +60,7 @@ from preheat.core.routing.types import (
 from preheat.core.traffic import ladder, lanes
 from preheat.core.traffic.classes import Traffic, TrafficClass, UnknownClass
 from preheat.core.traffic.ladder import CLAMP, REJECT
+from preheat.core.traffic.respcache import ResponseCache
 from preheat.core.validation import ModelLimits, reason_of
 from preheat.process.logs import fields, pseudonym
 from preheat.process.tracing import Tracing
@@ -224,6 +225,7 @@ class Dispatcher:
         self._executor: ThreadPoolExecutor | None = None
         self._draining = asyncio.Event()
         self._quotas = Quotas()  # the pool's tenants' buckets on this replica
+        self.response_cache = ResponseCache(config.traffic.cache)  # off unless enabled
         self.tracing: Tracing | None = None  # set by main when tracing is on
         uc = config.upstream_coalesce
         self._upstream_coalesce = uc.to_pb() if uc is not None and uc.enabled else None
@@ -242,6 +244,9 @@ class Dispatcher:
         state is kept, the admission state restarts when its settings changed."""
         if config.admission != self.config.admission:
             self._limit = admission.initial_state(config.admission)
+        if (config.model, config.traffic.cache) != (self.config.model, self.config.traffic.cache):
+            # a new model (or cache settings): no answer of the old one is served again
+            self.response_cache = ResponseCache(config.traffic.cache)
         self.scheduler_config = scheduler_config
         self.config = config
         uc = config.upstream_coalesce

@@ -48,13 +48,14 @@ from prometheus_client.exposition import choose_encoder
 
 from preheat import __version__
 from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.traffic.respcache import CachedAnswer, cache_key, deterministic
 from preheat.process.httpserve import serve
 from preheat.process.logs import fields, request_context
 from preheat.proto.preheat.v1 import inference_pb2
 from preheat.router.endpoints.datastore import UNKNOWN_MODEL_LEN
 from preheat.router.frontend import tracing
 from preheat.router.frontend.auth import KeySet, api_key_middleware, http_tenant
-from preheat.router.frontend.dispatch import StreamStats
+from preheat.router.frontend.dispatch import Dispatcher, Prepared, StreamStats
 from preheat.router.frontend.errors import JsonErrorAppRunner, json_errors, openai_error
 from preheat.router.frontend.metrics import RouterOutcome
 from preheat.router.frontend.openai_schema import (
@@ -259,6 +260,75 @@ def _headers(
 
 
 DEGRADED_HEADER = "X-Preheat-Degraded"
+CACHE_HEADER = "X-Preheat-Cache"  # response: hit, miss or bypass
+CACHE_BYPASS = "x-preheat-cache"  # request: "bypass" skips the lookup
+
+
+@dataclass
+class CacheUse:
+    """A request's use of its pool's response cache: the lookup's ``result`` ("": not
+    cacheable), the ``answer`` of a hit, and how a fresh answer is stored."""
+
+    result: str = ""
+    answer: CachedAnswer | None = None
+    key: str = ""
+    dispatcher: Dispatcher | None = None
+
+    def store(self, text: str, finish: int, prompt_tokens: int, completion_tokens: int) -> None:
+        """Keeps a finished answer (never an abort, an error or a truncated stream)."""
+        d = self.dispatcher
+        if not self.key or d is None or self.answer is not None or finish not in _CACHEABLE:
+            return
+        answer = CachedAnswer(text, finish, prompt_tokens, completion_tokens)
+        if d.response_cache.put(self.key, answer, asyncio.get_running_loop().time()):
+            d.metrics.response_cache.labels(*d.metrics.series, "store").inc()
+
+
+_CACHEABLE = frozenset({inference_pb2.FINISH_REASON_STOP, inference_pb2.FINISH_REASON_LENGTH})
+# body fields that do not change the answer (delivery, routing, admission, accounting)
+_NOT_IN_KEY = frozenset(
+    {
+        "stream",
+        "stream_options",
+        "user",
+        "session_id",
+        "ttft_deadline_ms",
+        "slo_class",
+        "prompt_cache_key",
+    }
+)
+
+
+def _cache_lookup(
+    request: web.Request, d: Dispatcher, chat: bool, body: Any, prep: Prepared
+) -> CacheUse:
+    """The pool's response cache for this request: off, not deterministic, bypassed, a
+    hit (with its answer) or a miss (with the key its answer is stored under)."""
+    cfg = d.config.traffic.cache
+    if not cfg.enabled or not deterministic(body.temperature, body.seed, body.n):
+        return CacheUse()
+    m = d.metrics
+    params = body.model_dump(exclude=set(_NOT_IN_KEY))
+    params["max_tokens"] = prep.request.sampling.max_tokens  # the limit it is served with
+    tenant = "" if cfg.share_tenants else prep.request.cache_salt
+    api = "chat" if chat else "completions"
+    key = cache_key(d.config.model or body.model, api, params, tenant)
+    if request.headers.get(CACHE_BYPASS, "").lower() == "bypass":
+        m.response_cache.labels(*m.series, "bypass").inc()
+        return CacheUse("bypass", None, key, d)  # a fresh answer replaces the cached one
+    answer = d.response_cache.get(key, asyncio.get_running_loop().time())
+    result = "hit" if answer is not None else "miss"
+    m.response_cache.labels(*m.series, result).inc()
+    return CacheUse(result, answer, key, d)
+
+
+def _cache_headers(cache: CacheUse | None) -> dict[str, str]:
+    return {CACHE_HEADER: cache.result} if cache is not None and cache.result else {}
+
+
+async def _no_chunks() -> AsyncIterator[inference_pb2.GenerateResponse]:
+    return
+    yield  # an async generator with nothing in it
 
 
 def _degraded(stats: StreamStats | None) -> dict[str, Any] | None:
@@ -383,6 +453,26 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
     created = int(time.time())
     obj_id = ("chatcmpl-" if chat else "cmpl-") + rid
     stats = StreamStats()
+    cache = _cache_lookup(request, d, chat, body, prep)
+    if cache.answer is not None:  # answered by the router: no worker, no quota, no tokens
+        metrics.observe_outcome(api, RouterOutcome.OK, slo_class=prep.slo_class)
+        a = cache.answer
+        hit = inference_pb2.GenerateResponse(
+            request_id=rid,
+            text=a.text,
+            finish_reason=a.finish_reason,  # type: ignore[arg-type]
+            usage=inference_pb2.Usage(
+                prompt_tokens=a.prompt_tokens, completion_tokens=a.completion_tokens
+            ),
+        )
+        if trace is not None:
+            trace.end("ok", time.perf_counter(), usage=hit.usage, finish_reason=a.finish_reason)
+        nothing = _no_chunks()
+        if body.stream:
+            return await _sse(
+                request, chat, body, obj_id, model, created, hit, nothing, stats, cache
+            )
+        return await _whole(chat, obj_id, model, created, hit, nothing, stats, cache)
     with request_context(rid):
         stream = d.generate(
             prep,
@@ -405,8 +495,10 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
                 log.info("request_failed", extra=fields(code=e.code.value, reason=e.message))
                 return error_response(e)
             if body.stream:
-                return await _sse(request, chat, body, obj_id, model, created, first, chunks, stats)
-            return await _whole(chat, obj_id, model, created, first, chunks, stats)
+                return await _sse(
+                    request, chat, body, obj_id, model, created, first, chunks, stats, cache
+                )
+            return await _whole(chat, obj_id, model, created, first, chunks, stats, cache)
 
 
 async def _passthrough(
@@ -454,9 +546,13 @@ async def _sse(
     first: inference_pb2.GenerateResponse,
     chunks: AsyncIterator[inference_pb2.GenerateResponse],
     stats: StreamStats | None = None,
+    cache: CacheUse | None = None,
 ) -> web.StreamResponse:
     base = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-    resp = web.StreamResponse(headers=_headers(first, {**base, **_degraded_headers(stats)}))
+    base |= _degraded_headers(stats) | _cache_headers(cache)
+    resp = web.StreamResponse(headers=_headers(first, base))
+    texts: list[str] = []
+    last_finish = 0
     await resp.prepare(request)
     kind = "chat.completion.chunk" if chat else "text_completion"
 
@@ -488,11 +584,19 @@ async def _sse(
                 event["preheat"] = extra
             if finish is not None and (deg := _degraded(stats)) is not None:
                 event.setdefault("preheat", {})["degraded"] = deg
+            if finish is not None and cache is not None and cache.result:
+                event.setdefault("preheat", {})["cache"] = cache.result
+            texts.append(chunk.text)
+            last_finish = chunk.finish_reason
             await send(event)
             if aborted:
                 raise _aborted()
             is_first = False
             chunk = await anext(chunks, None)
+        if cache is not None and usage is not None:
+            cache.store(
+                "".join(texts), last_finish, usage["prompt_tokens"], usage["completion_tokens"]
+            )
         if body.include_usage:
             await send(
                 {
@@ -521,6 +625,7 @@ async def _whole(
     first: inference_pb2.GenerateResponse,
     chunks: AsyncIterator[inference_pb2.GenerateResponse],
     stats: StreamStats | None = None,
+    cache: CacheUse | None = None,
 ) -> web.Response:
     parts = [first.text]
     last = first
@@ -558,7 +663,14 @@ async def _whole(
         whole["preheat"] = extra
     if (deg := _degraded(stats)) is not None:
         whole.setdefault("preheat", {})["degraded"] = deg
-    return web.json_response(whole, headers=_headers(first, _degraded_headers(stats)))
+    if cache is not None:
+        if cache.result:
+            whole.setdefault("preheat", {})["cache"] = cache.result
+        if last.HasField("usage"):
+            u = last.usage
+            cache.store(text, last.finish_reason, u.prompt_tokens, u.completion_tokens)
+    headers = _degraded_headers(stats) | _cache_headers(cache)
+    return web.json_response(whole, headers=_headers(first, headers))
 
 
 async def _completions(request: web.Request) -> web.StreamResponse:

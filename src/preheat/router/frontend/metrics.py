@@ -190,6 +190,13 @@ class RouterMetrics:
             [*pm, mn.LABEL_SLO_CLASS, mn.LABEL_STEP],
             registry=r,
         )
+        self.response_cache = Counter(
+            mn.ROUTER_RESPONSE_CACHE,
+            "Deterministic requests looked up in the pool's response cache, and answers "
+            "stored (result: hit, miss, bypass, store)",
+            [*pm, mn.LABEL_RESULT],
+            registry=r,
+        )
         self.rate_limited = Counter(
             mn.ROUTER_RATE_LIMITED,
             "Requests a tenant's quota refused (429), by the quota entry and the limit hit",
@@ -258,6 +265,7 @@ class RouterMetrics:
             self.class_ttft,
             self.rate_limited,
             self.degraded,
+            self.response_cache,
         )
 
     @property

@@ -103,7 +103,9 @@ def pool_spec(
     if target is not None:
         routing["defaultTtftTargetMs"] = target
     traffic = spec.get("traffic")
-    if isinstance(traffic, Mapping) and (traffic.get("classes") or traffic.get("tenants")):
+    if isinstance(traffic, Mapping) and any(
+        traffic.get(k) for k in ("classes", "tenants", "responseCache")
+    ):
         routing["traffic"] = dict(traffic)
     endpoints = []
     for pod in sorted(pods, key=lambda p: str(_meta(p).get("name", ""))):
