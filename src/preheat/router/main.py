@@ -50,11 +50,11 @@ from preheat.process.logs import LOG_FORMATS, fields, setup_logging
 from preheat.process.tracing import add_tracing_flag, setup_tracing
 from preheat.router.app import RouterConfig, RouterServer, describe
 from preheat.router.endpoints import DiscoverySource, StaticDiscovery, StaticDiscoveryError
+from preheat.router.endpoints.static import decode as decode_pools_file
 from preheat.router.frontend.auth import CredentialFileError, KeySet
 from preheat.router.frontend.http import HttpLimits
 from preheat.router.frontend.tokenizer import build_tokenizer
 from preheat.router.pools import PoolSource, PoolSpec, StaticPools, is_multi_pool
-from preheat.router.pools.static import decode as decode_pools_file
 from preheat.router.settings import (
     DEFAULT_TARGET_KEY,
     MAX_IN_FLIGHT_KEY,

@@ -19,14 +19,16 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from preheat.router.endpoints.discovery import DiscoveredEndpoint
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +116,76 @@ def file_signature(path: Path) -> tuple[int, int, int] | None:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
+class WatchedFile(Generic[T]):
+    """A YAML/JSON file, re-read when its modification time, size or inode changes
+    (checked every ``poll_interval_s``) and parsed by ``parse(data, origin)``.
+
+    :meth:`changes` yields the value at start (raising :class:`StaticDiscoveryError` when
+    the file cannot be read or parsed: nothing good to keep) and again each time it changes
+    to another value; later, a missing or bad version is logged and kept in
+    :attr:`last_error` and the last good value stays. ``what`` names the items in messages
+    ("endpoints", "pools"). The one watcher of the endpoints and the pools files.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        parse: Callable[[Any, str], T],
+        *,
+        poll_interval_s: float,
+        what: str,
+        count: Callable[[T], int] = len,  # type: ignore[assignment]
+    ) -> None:
+        self.path = path
+        self.parse = parse
+        self.poll_interval_s = poll_interval_s
+        self.what = what
+        self.count = count
+        self.current: T | None = None
+        self.last_error = ""
+
+    async def _load(self) -> tuple[tuple[int, int, int], T]:
+        try:
+            sig, text = await asyncio.to_thread(read_file, self.path)
+        except OSError as e:
+            raise StaticDiscoveryError(f"{self.path}: cannot read: {e}") from None
+        return sig, self.parse(decode(self.path, text), str(self.path))
+
+    async def changes(self) -> AsyncIterator[T]:
+        sig, current = await self._load()  # raises at start: nothing good to keep
+        self.current = current
+        yield current
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            now_sig = await asyncio.to_thread(file_signature, self.path)
+            if now_sig is None or now_sig == sig:
+                if now_sig is None and not self.last_error:
+                    self.last_error = f"{self.path}: file is missing; keeping the last good set"
+                    log.warning(f"{self.what} file missing", extra={"path": str(self.path)})
+                continue
+            try:
+                sig, value = await self._load()
+            except StaticDiscoveryError as e:
+                sig = now_sig  # do not re-report the same bad version every poll
+                self.last_error = (
+                    f"{e}; keeping the last good set ({self.count(current)} {self.what})"
+                )
+                log.error("bad %s file: %s", self.what, self.last_error)
+                continue
+            self.last_error = ""
+            if value != current:
+                self.current = current = value
+                yield value
+
+
+def decode(path: Path, text: str) -> Any:
+    """A file's text as YAML (JSON when it is ``*.json``)."""
+    try:
+        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as e:
+        raise StaticDiscoveryError(f"{path}: not valid YAML/JSON: {e}") from None
+
+
 class StaticDiscovery:
     """Endpoints from ``source``: a path (str or PathLike) to a YAML/JSON file, watched for
     changes, or a literal sequence of :class:`DiscoveredEndpoint` or ``"host:port"`` strings
@@ -129,9 +201,15 @@ class StaticDiscovery:
         self.path: Path | None = None
         self._current: tuple[DiscoveredEndpoint, ...] = ()
         self._changed = asyncio.Event()
-        self.last_error: str = ""
+        self._file: WatchedFile[tuple[DiscoveredEndpoint, ...]] | None = None
         if isinstance(source, (str, os.PathLike)):
             self.path = Path(source)
+            self._file = WatchedFile(
+                self.path,
+                lambda data, origin: parse_endpoints(data, origin=origin),
+                poll_interval_s=poll_interval_s,
+                what="endpoints",
+            )
         else:
             self._current = self._checked(tuple(_as_endpoint(x) for x in source))
 
@@ -153,47 +231,17 @@ class StaticDiscovery:
         self._current = self._checked(tuple(_as_endpoint(x) for x in endpoints))
         self._changed.set()
 
-    def _parse(self, text: str) -> tuple[DiscoveredEndpoint, ...]:
-        assert self.path is not None
-        origin = str(self.path)
-        try:
-            data = json.loads(text) if self.path.suffix == ".json" else yaml.safe_load(text)
-        except (ValueError, yaml.YAMLError) as e:
-            raise StaticDiscoveryError(f"{origin}: not valid YAML/JSON: {e}") from None
-        return parse_endpoints(data, origin=origin)
-
-    async def _load(self) -> tuple[tuple[int, int, int], tuple[DiscoveredEndpoint, ...]]:
-        assert self.path is not None
-        try:
-            sig, text = await asyncio.to_thread(read_file, self.path)
-        except OSError as e:
-            raise StaticDiscoveryError(f"{self.path}: cannot read: {e}") from None
-        return sig, self._parse(text)
+    @property
+    def last_error(self) -> str:
+        """The file's last problem ("" when it was read well; always "" for a literal set)."""
+        return self._file.last_error if self._file is not None else ""
 
     async def changes(self) -> AsyncIterator[tuple[DiscoveredEndpoint, ...]]:
-        if self.path is None:
+        if self._file is None:
             while True:
                 self._changed.clear()
                 yield self._current
                 await self._changed.wait()
-        sig, self._current = await self._load()  # raises at start: nothing good to keep
-        yield self._current
-        while True:
-            await asyncio.sleep(self.poll_interval_s)
-            now_sig = await asyncio.to_thread(file_signature, self.path)
-            if now_sig is None or now_sig == sig:
-                if now_sig is None and not self.last_error:
-                    self.last_error = f"{self.path}: file is missing; keeping the last good set"
-                    log.warning("endpoints file missing", extra={"path": str(self.path)})
-                continue
-            try:
-                sig, eps = await self._load()
-            except StaticDiscoveryError as e:
-                sig = now_sig  # do not re-report the same bad version every poll
-                self.last_error = f"{e}; keeping the last good set ({len(self._current)})"
-                log.error("bad endpoints file: %s", self.last_error)
-                continue
-            self.last_error = ""
-            if eps != self._current:
-                self._current = eps
-                yield eps
+        async for eps in self._file.changes():
+            self._current = eps
+            yield eps

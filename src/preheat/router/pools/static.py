@@ -22,19 +22,15 @@ set stays.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from preheat.router.endpoints.static import (
     StaticDiscoveryError,
-    file_signature,
+    WatchedFile,
     parse_endpoints,
-    read_file,
 )
 from preheat.router.pools.spec import PoolSpec
 from preheat.router.settings import parse_routing
@@ -143,13 +139,6 @@ def parse_pools(data: Any, *, origin: str, default: PoolSpec) -> tuple[PoolSpec,
     return tuple(out)
 
 
-def decode(path: Path, text: str) -> Any:
-    try:
-        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as e:
-        raise StaticDiscoveryError(f"{path}: not valid YAML/JSON: {e}") from None
-
-
 class StaticPools:
     """Pools from a YAML/JSON file, re-read when its modification time, size or inode
     changes (checked every ``poll_interval_s``). ``default``: the pool a single-pool form
@@ -159,39 +148,24 @@ class StaticPools:
         self.path = path
         self.default = default
         self.poll_interval_s = poll_interval_s
-        self.current: tuple[PoolSpec, ...] = ()
-        self.last_error = ""
+        self._file = WatchedFile(
+            path,
+            lambda data, origin: parse_pools(data, origin=origin, default=default),
+            poll_interval_s=poll_interval_s,
+            what="pools",
+        )
 
-    async def _load(self) -> tuple[tuple[int, int, int], tuple[PoolSpec, ...]]:
-        try:
-            sig, text = await asyncio.to_thread(read_file, self.path)
-        except OSError as e:
-            raise StaticDiscoveryError(f"{self.path}: cannot read: {e}") from None
-        data = decode(self.path, text)
-        return sig, parse_pools(data, origin=str(self.path), default=self.default)
+    @property
+    def current(self) -> tuple[PoolSpec, ...]:
+        return self._file.current or ()
+
+    @property
+    def last_error(self) -> str:
+        return self._file.last_error
 
     async def changes(self) -> AsyncIterator[tuple[PoolSpec, ...]]:
-        sig, self.current = await self._load()  # raises at start: nothing good to keep
-        yield self.current
-        while True:
-            await asyncio.sleep(self.poll_interval_s)
-            now_sig = await asyncio.to_thread(file_signature, self.path)
-            if now_sig is None or now_sig == sig:
-                if now_sig is None and not self.last_error:
-                    self.last_error = f"{self.path}: file is missing; keeping the last good set"
-                    log.warning("pools file missing", extra={"path": str(self.path)})
-                continue
-            try:
-                sig, pools = await self._load()
-            except StaticDiscoveryError as e:
-                sig = now_sig  # do not re-report the same bad version every poll
-                self.last_error = f"{e}; keeping the last good set ({len(self.current)} pools)"
-                log.error("bad pools file: %s", self.last_error)
-                continue
-            self.last_error = ""
-            if pools != self.current:
-                self.current = pools
-                yield pools
+        async for pools in self._file.changes():
+            yield pools
 
 
 class LiteralPools:
