@@ -16,7 +16,7 @@ GOOD: dict[str, Any] = {
             "name": "batch",
             "ttftMs": 20000,
             "priority": 2,
-            "degrade": {"maxTokens": 64},
+            "degrade": {"fallbackPool": "small", "maxTokens": 64},
         },
         {"name": "standard", "ttftMs": 2000},
     ],
@@ -38,7 +38,7 @@ def test_a_good_traffic_section_becomes_the_pools_frozen_classes_and_round_trips
     assert t.default_class == "standard"
     batch = t.get("batch")
     assert batch is not None
-    assert (batch.priority, batch.degraded_max_tokens) == (2, 64)
+    assert (batch.priority, batch.fallback_pool, batch.degraded_max_tokens) == (2, "small", 64)
     interactive = t.get("interactive")
     assert interactive is not None
     assert (interactive.sheddable, interactive.max_queue) == (False, 8)

@@ -12,7 +12,7 @@ routing settings), its validation (every problem at once) and the frozen interna
         - name: batch
           ttftMs: 20000
           priority: 2
-          degrade: {maxTokens: 256}
+          degrade: {fallbackPool: small-model, maxTokens: 256}
         - {name: standard, ttftMs: 2000}
       tenants:
         - {name: demo, requestsPerSecond: 1, requestBurst: 2}
@@ -54,8 +54,15 @@ class _Model(BaseModel):
 
 class DegradeSpec(_Model):
     """What the router does with a request of the class that the pool would serve too
-    late or cannot take now (core.traffic.ladder): cap its output and serve it."""
+    late or cannot take now (core.traffic.ladder): send it to a fallback pool that
+    predicts within the target, else cap its output and serve it."""
 
+    fallback_pool: str = Field(
+        default="",
+        max_length=253,
+        description="Another pool of the same namespace (its name), e.g. a smaller model, "
+        "tried first; empty: none.",
+    )
     max_tokens: int = Field(
         default=0,
         ge=0,
@@ -232,6 +239,7 @@ def to_traffic(spec: TrafficSpec) -> Traffic:
                 e2e_ms=c.e2e_ms or 0.0,
                 max_queue=c.max_queue or 0,
                 degraded_max_tokens=c.degrade.max_tokens if c.degrade else 0,
+                fallback_pool=c.degrade.fallback_pool if c.degrade else "",
             )
             for c in spec.classes
         ),
@@ -311,8 +319,13 @@ def traffic_mapping(t: Traffic) -> dict[str, Any]:
         for key, v in (("itlMs", c.itl_ms), ("e2eMs", c.e2e_ms), ("maxQueue", c.max_queue)):
             if v:
                 item[key] = v
+        degrade: dict[str, Any] = {}
+        if c.fallback_pool:
+            degrade["fallbackPool"] = c.fallback_pool
         if c.degraded_max_tokens:
-            item["degrade"] = {"maxTokens": c.degraded_max_tokens}
+            degrade["maxTokens"] = c.degraded_max_tokens
+        if degrade:
+            item["degrade"] = degrade
         classes.append(item)
     tenants: list[dict[str, Any]] = []
     for q in t.tenants:

@@ -4,7 +4,8 @@
 A **class** names a TTFT target (optionally ITL and end-to-end ones), a **priority** (lower
 runs first, vLLM's convention; 0 interactive, 1 standard, 2 batch on the wire), whether the
 router may **shed** it (refuse early under overload), its own bound on the router's wait
-queue, and its degradation ladder (a degraded ``max_tokens``: ``preheat.core.traffic.ladder``).
+queue, and its degradation ladder (a fallback pool, a degraded ``max_tokens``:
+``preheat.core.traffic.ladder``).
 
 A request's class (:meth:`Traffic.resolve`): the one it names (header ``x-slo-class``, body
 field ``slo_class``, gRPC field ``slo_class``), else its tenant's default class, else the
@@ -35,6 +36,7 @@ class TrafficClass:
     e2e_ms: float = 0.0  # 0: no target
     max_queue: int = 0  # requests of the class that may wait in the router; 0: the router's
     degraded_max_tokens: int = 0  # the ladder's clamp-output step: cap to this; 0 none
+    fallback_pool: str = ""  # the ladder's fallback-pool step: that pool (by name); "" none
 
 
 @dataclass(frozen=True)

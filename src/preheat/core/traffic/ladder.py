@@ -2,6 +2,9 @@
 too late (every endpoint predicted past the class's TTFT target) or cannot take now (the
 pool at its bound on requests in flight). In order:
 
+0. ``fallback-pool``: the class names ``degrade.fallbackPool`` and that pool (a smaller or
+   distilled model) predicts a start within the target: the request goes there, as that
+   pool's model (the router's dispatcher decides this step before the others);
 1. ``clamp-output``: the class names a degraded ``maxTokens``: the request is served with
    ``max_tokens`` capped to it (shorter answers drain the pool sooner; the response says
    it was clamped, and ``finish_reason: length`` stays honest);
@@ -10,18 +13,18 @@ pool at its bound on requests in flight). In order:
 3. ``reject``: a sheddable class is refused early (429 / RESOURCE_EXHAUSTED with
    Retry-After from the prediction): what a request without a class gets too.
 
-(The fallback pool of the issue, a step before these, is not implemented: a class cannot
-name one.) Pure.
+Pure.
 """
 
 from __future__ import annotations
 
 from preheat.core.traffic.classes import TrafficClass
 
+FALLBACK = "fallback-pool"
 CLAMP = "clamp-output"
 QUEUE = "queue"
 REJECT = "reject"
-STEPS = (CLAMP, QUEUE, REJECT)
+STEPS = (FALLBACK, CLAMP, QUEUE, REJECT)
 
 
 def step_for(klass: TrafficClass | None) -> str:

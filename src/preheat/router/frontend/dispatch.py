@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import logging
 import math
@@ -189,6 +190,7 @@ class StreamStats:
     usage: inference_pb2.Usage | None = None
     degraded: str = ""  # the degradation step taken (core.traffic.ladder), "" none
     clamped_from: int = 0  # max_tokens before a clamp-output step (0: not clamped)
+    fallback_pool: str = ""  # the pool that served it (the fallback-pool step)
     finish_reason: int = 0  # the last chunk's (inference_pb2.FinishReason)
 
 
@@ -225,6 +227,9 @@ class Dispatcher:
         self._executor: ThreadPoolExecutor | None = None
         self._draining = asyncio.Event()
         self._quotas = Quotas()  # the pool's tenants' buckets on this replica
+        # another pool's dispatcher and model by pool name (the ladder's fallback-pool
+        # step); set by the router's pool set, None: no other pools
+        self.fallback: Callable[[str], tuple[Dispatcher, str] | None] | None = None
         self.response_cache = ResponseCache(config.traffic.cache)  # off unless enabled
         self.tracing: Tracing | None = None  # set by main when tracing is on
         uc = config.upstream_coalesce
@@ -605,6 +610,72 @@ class Dispatcher:
             self._stubs[id(channel)] = stub
         return stub[1]
 
+    def _would_miss(self, prep: Prepared) -> bool:
+        """Whether the pool would refuse ``prep`` now: at its bound on requests in flight,
+        no routable endpoint, or every endpoint predicted past the request's target (a
+        look at the scheduler's answer; its state is not kept)."""
+        endpoints = self._snapshot()
+        if not endpoints or self._in_flight >= self.in_flight_limit:
+            return True
+        now = self._now()
+        ctx = RoutingContext(
+            now=now,
+            request=prep.info,
+            endpoints=endpoints,
+            history_matches=self._history_match(prep.info, now),
+            region_rtt_ms=self.store.region_rtt_ms(),
+        )
+        decision, _ = schedule(ctx, self.scheduler_config, self.cost, self._state)
+        return decision.endpoint is None
+
+    def _fallback_for(self, prep: Prepared) -> tuple[Dispatcher, Prepared] | None:
+        """The fallback pool's dispatcher and the request prepared for it, when the class
+        names one, this pool would miss the class's target and that pool would not."""
+        k = prep.klass
+        if k is None or not k.fallback_pool or self.fallback is None:
+            return None
+        if not self._would_miss(prep):
+            return None
+        found = self.fallback(k.fallback_pool)
+        if found is None:
+            log.warning(
+                "fallback_pool_unknown",
+                extra=fields(slo_class=k.name, fallback_pool=k.fallback_pool),
+            )
+            return None
+        fb, model = found
+        req = inference_pb2.GenerateRequest()
+        req.CopyFrom(prep.request)
+        req.model = model
+        req.slo_class = ""  # that pool's classes are its own: the target goes as a deadline
+        if not req.ttft_deadline_ms and prep.target_ms:
+            req.ttft_deadline_ms = max(1, round(prep.target_ms))
+        if req.WhichOneof("input") == "prompt_token_ids" and prep.request.prompt:
+            req.prompt = prep.request.prompt
+        try:
+            fb_prep = fb.prepare(req, received=prep.received, tenant=prep.request.cache_salt)
+        except PreheatError as e:
+            log.info("fallback_refused", extra=fields(fallback_pool=fb.pool, reason=e.message))
+            return None
+        if fb._would_miss(fb_prep):
+            return None
+        return fb, fb_prep
+
+    def _note_fallback(self, prep: Prepared, st: StreamStats, pool: str) -> None:
+        st.degraded = ladder.FALLBACK
+        st.fallback_pool = pool
+        m = self.metrics
+        m.degraded.labels(*m.series, prep.slo_class, ladder.FALLBACK).inc()
+        log.info(
+            "request_degraded",
+            extra=fields(
+                request_id=prep.info.request_id,
+                slo_class=prep.slo_class,
+                step=ladder.FALLBACK,
+                fallback_pool=pool,
+            ),
+        )
+
     def _degrade(self, prep: Prepared, st: StreamStats, why: str) -> str:
         """The class's ladder step for a request the pool would refuse (``why``): a clamp
         caps its ``max_tokens`` (in ``prep.request``); counted and logged."""
@@ -698,9 +769,12 @@ class Dispatcher:
         grant: Grant | None = None
         tr = prep.trace
         error = ""
+        fallback: tuple[Dispatcher, Prepared] | None = None
         try:
             grant = self._charge(prep)
-            self._admit(prep, st)
+            fallback = self._fallback_for(prep)
+            if fallback is None:
+                self._admit(prep, st)
         except RateLimited as e:
             m = self.metrics
             m.rate_limited.labels(*m.series, _quota_entry(self.config.traffic, prep), e.limit).inc()
@@ -731,6 +805,21 @@ class Dispatcher:
             raise
         if tr is not None:
             tr.admission(True, prep.slo_class, prep.request.cache_salt, "", perf_counter())
+        if fallback is not None:  # the ladder's first step: another pool serves it
+            fb, fb_prep = fallback
+            self._note_fallback(prep, st, fb.pool)
+            try:
+                inner = fb.generate(
+                    fb_prep, api=api, timeout_s=timeout_s, stats=st, buffered=buffered
+                )
+                async with contextlib.aclosing(inner):
+                    async for fb_chunk in inner:
+                        yield fb_chunk
+            finally:
+                if grant is not None:
+                    used = prep.info.prompt_tokens + st.tokens
+                    self._quotas.settle(self.config.traffic, grant, used, loop.time())
+            return
         self._in_flight += 1
         gauge = self.metrics.in_flight.labels(*self.metrics.series)  # the one it leaves
         gauge.inc()

@@ -338,17 +338,22 @@ def _degraded(stats: StreamStats | None) -> dict[str, Any] | None:
     out: dict[str, Any] = {"step": stats.degraded}
     if stats.clamped_from:
         out["max_tokens_asked"] = stats.clamped_from
+    if stats.fallback_pool:
+        out["pool"] = stats.fallback_pool
     return out
 
 
 def _degraded_headers(stats: StreamStats | None) -> dict[str, str]:
-    """``X-Preheat-Degraded: STEP`` (``; max_tokens_asked=N`` after a clamp)."""
+    """``X-Preheat-Degraded: STEP`` (``; max_tokens_asked=N`` after a clamp, ``; pool=P``
+    after a fallback)."""
     deg = _degraded(stats)
     if deg is None:
         return {}
     value = str(deg["step"])
     if "max_tokens_asked" in deg:
         value += f"; max_tokens_asked={deg['max_tokens_asked']}"
+    if "pool" in deg:
+        value += f"; pool={deg['pool']}"
     return {DEGRADED_HEADER: value}
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 from typing import TYPE_CHECKING
@@ -196,7 +197,16 @@ class PoolSet:
             metrics=self.metrics.for_pool(spec.name, spec.model),
             tokenizer=self.tokenizer,
         )
+        embedded.dispatcher.fallback = functools.partial(self._fallback, spec.namespace)
         return Pool(spec, embedded, self._passthrough(embedded.dispatcher), source)
+
+    def _fallback(self, namespace: str, name: str) -> tuple[Dispatcher, str] | None:
+        """The dispatcher and model of pool ``name`` of ``namespace`` (a class's fallback
+        pool), None when there is no such pool."""
+        pool = self._pools.get(f"{namespace}/{name}" if namespace else name)
+        if pool is None or not pool.spec.model:
+            return None
+        return pool.dispatcher, pool.spec.model
 
     # --- views ------------------------------------------------------------------------------
     @property
