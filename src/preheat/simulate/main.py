@@ -8,8 +8,9 @@ The report starts with the start-up and interval assumptions the simulation used
 each came from (:mod:`preheat.simulate.fromrun`). One run: the run folder (``meta.json``
 marked simulated, requests, events, replicas), the same table and plots as ``preheat
 report``. A sweep: one run folder per value under
-``--out`` and the trade-off table (SLO attainment, GPU-hours, cache hit rate, TTFT
-p95/p99 per setting). Exit codes: 0 done; 2 bad input, with one message saying what.
+``--out`` and the trade-off table (SLO attainment, goodput, GPU-hours, cache hit rate, TTFT
+and ITL p50/p95/p99 per setting; ``--sweep engine.args.quantization=none,fp8`` compares
+engine levers). Exit codes: 0 done; 2 bad input, with one message saying what.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from preheat.api.routing import load_routing_config
 from preheat.core.errors import PreheatError
 from preheat.core.routing.config import SchedulerConfig
 from preheat.report.record import Run, write_run
+from preheat.report.summary import RunSummary
 from preheat.simulate import compare, fromrun
 from preheat.simulate.options import (
     Network,
@@ -302,21 +304,40 @@ def sweep_table(results: list[_Result]) -> str:
     """The trade-off table: one line per setting."""
     from preheat.report.summary import summarize
 
+    w = min(80, max([7, *(len(r.label) for r in results)]))
     head = (
-        f"{'setting':<34} {'SLO':>7} {'GPU-h':>8} {'hit':>7} {'TTFT p50':>9} {'p95':>8}"
-        f" {'p99':>8} {'ok':>6} {'rej':>5} {'err':>5} {'scale':>5}"
+        f"{'setting':<{w}} {'SLO':>7} {'goodput':>8} {'GPU-h':>8} {'hit':>7} {'TTFT p50':>9}"
+        f" {'p95':>8} {'p99':>8} {'ITL p50':>8} {'p95':>6} {'p99':>6} {'ok':>6} {'rej':>5}"
+        f" {'err':>5} {'scale':>5}"
     )
     rows = [head, "-" * len(head)]
     for r in results:
         s = summarize(r.run)
         gpu_h = float(r.run.meta.extra.get("gpu_hours", 0.0))
         rows.append(
-            f"{r.label[:34]:<34} {_pct(s.slo_attainment):>7} {gpu_h:>8.2f}"
-            f" {_pct(s.cache_hit_rate):>7} {_ms(s.ttft_ms.p50):>9} {_ms(s.ttft_ms.p95):>8}"
-            f" {_ms(s.ttft_ms.p99):>8} {s.ok:>6} {s.rejected:>5} {s.error:>5}"
-            f" {s.scaling_events:>5}"
+            f"{r.label[:w]:<{w}} {_pct(s.slo_attainment):>7} {_rate(goodput(s)):>8}"
+            f" {gpu_h:>8.2f} {_pct(s.cache_hit_rate):>7} {_ms(s.ttft_ms.p50):>9}"
+            f" {_ms(s.ttft_ms.p95):>8} {_ms(s.ttft_ms.p99):>8} {_ms1(s.itl_ms.p50):>8}"
+            f" {_ms1(s.itl_ms.p95):>6} {_ms1(s.itl_ms.p99):>6} {s.ok:>6} {s.rejected:>5}"
+            f" {s.error:>5} {s.scaling_events:>5}"
         )
     return "\n".join(rows)
+
+
+def goodput(s: RunSummary) -> float | None:
+    """Requests per second that finished within the SLO (``slo_attainment`` of every request
+    over the run's length); None without an objective."""
+    if s.slo_attainment is None or s.duration_s <= 0:
+        return None
+    return s.slo_attainment * s.requests / s.duration_s
+
+
+def _rate(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}/s"
+
+
+def _ms1(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
 
 
 def _pct(v: float | None) -> str:

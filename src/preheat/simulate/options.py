@@ -252,10 +252,20 @@ def _resolve(key: str) -> list[str]:
         raise SimInputError(f"--set key {key!r} is not a dotted path like autoscaling.window")
     model: type[BaseModel] | None = InferencePoolSpec
     path: list[str] = []
+    free = False  # under engine.args past its typed fields: vLLM's keys, checked on apply
     for part in key.split("."):
+        if free:
+            path.append(part)
+            continue
         if model is None:
             raise SimInputError(f"--set {key}: {'.'.join(path)} has no sub-keys")
         known = _fields(model)
+        if part not in known and model.model_config.get("extra") == "allow":
+            # engine.args: any vLLM engine argument (preheat.api.engine_args checks it when
+            # the pool is validated), nested keys included (speculativeConfig.method)
+            path.append(part)
+            free = True
+            continue
         if part not in known:
             aliases = sorted({a for a, _ in known.values()})
             where = ".".join(path) or "the pool spec"
@@ -296,7 +306,10 @@ def apply_overrides(
                 child = {}
                 node[part] = child
             node = child
-        node[path[-1]] = _value(raw)
+        if path[:2] == ["engine", "args"] and raw.lower() == "none":
+            node.pop(path[-1], None)  # "none" unsets an engine arg: the engine's default
+        else:
+            node[path[-1]] = _value(raw)
     return out
 
 
