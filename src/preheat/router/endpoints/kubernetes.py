@@ -21,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+import os
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from preheat.router.endpoints.discovery import DiscoveredEndpoint
@@ -126,6 +127,33 @@ class PodSet:
         return tuple(out)
 
 
+async def api_client() -> Any:
+    """A ``kubernetes_asyncio`` ApiClient: the in-cluster config, else the kubeconfig
+    (``KUBECONFIG`` as it is now: the client reads it once). The caller closes it."""
+    from kubernetes_asyncio import client, config
+
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        await config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
+    return client.ApiClient()
+
+
+async def read_node_labels(
+    core_v1: Any, names: Iterable[str], known: dict[str, Mapping[str, str]]
+) -> None:
+    """Adds to ``known`` the labels of every node in ``names`` it lacks (a node that cannot
+    be read is logged and left out: no topology for it now, tried again next time)."""
+    for node in set(names) - set(known):
+        try:
+            resp = await core_v1.read_node(node, _preload_content=False)
+            body = json.loads(await resp.read())
+        except Exception as e:  # a node we cannot read: no topology, retried later
+            log.warning("cannot read node %s: %s", node, e)
+            continue
+        known[node] = dict((body.get("metadata") or {}).get("labels") or {})
+
+
 class KubernetesDiscovery:
     """Pods of a pool by ``label_selector`` in ``namespace``.
 
@@ -156,24 +184,8 @@ class KubernetesDiscovery:
         self.node_labels: dict[str, Mapping[str, str]] = {}
         self.last_error = ""
 
-    async def _client(self) -> Any:
-        from kubernetes_asyncio import client, config
-
-        try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            await config.load_kube_config()
-        return client.ApiClient()
-
     async def _resolve_nodes(self, v1: Any, pods: PodSet) -> None:
-        for node in pods.node_names() - set(self.node_labels):
-            try:
-                resp = await v1.read_node(node, _preload_content=False)
-                body = json.loads(await resp.read())
-            except Exception as e:  # a node we cannot read: no topology, retried later
-                log.warning("cannot read node %s: %s", node, e)
-                continue
-            self.node_labels[node] = dict(body.get("metadata", {}).get("labels", {}) or {})
+        await read_node_labels(v1, pods.node_names(), self.node_labels)
 
     def _endpoints(self, pods: PodSet) -> tuple[DiscoveredEndpoint, ...]:
         return pods.endpoints(
@@ -184,7 +196,7 @@ class KubernetesDiscovery:
         from kubernetes_asyncio import client, watch
 
         own = self.api_client is None
-        api = await self._client() if own else self.api_client
+        api = await api_client() if own else self.api_client
         try:
             v1: Any = client.CoreV1Api(api)
             pods = PodSet()

@@ -26,7 +26,6 @@ import asyncio
 import json
 import logging
 import math
-import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -39,7 +38,7 @@ from preheat.core.manifests import (
     VERSION,
     WORKER_NAME,
 )
-from preheat.router.endpoints.kubernetes import pod_endpoint
+from preheat.router.endpoints.kubernetes import api_client, pod_endpoint, read_node_labels
 from preheat.router.pools.spec import PoolSpec
 
 log = logging.getLogger(__name__)
@@ -209,15 +208,6 @@ class KubernetesPools:
         self.node_labels: dict[str, Mapping[str, str]] = {}
         self.last_error = ""
 
-    async def _client(self) -> Any:
-        from kubernetes_asyncio import client, config
-
-        try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except config.ConfigException:  # KUBECONFIG as it is now (the client reads it once)
-            await config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
-        return client.ApiClient()
-
     def _lists(self, api: Any) -> list[tuple[str, str | None, Callable[..., Any], tuple[Any, ...]]]:
         """(kind, namespace or None, list function, its arguments) for every watch."""
         from kubernetes_asyncio import client
@@ -286,18 +276,11 @@ class KubernetesPools:
             for p in pods.objects.values()
             if is_worker(p) and (n := (p.get("spec") or {}).get("nodeName"))
         }
-        for node in names - set(self.node_labels):
-            try:
-                resp = await core.read_node(node, _preload_content=False)
-                body = json.loads(await resp.read())
-            except Exception as e:  # a node we cannot read: no topology, retried later
-                log.warning("cannot read node %s: %s", node, e)
-                continue
-            self.node_labels[node] = dict((body.get("metadata") or {}).get("labels") or {})
+        await read_node_labels(core, names, self.node_labels)
 
     async def changes(self) -> AsyncIterator[tuple[PoolSpec, ...]]:
         own = self.api_client is None
-        api = await self._client() if own else self.api_client
+        api = await api_client() if own else self.api_client
         queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
         lists = self._lists(api)
         tasks = [
