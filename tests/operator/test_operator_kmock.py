@@ -212,14 +212,27 @@ async def test_bad_pools_are_degraded_with_an_event_and_others_keep_reconciling(
     gpu = minimal("bad-gpu")
     gpu["spec"]["resources"] = {"gpuType": "nvidia-b300"}  # valid schema, unknown type
     invalid = minimal("bad-spec", min=5, max=2)  # CEL would refuse it; kmock does not
+    args = minimal("bad-args")  # engine args vLLM does not have / would refuse
+    args["spec"]["engine"] = {
+        "kind": "sim",
+        "args": {"maxNumBatchedTokenz": 1, "quantization": "fp9"},
+    }
     await create_pool(kube, gpu)
     await create_pool(kube, invalid)
+    await create_pool(kube, args)
     await create_pool(kube, minimal("good"))
 
     await eventually(lambda: converged(kube, "good"))
     for name, reason, words in (
         ("bad-gpu", "BuildFailed", "unknown resources.gpuType 'nvidia-b300'"),
         ("bad-spec", "InvalidSpec", "min"),
+        (
+            "bad-args",
+            "InvalidSpec",
+            "engine.args.maxNumBatchedTokenz: not an engine argument of vLLM 0.32.0 (did you "
+            "mean maxNumBatchedTokens?)",
+        ),
+        ("bad-args", "InvalidSpec", "engine.args.quantization: 'fp9' is not one of"),
     ):
         await eventually(
             lambda name=name: (
