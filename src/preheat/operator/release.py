@@ -26,7 +26,7 @@ from preheat.core.manifests import API_VERSION, OPERATOR_FINALIZER, PLURAL
 from preheat.operator.kube import POOLS, Kube
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging
 
-log = logging.getLogger("preheat.release")
+log = logging.getLogger(__name__)
 
 FINALIZER = OPERATOR_FINALIZER  # kopf's settings.persistence.finalizer (handlers.startup)
 
