@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from preheat.bench.workerproc import ServiceProcess, spawn_router, spawn_worker
 from preheat.load.replay import Api, LoadOptions, replay
@@ -153,11 +154,20 @@ async def test_openai_http_through_a_router(tmp_path: Path) -> None:
     assert all(r.ttft_ms <= r.e2e_ms for r in run.requests)
     assert sum(r.cached_tokens for r in run.requests) > 0
     assert [r.session_id for r in run.requests[:4]] == ["s0", "s1", "s2", "s3"]
-    # the router names the worker and passes the engine's stage breakdown over HTTP too
+    # the router names the worker and passes the engine's stage breakdown over HTTP too,
+    # with its own stage; network is what is left of the client's TTFT
     assert {r.endpoint for r in run.requests} == {"w0"}
     for r in run.requests:
-        assert set(r.stages_ms) == {"queue", "prefill", "decode", "server_ttft", "outside_engine"}
+        assert set(r.stages_ms) == {
+            "queue", "prefill", "decode", "server_ttft", "outside_engine", "router", "network"
+        }  # fmt: skip
         assert 0 < r.stages_ms["server_ttft"] <= r.ttft_ms
+        assert 0 < r.stages_ms["router"] < r.ttft_ms
+        ttft = r.stages_ms["router"] + r.stages_ms["network"] + r.stages_ms["server_ttft"]
+        assert ttft == pytest.approx(r.ttft_ms, abs=0.01)
+    budget = summarize(run).budget
+    assert budget is not None
+    assert list(budget.stages) == ["router", "network", "queue", "prefill", "decode"]
 
 
 async def test_ctrl_c_stops_sending_and_keeps_what_was_sent(tmp_path: Path) -> None:

@@ -372,3 +372,20 @@ def test_without_watch_cache_the_router_routes_on_its_prefix_history(
     monkeypatch.setattr(PrefixHistory, "match", lambda self, hashes, now: {})
     blind, _ = simulate(pool, trace, SimOptions(watch_cache=False))
     assert hit(blind) < hit(history) - 0.1
+
+
+def test_cli_prints_the_latency_budget_of_the_simulated_stages(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from preheat.cli import main
+
+    rc = main(
+        ["simulate", "--pool", str(_write_pool(tmp_path)), "--trace",
+         str(_write_trace(tmp_path)), "--out", str(tmp_path / "one"), "--no-plots"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "latency budget" in out
+    rows = {line.split()[0] for line in out.splitlines() if line.startswith("    ")}
+    assert {"router", "network", "queue", "prefill", "decode"} <= rows
+    assert "TTFT tail (slowest 5%" in out

@@ -61,10 +61,19 @@ def max_tokens(req: TraceRequest, options: LoadOptions) -> int:
 
 
 def stages(
-    ttft_ms: float, *, queue_ms: float, prefill_ms: float, decode_ms: float, server_ttft_ms: float
+    ttft_ms: float,
+    *,
+    queue_ms: float,
+    prefill_ms: float,
+    decode_ms: float,
+    server_ttft_ms: float,
+    router_ms: float = 0.0,
 ) -> dict[str, float]:
-    """The stage breakdown of one request, from the engine's timing and the client's TTFT."""
-    return {
+    """The stage breakdown of one request, from the engine's timing and the client's TTFT;
+    through a router that says its own stage (``router_ms``), that too, and ``network``: the
+    rest of the client's TTFT (both hops, the worker's handling outside the engine, the
+    client)."""
+    out = {
         "queue": _r(queue_ms),
         "prefill": _r(prefill_ms),
         "decode": _r(decode_ms),
@@ -72,6 +81,10 @@ def stages(
         # router, network and client: the client's TTFT beyond the engine's
         "outside_engine": _r(max(0.0, ttft_ms - server_ttft_ms)),
     }
+    if router_ms > 0:
+        out["router"] = _r(router_ms)
+        out["network"] = _r(max(0.0, ttft_ms - server_ttft_ms - router_ms))
+    return out
 
 
 def _http_stages(ttft_ms: float, extra: object) -> dict[str, float] | None:
@@ -88,6 +101,7 @@ def _http_stages(ttft_ms: float, extra: object) -> dict[str, float] | None:
                 prefill_ms=float(timing["prefill_ms"]),
                 decode_ms=float(timing["decode_ms"]),
                 server_ttft_ms=server_ttft,
+                router_ms=float(timing.get("router_ms", 0.0)),
             )
             if server_ttft > 0
             else None
@@ -122,6 +136,7 @@ def outcome_from_stream(
                 prefill_ms=rec.server_prefill_ms,
                 decode_ms=rec.server_decode_ms,
                 server_ttft_ms=rec.server_ttft_ms,
+                router_ms=rec.router_ms,
             )
         return out
     out.outcome = "rejected" if rec.status_code == "RESOURCE_EXHAUSTED" else "error"

@@ -32,6 +32,7 @@ class StreamRecord:
     status_code: str = ""  # the gRPC status name on failure (e.g. RESOURCE_EXHAUSTED)
     worker_id: str = ""  # the worker that served it, as the server said
     server_e2e_ms: float = 0.0
+    router_ms: float = 0.0  # the router's stage, as it said (0: straight to a worker)
     text: str = ""
     last_token_at: float = 0.0
 
@@ -70,6 +71,7 @@ async def stream_generate(
                 rec.server_prefill_ms = chunk.timing.prefill_ms
                 rec.server_decode_ms = chunk.timing.decode_ms
                 rec.server_e2e_ms = chunk.timing.e2e_ms
+                rec.router_ms = chunk.timing.router_ms
         rec.e2e_s = time.monotonic() - start
         rec.ok = bool(rec.finish_reason)
         if not rec.ok:

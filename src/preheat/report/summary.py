@@ -19,6 +19,8 @@ Definitions (what the report's columns mean):
 - **Stages** (``stages_ms``): per stage the server reported (queue, prefill, decode, the
   engine's own TTFT, the time outside the engine), its quantiles over the ok requests that
   carry it.
+- **Latency budget** (:mod:`preheat.report.budget`): per stage (router, network, queue,
+  prefill, decode) p50/p95/p99, and which stage owns the slowest 5%'s TTFT and e2e.
 - **By endpoint**: ok requests per worker that served them (where the server said), with
   their TTFT quantiles and cache hit rate.
 - **Load generator** (``load_generator``): what ``preheat load`` said about itself in
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from preheat.core.percentiles import sample_quantile, weighted_sample_quantile
+from preheat.report.budget import LatencyBudget, latency_budget
 from preheat.report.record import ReplicaSample, RequestOutcome, Run, count_outcomes
 
 REPLICA_STATES: tuple[str, ...] = ("active", "standby", "starting", "draining")
@@ -130,6 +133,7 @@ class RunSummary:
     events_by_kind: dict[str, int] = field(default_factory=dict)
     errors_by_message: dict[str, int] = field(default_factory=dict)
     stages_ms: dict[str, Quantiles] = field(default_factory=dict)
+    budget: LatencyBudget | None = None  # per stage p50/p95/p99 and the tail's owner
     by_endpoint: dict[str, EndpointSummary] = field(default_factory=dict)
     load_generator: dict[str, Any] = field(default_factory=dict)  # meta.extra["load"]
 
@@ -229,6 +233,7 @@ def summarize(run: Run) -> RunSummary:
         events_by_kind=dict(sorted(kinds.items())),
         errors_by_message=dict(errors.most_common()),
         stages_ms={k: Quantiles.of(v) for k, v in stage_samples.items()},
+        budget=latency_budget(reqs),
         by_endpoint=_by_endpoint(ok),
         load_generator=_load_generator(meta.extra.get("load")),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from preheat.report.budget import render_budget
 from preheat.report.summary import REPLICA_STATES, SCALING_KINDS, Quantiles, RunSummary
 
 MAX_ENDPOINT_ROWS = 16
@@ -63,6 +64,8 @@ def render_table(s: RunSummary) -> str:
         lines.append("  stages (server-reported; outside_engine = client TTFT - engine TTFT):")
         for stage, q in s.stages_ms.items():
             lines.append(_quantile_row("  " + stage, q))
+    if s.budget is not None:
+        lines.extend(render_budget(s.budget))
     lines.append("")
     if s.slo_attainment is None:
         lines.append("SLO attainment: - (the run has no objective)")

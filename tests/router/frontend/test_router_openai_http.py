@@ -76,7 +76,10 @@ async def test_completions_sse_and_json() -> None:
         extra = chunks[-1]["preheat"]
         assert extra["worker_id"] == "w-1"
         timing = extra["timing"]
-        assert set(timing) == {"queue_ms", "prefill_ms", "decode_ms", "ttft_ms", "e2e_ms"}
+        assert set(timing) == {
+            "queue_ms", "prefill_ms", "decode_ms", "ttft_ms", "e2e_ms", "router_ms"
+        }  # fmt: skip
+        assert timing["router_ms"] > 0  # the router's own stage: receipt to the upstream call
         assert 0 < timing["ttft_ms"] <= timing["e2e_ms"]
         assert timing["queue_ms"] + timing["prefill_ms"] == pytest.approx(timing["ttft_ms"], 0.01)
 

@@ -867,6 +867,8 @@ class Dispatcher:
                         ended = chunk.finish_reason != inference_pb2.FINISH_REASON_UNSPECIFIED
                         if ended:
                             st.finish_reason = chunk.finish_reason
+                            if chunk.HasField("timing"):  # the router's stage, for the client
+                                chunk.timing.router_ms = (st.routed_at - prep.received_pc) * 1e3
                         n = len(chunk.token_ids)
                         first: float | None = None
                         if n or chunk.text:

@@ -11,8 +11,8 @@
 - Beyond OpenAI's schema (clients ignore unknown fields): header ``X-Preheat-Worker`` names
   the worker that serves the request, and the chunk that ends the stream (or the whole
   body) carries ``"preheat": {"worker_id", "timing": {"queue_ms", "prefill_ms",
-  "decode_ms", "ttft_ms", "e2e_ms"}}``, the engine's stage breakdown that gRPC clients get
-  in ``GenerateResponse.timing``.
+  "decode_ms", "ttft_ms", "e2e_ms", "router_ms"}}``, the engine's stage breakdown that gRPC
+  clients get in ``GenerateResponse.timing``, and the router's own stage.
 - ``GET /v1/models``; the vLLM paths of :mod:`.vllm_routes` (``/v1/models/{id}``,
   ``/health``, ``/tokenize``, ``/detokenize``); ``GET /metrics``; ``GET /healthz``
   (liveness: always 200); ``GET /ready`` (200 once the store has a routable endpoint, else
@@ -245,6 +245,7 @@ def _preheat(chunk: inference_pb2.GenerateResponse) -> dict[str, Any] | None:
             "decode_ms": t.decode_ms,
             "ttft_ms": t.ttft_ms,
             "e2e_ms": t.e2e_ms,
+            "router_ms": t.router_ms,
         },
     }
 
