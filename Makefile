@@ -6,7 +6,7 @@ VENV_VLLM := .venv-vllm
 PY := $(VENV)/bin/python
 PY_VLLM := $(VENV_VLLM)/bin/python
 
-.PHONY: help venv venv-vllm helm prometheus crd e2e lint test test-main test-vllm test-clocks demo bench bench-sim proto clean
+.PHONY: help venv venv-vllm helm prometheus crd vllm-args e2e lint test test-main test-vllm test-clocks demo bench bench-sim proto clean
 
 help:
 	@echo "make test    build .venv and .venv-vllm, lint, type-check and run every test"
@@ -21,6 +21,7 @@ help:
 	@echo "make lint    the CRD drift check, ruff, mypy --strict and lint-imports"
 	@echo "make proto   regenerate the gRPC modules from src/preheat/proto/**/*.proto"
 	@echo "make crd     regenerate crds/ and the chart's CRD from src/preheat/api/pool.py"
+	@echo "make vllm-args  regenerate the vLLM engine-args table from .venv-vllm's vLLM (then make crd)"
 
 $(VENV)/.done: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +52,11 @@ prometheus:
 
 crd: venv
 	$(PY) scripts/gen_crd.py
+
+# vLLM's engine arguments as spec.engine.args takes them, read from the pinned vLLM; then
+# make crd (the CRD and docs/engine-args.md come from the table). The vLLM tier checks it.
+vllm-args: venv-vllm
+	$(PY_VLLM) scripts/gen_vllm_args.py
 
 lint: venv
 	$(PY) scripts/gen_crd.py --check

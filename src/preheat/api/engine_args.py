@@ -385,7 +385,8 @@ def docs_markdown() -> str:
         "",
         "A pool's `spec.engine.args` takes Preheat's own keys (`maxNumSeqs`, `maxModelLen`, "
         "`blockSize`, `gpuMemoryUtilization`, `dtype`, `enforceEager`, `tensorParallelSize`; "
-        "for the sim `numGpuBlocks`, `timeScale`, `loadTime`, `warmupTime`, `seed`) and every "
+        "for the sim `numGpuBlocks`, `timeScale`, `loadTime`, `warmupTime`, `seed`, `modelSize`) "
+        "and every "
         "engine argument of the pinned vLLM below, in camelCase (`--max-num-batched-tokens` "
         "-> `maxNumBatchedTokens`). Nested configs are objects whose keys are the config "
         "class's fields, as vLLM spells them (`num_speculative_tokens`) or in camelCase. The "
