@@ -58,7 +58,7 @@ from preheat.core.routing.types import (
     RouteDecision,
     RoutingContext,
 )
-from preheat.core.traffic import ladder, lanes
+from preheat.core.traffic import fairness, ladder, lanes
 from preheat.core.traffic.classes import Traffic, TrafficClass, UnknownClass
 from preheat.core.traffic.ladder import CLAMP, REJECT
 from preheat.core.traffic.respcache import ResponseCache
@@ -102,6 +102,7 @@ WIRE_PRIORITY = {
 UNLIMITED_MODEL_LEN = 1 << 30
 DEFAULT_BLOCK_SIZE = 16
 COMPLETION_WINDOW_S = 10.0  # the completion rate (retry-after's drain time) is over this
+MAX_SEEN_TENANTS = 10_000  # tenants remembered for fair shares before old ones are dropped
 
 
 @dataclass(frozen=True)
@@ -227,6 +228,8 @@ class Dispatcher:
         self._executor: ThreadPoolExecutor | None = None
         self._draining = asyncio.Event()
         self._quotas = Quotas()  # the pool's tenants' buckets on this replica
+        self._tenant_held: dict[str, int] = {}  # requests in flight by tenant
+        self._tenant_seen: dict[str, float] = {}  # when each tenant last asked (loop time)
         # another pool's dispatcher and model by pool name (the ladder's fallback-pool
         # step); set by the router's pool set, None: no other pools
         self.fallback: Callable[[str], tuple[Dispatcher, str] | None] | None = None
@@ -705,9 +708,37 @@ class Dispatcher:
         )
         return step
 
+    def _fair_share(self, prep: Prepared) -> None:
+        """RESOURCE_EXHAUSTED when the request's tenant holds its fair share of the pool's
+        bound while the pool is busy (only for a pool that lists tenants)."""
+        tenant = prep.request.cache_salt
+        if not self.config.traffic.tenants or not tenant:
+            return
+        now = asyncio.get_running_loop().time()
+        seen = self._tenant_seen
+        if len(seen) > MAX_SEEN_TENANTS:
+            for t in [t for t, at in seen.items() if now - at > fairness.ACTIVE_WINDOW_S]:
+                del seen[t]
+        limit = self.in_flight_limit
+        verdict = fairness.admit(tenant, self._tenant_held, seen, limit, now)
+        seen[tenant] = now
+        if verdict.admitted:
+            return
+        self.metrics.decisions.labels(*self.metrics.series, "fair-share").inc()
+        raise PreheatError(
+            ErrorCode.RESOURCE_EXHAUSTED,
+            f"rejected: tenant {tenant!r} holds {verdict.held} of the pool's {limit} requests "
+            f"in flight, its fair share ({verdict.share:.3g}) while the pool is busy; retry "
+            "shortly",
+            retry_after_s=1.0,
+        )
+
     def _admit(self, prep: Prepared | None = None, st: StreamStats | None = None) -> None:
         """Raises RESOURCE_EXHAUSTED when the pool is at its bound on requests in flight
-        (unless the request's class's ladder serves it anyway: ``st.degraded``)."""
+        (unless the request's class's ladder serves it anyway: ``st.degraded``), or when
+        its tenant holds its fair share of a busy pool (``core.traffic.fairness``)."""
+        if prep is not None:
+            self._fair_share(prep)
         now = self._now()
         cutoff = now - COMPLETION_WINDOW_S
         done = self._completions
@@ -821,6 +852,8 @@ class Dispatcher:
                     self._quotas.settle(self.config.traffic, grant, used, loop.time())
             return
         self._in_flight += 1
+        tenant = prep.request.cache_salt
+        self._tenant_held[tenant] = self._tenant_held.get(tenant, 0) + 1
         gauge = self.metrics.in_flight.labels(*self.metrics.series)  # the one it leaves
         gauge.inc()
         try:
@@ -979,6 +1012,11 @@ class Dispatcher:
                 used = prep.info.prompt_tokens + st.tokens
                 self._quotas.settle(self.config.traffic, grant, used, loop.time())
             self._in_flight -= 1
+            left = self._tenant_held.get(tenant, 1) - 1
+            if left > 0:
+                self._tenant_held[tenant] = left
+            else:
+                self._tenant_held.pop(tenant, None)
             self._completions.append(self._now())
             gauge.dec()
             self.metrics.observe_outcome(api, outcome, slo_class=prep.slo_class)

@@ -1,0 +1,52 @@
+"""Tenants share a busy pool fairly (issue 18, item 3): once the pool holds most of its
+bound on requests in flight, a tenant at its fair share is refused and the free slots go
+to the tenants under theirs, so one tenant sending far more cannot take them all."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import grpc
+import pytest
+from frontendkit import gen, router, workers
+
+from preheat.core.routing.admission import AdmissionConfig
+from preheat.core.traffic.classes import TenantQuota, Traffic
+
+TRAFFIC = Traffic(tenants=(TenantQuota(name="*", requests_per_s=1000),))
+
+
+async def test_a_tenant_at_its_fair_share_of_a_busy_pool_waits_and_another_is_served() -> None:
+    async with (
+        workers([{"id": "w-1", "engine": {"time_scale": 1.0}}]) as ws,
+        router(
+            [w.endpoint for w in ws],
+            traffic=TRAFFIC,
+            tenant_header="x-tenant",
+            admission=AdmissionConfig(max_in_flight=4),
+        ) as r,
+    ):
+        calm = (("x-tenant", "calm"),)
+        noisy = (("x-tenant", "noisy"),)
+        await r.generate(gen("calm says hi", 2), metadata=calm)  # calm is a tenant of late
+        calls = []
+        try:
+            for k in range(3):  # noisy fills 3 of the 4 slots: the pool is busy
+                call = r.inference.Generate(gen(f"long {k}", 3000), metadata=noisy, timeout=30)
+                assert (await asyncio.wait_for(call.read(), 10)).request_id
+                calls.append(call)
+            with pytest.raises(grpc.aio.AioRpcError) as ei:  # its share is 3 of 4
+                await r.generate(gen("one more", 2), metadata=noisy)
+            assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "tenant 'noisy' holds 3 of the pool's 4 requests in flight" in (
+                ei.value.details() or ""
+            )
+            chunks = await r.generate(gen("calm again", 2), metadata=calm)  # the free slot
+            assert chunks[-1].usage.completion_tokens == 2
+        finally:
+            for call in calls:
+                call.cancel()
+            for call in calls:
+                with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                    await call.code()
