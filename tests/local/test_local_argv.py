@@ -4,6 +4,7 @@ loopback, with the engine asked for."""
 from __future__ import annotations
 
 import copy
+import json
 
 from preheat.api.poolfile import parse_pool
 from preheat.local.runtime import local_config, router_tokenizer_args, worker_argv
@@ -95,3 +96,23 @@ def test_a_vllm_pools_router_gets_the_models_tokenizer():
     assert router_tokenizer_args(sim, ()) == []
     hub = local_config(parse_pool(POOL, "p.yaml").config, "vllm")  # no local folder
     assert router_tokenizer_args(hub, ()) == []
+
+
+def test_a_vllm_pool_s_engine_args_run_locally_on_the_sim_where_it_models_them() -> None:
+    pool = copy.deepcopy(POOL)
+    pool["spec"]["engine"]["args"].update(  # type: ignore[index]
+        quantization="fp8",
+        enableChunkedPrefill=True,  # the sim always chunks: not one of its args
+        speculativeConfig={"method": "ngram", "num_speculative_tokens": 3},  # no acceptance
+    )
+    argv = _argv(pool, "sim")
+    assert _flag(argv, "--sim-max-num-seqs") == "64"
+    # only what the sim models, as given: speculation without its expected acceptance and
+    # the vLLM-only args are dropped (logged), not refused by the sim worker at start
+    assert json.loads(_flag(argv, "--engine-args")) == {"quantization": "fp8"}
+    vllm = _argv(pool, "vllm")
+    assert set(json.loads(_flag(vllm, "--engine-args"))) == {
+        "quantization",
+        "enableChunkedPrefill",
+        "speculativeConfig",
+    }

@@ -1044,15 +1044,18 @@ def local_config(config: PoolConfig, engine: str) -> PoolConfig:
     if engine == config.engine.kind:
         return config
     from preheat.api.engine_args import SIM_VLLM_ARGS
+    from preheat.api.pool import engine_arg_problems
     from preheat.core.manifests import WORKER_FLAGS
 
-    def applies(key: str) -> bool:
-        if engine == "sim":  # its own flags and the vLLM args it models
-            return key in WORKER_FLAGS["sim"] or key in SIM_VLLM_ARGS
+    def applies(key: str, value: object) -> bool:
+        if engine == "sim":  # its own flags and the vLLM args it models as they are given
+            if key in WORKER_FLAGS["sim"]:
+                return True
+            return key in SIM_VLLM_ARGS and not engine_arg_problems("sim", {key: value})
         return key not in WORKER_FLAGS["sim"] or key in WORKER_FLAGS["vllm"]
 
-    keep = tuple((k, v) for k, v in config.engine.args if applies(k))
-    dropped = sorted(k for k, _ in config.engine.args if not applies(k))
+    keep = tuple((k, v) for k, v in config.engine.args if applies(k, v))
+    dropped = sorted(k for k, v in config.engine.args if not applies(k, v))
     if dropped:
         log.info(
             "engine_args_dropped",
