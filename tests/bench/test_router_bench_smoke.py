@@ -43,6 +43,7 @@ def test_bench_router_all_parts_tiny(tmp_path: Path):
             "--max-output-tokens", "4", "--policy-time-scale", "0.1",
             "--openai-requests", "4", "--openai-coalesce", "1:0,8:5",
             "--pool-counts", "1,3", "--pools-requests", "4", "--pools-idle-s", "0.5",
+            "--tracing-requests", "4", "--tracing-loops", "50",
             "--write", str(out),
         ],
         capture_output=True,
@@ -53,7 +54,7 @@ def test_bench_router_all_parts_tiny(tmp_path: Path):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     text = out.read_text()
     sections = ("router-overhead", "router-throughput", "router-pick", "router-policies",
-                "router-openai", "router-pools")  # fmt: skip
+                "router-openai", "router-pools", "router-tracing")  # fmt: skip
     for section in sections:
         assert f"<!-- bench:{section} -->" in text
     assert "Failed requests: 0." in text
@@ -130,3 +131,14 @@ def test_bench_router_all_parts_tiny(tmp_path: Path):
         assert int(cells[8].replace(",", "")) > 0  # Pick decisions
         assert cells[12] == "0"  # no Pick error, every pool's model found
     assert any(line.endswith("Failed requests: 0.") for line in pools)
+    tracing = _section(text, "router-tracing")
+    tracing_rows = [[c.strip() for c in line.split("|")[1:-1]] for line in tracing
+                    if line.startswith("| 1 |")]  # fmt: skip
+    assert len(tracing_rows) == 1, tracing
+    assert tracing_rows[0][1] == "4"  # requests per path
+    assert float(tracing_rows[0][2]) > 0  # p50 direct
+    spans = [line for line in tracing if line.startswith("Spans the receiver got")]
+    assert spans
+    assert int(re.findall(r"got from the two traced routers: (\d+)", spans[0])[0]) > 0
+    assert any("us per request at 1% sampling" in line for line in tracing)
+    assert any(line.endswith("Failed requests: 0.") for line in tracing)

@@ -13,7 +13,15 @@ from pathlib import Path
 
 import grpc
 
-from preheat.bench import router_bench, router_pools, sim, sim_bench, traces, vllm_serve
+from preheat.bench import (
+    router_bench,
+    router_pools,
+    router_tracing,
+    sim,
+    sim_bench,
+    traces,
+    vllm_serve,
+)
 from preheat.bench.workerproc import spawn_worker
 from preheat.core.percentiles import sample_quantile
 from preheat.engine.base import Engine, EngineRequest, Sampling
@@ -57,6 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     router_bench.add_arguments(r)
     router_pools.add_arguments(r)
+    router_tracing.add_arguments(r)
     sim = sub.add_parser(
         "sim",
         help="simulated routing, autoscaling and geography against baselines (docs/benchmarks.md)",
@@ -258,7 +267,8 @@ def run(args: argparse.Namespace) -> int:
     if args.bench == "worker":
         return asyncio.run(_bench_worker(args))
     if args.bench == "router":
-        return asyncio.run(router_bench.run_router_bench(args, {"pools": router_pools.part_pools}))
+        more = {"pools": router_pools.part_pools, "tracing": router_tracing.part_tracing}
+        return asyncio.run(router_bench.run_router_bench(args, more))
     if args.bench == "sim":
         return sim.run(args)
     if args.bench == "vllm-serve":

@@ -1,6 +1,6 @@
 """``preheat bench router``: what the router costs and what its routing buys.
 
-Six parts, each rerunnable alone (``--part``) and each written to its own section of
+Seven parts, each rerunnable alone (``--part``) and each written to its own section of
 docs/benchmarks.md:
 
 ``overhead``
@@ -31,6 +31,9 @@ docs/benchmarks.md:
     One router in front of 1, 4 or 16 pools (routing by ``model``) beside the single-pool
     form: added TTFT at concurrency 1 and Pick decisions per router CPU-second
     (:mod:`preheat.bench.router_pools`).
+``tracing``
+    What OpenTelemetry tracing costs the proxy: added TTFT and router CPU per request with
+    tracing off, 1% sampled and every request sampled (:mod:`preheat.bench.router_tracing`).
 
 Everything runs on this machine: client, router and workers share its cores; the per-core
 figures divide by the router's own CPU time, not by wall time.
@@ -78,7 +81,9 @@ from preheat.wire.pickclient import PickFailed, PickStream
 from preheat.workload.prompts import words
 from preheat.workload.traces import TraceOptions, TraceRequest, load_trace, prompt_text
 
-PARTS: tuple[str, ...] = ("overhead", "throughput", "pick", "policies", "openai", "pools")
+PARTS: tuple[str, ...] = (
+    "overhead", "throughput", "pick", "policies", "openai", "pools", "tracing"
+)  # fmt: skip
 DEFAULT_POLICIES: tuple[str, ...] = (
     "preheat",
     "round-robin",

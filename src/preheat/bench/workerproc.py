@@ -97,13 +97,23 @@ def spawn_worker(
 
 
 def spawn_router(
-    router_args: Sequence[str], *, ready_timeout_s: float = 60.0, echo: bool = False
+    router_args: Sequence[str],
+    *,
+    ready_timeout_s: float = 60.0,
+    echo: bool = False,
+    env: dict[str, str] | None = None,
 ) -> contextlib.AbstractAsyncContextManager[ServiceProcess]:
     """Runs ``preheat router <router_args> --grpc-port 0 --http-port 0`` until the block
-    ends (ready line ``router_ready``), then sends SIGTERM and waits for it to exit."""
+    ends (ready line ``router_ready``), then sends SIGTERM and waits for it to exit;
+    ``env``: variables set for it (e.g. ``OTEL_*``)."""
     args = ["--grpc-port", "0", "--http-port", "0", *router_args]
     return spawn_service(
-        "router", args, ready_event="router_ready", ready_timeout_s=ready_timeout_s, echo=echo
+        "router",
+        args,
+        ready_event="router_ready",
+        ready_timeout_s=ready_timeout_s,
+        echo=echo,
+        env=env,
     )
 
 
@@ -130,12 +140,14 @@ async def spawn_service(
     ready_event: str = "worker_ready",
     ready_timeout_s: float = 120.0,
     echo: bool = False,
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[ServiceProcess]:
     """Runs ``preheat <command> <args>`` (or ``python -m <module> <args>`` for another
     module) until the block ends (ready once it prints a line with ``ready_event`` and both
     ports), then sends SIGTERM and waits for it to exit."""
     head = [command] if module == "preheat.cli" else []
-    child = await spawn(command, [sys.executable, "-m", module, *head, *args], None, now=0.0)
+    argv = [sys.executable, "-m", module, *head, *args]
+    child = await spawn(command, argv, None, now=0.0, env=env)
     stdout = child.proc.stdout
     assert stdout is not None
     log: list[str] = []

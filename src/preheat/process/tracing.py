@@ -85,10 +85,14 @@ class Tracing:
 
     @staticmethod
     def metadata(span: Span) -> tuple[tuple[str, str], ...]:
-        """gRPC metadata carrying ``span`` as the next hop's parent."""
-        carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier, trace.set_span_in_context(span))
-        return tuple(carrier.items())
+        """gRPC metadata carrying ``span`` as the next hop's parent: W3C ``traceparent``
+        (and ``tracestate`` when it has one), written directly (on every proxied request,
+        sampled or not, so that the worker follows the router's decision)."""
+        ctx = span.get_span_context()
+        parent = f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
+        if ctx.trace_state:
+            return (("traceparent", parent), ("tracestate", ctx.trace_state.to_header()))
+        return (("traceparent", parent),)
 
     def shutdown(self) -> None:
         """Flushes what is buffered and stops the exporter (bounded by the SDK's timeouts)."""

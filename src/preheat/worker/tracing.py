@@ -71,6 +71,8 @@ class GenerateTrace:
         self.span.add_event(name, {f"dev.preheat.{k}": v for k, v in attrs.items()})
 
     def end(self, outcome: str, error: str = "") -> None:
+        if not self.span.is_recording():  # not sampled: nothing to say
+            return
         now_ns = time.time_ns()
         final = self._final
         if final is not None:

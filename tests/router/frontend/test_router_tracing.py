@@ -13,6 +13,7 @@ from frontendkit import eventually, gen, router, words, workers
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import StatusCode
 
 from preheat.core.routing.admission import AdmissionConfig
@@ -191,3 +192,36 @@ async def test_no_exemplar_without_tracing() -> None:
             text = await resp.text()
     assert "preheat_router_ttft_seconds_bucket" in text
     assert " # {" not in text
+
+
+async def test_an_unsampled_request_records_nothing_and_the_worker_follows() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing = Tracing(provider, "preheat.test")
+    try:
+        async with workers([{"id": "w-1"}]) as ws:
+            ws[0].server.tracing = tracing
+            async with router([w.endpoint for w in ws], tracing=tracing) as r:
+                chunks = await r.generate(gen(words(16), 3))
+                assert chunks[-1].usage.completion_tokens == 3
+                async with r.http.get(r.url + "/metrics", headers={"Accept": OPENMETRICS}) as m:
+                    text = await m.text()
+    finally:
+        tracing.shutdown()
+    assert exporter.get_finished_spans() == ()
+    assert " # {" not in text  # no exemplar points at a trace that was not kept
+
+
+@pytest.mark.parametrize("sampled", [True, False])
+def test_the_metadata_is_what_the_w3c_propagator_writes(sampled: bool) -> None:
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+    from opentelemetry.trace import set_span_in_context as in_context
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    for state in (TraceState(), TraceState([("vendor", "x1")])):
+        flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
+        span = NonRecordingSpan(SpanContext(0xAB << 64, 0xCD, True, flags, state))
+        want: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(want, in_context(span))
+        assert dict(Tracing.metadata(span)) == want

@@ -94,15 +94,18 @@ class RequestTrace:
             attributes={"dev.preheat.api": api, "gen_ai.operation.name": operation},
         )
         self._received_pc = received_pc
-        self._ctx: Context = set_span_in_context(self.root)
         self._attempt = 0
         self._upstream: Span | None = None
-
-        ctx = self.root.get_span_context()
+        # not sampled (OTEL_TRACES_SAMPLER): every method returns at once, but the upstream
+        # call still carries the trace context, so the worker follows the same decision
+        self.recording = self.root.is_recording()
+        self._ctx: Context | None = set_span_in_context(self.root) if self.recording else None
         # the OpenMetrics exemplar that links a TTFT or e2e bucket to this trace: only for a
         # sampled trace (an unsampled one is not exported: a link to nothing)
         self.exemplar: dict[str, str] | None = (
-            {"trace_id": format(ctx.trace_id, "032x")} if ctx.trace_flags.sampled else None
+            {"trace_id": format(self.root.get_span_context().trace_id, "032x")}
+            if self.recording
+            else None
         )
 
     @property
@@ -127,6 +130,8 @@ class RequestTrace:
         span.end(end_time=self._clock.ns(end_pc))
 
     def parsed(self, req: inference_pb2.GenerateRequest, prompt_tokens: int, now_pc: float) -> None:
+        if not self.recording:
+            return
         self.root.set_attributes(
             {
                 "gen_ai.request.model": req.model,
@@ -139,12 +144,16 @@ class RequestTrace:
 
     def refused(self, code: str, message: str, now_pc: float) -> None:
         """Refused before it was routed (malformed, unknown class, over a quota)."""
+        if not self.recording:
+            return
         self.root.add_event("refused", {"dev.preheat.code": code, "dev.preheat.reason": message})
         self.end(code, now_pc, error=message)
 
     def admission(
         self, admitted: bool, slo_class: str, tenant: str, explanation: str, now_pc: float
     ) -> None:
+        if not self.recording:
+            return
         self._span(
             "router.admission",
             now_pc,
@@ -161,6 +170,8 @@ class RequestTrace:
     def scheduled(
         self, decision: RouteDecision, start_pc: float, routable_pc: float, end_pc: float
     ) -> None:
+        if not self.recording:
+            return
         self._attempt += 1
         if routable_pc - start_pc >= QUEUE_SPAN_MIN_S:
             self._span("router.queue_wait", start_pc, routable_pc, _attrs(attempt=self._attempt))
@@ -190,6 +201,8 @@ class RequestTrace:
 
     def upstream(self, endpoint: str, address: str, now_pc: float) -> tuple[tuple[str, str], ...]:
         """Starts this attempt's call span; the gRPC metadata that carries it to the worker."""
+        if not self.recording:
+            return self._tracing.metadata(self.root)  # the unsampled decision, passed on
         self._upstream = self._tracer.start_span(
             "router.upstream",
             context=self._ctx,
@@ -212,6 +225,8 @@ class RequestTrace:
         span.end(end_time=self._clock.ns(now_pc))
 
     def first_token(self, now_pc: float) -> None:
+        if not self.recording:
+            return
         ttft_ms = round((now_pc - self._received_pc) * 1e3, 3)
         at = self._clock.ns(now_pc)
         self.root.add_event("first_token", {"dev.preheat.ttft_ms": ttft_ms}, timestamp=at)
@@ -228,6 +243,8 @@ class RequestTrace:
         finish_reason: int = 0,
         error: str = "",
     ) -> None:
+        if not self.recording:
+            return
         at = self._clock.ns(now_pc)
         if outcome == "cancelled":
             self.root.add_event("cancelled", timestamp=at)
