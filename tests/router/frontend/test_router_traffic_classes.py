@@ -5,6 +5,7 @@ worker; every request's outcome and TTFT are counted by class."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import grpc
@@ -124,3 +125,23 @@ def test_an_inference_pools_traffic_reaches_the_routers_pool_settings() -> None:
     klass = s.traffic.get("interactive")
     assert klass is not None
     assert klass.priority == 0
+
+
+async def test_a_traffic_change_loses_nothing_in_flight() -> None:
+    async with (
+        workers([{"id": "w-1", "engine": {"time_scale": 1.0}}]) as ws,
+        router([w.endpoint for w in ws], traffic=TRAFFIC) as r,
+    ):
+        d = r.server.dispatcher
+        call = r.inference.Generate(gen("a long one", 400, slo_class="batch"), timeout=30)
+        first = await call.read()
+        assert first.request_id
+        changed = Traffic(classes=(TrafficClass(name="only", ttft_ms=1000),))
+        d.reconfigure(d.scheduler_config, dataclasses.replace(d.config, traffic=changed))
+        tokens = len(first.token_ids)
+        while (chunk := await call.read()) is not grpc.aio.EOF:
+            tokens += len(chunk.token_ids)
+        assert tokens == 400  # the request in flight finished whole under the old class
+        with pytest.raises(grpc.aio.AioRpcError) as ei:  # new requests see the new classes
+            await r.generate(gen("x", 2, slo_class="batch"))
+        assert "unknown slo_class 'batch' (known: only)" in (ei.value.details() or "")
