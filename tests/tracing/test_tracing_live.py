@@ -110,6 +110,7 @@ def test_one_streamed_chat_is_one_trace_across_router_and_worker(
             return {"router.request", "worker.generate", "worker.decode"} <= names
 
         spans = rx.wait_for(complete, 30)
+        workers = list(_state(run).get("workers") or {})  # read while it runs
     finally:
         up.send_signal(signal.SIGINT)
         try:
@@ -137,7 +138,7 @@ def test_one_streamed_chat_is_one_trace_across_router_and_worker(
         assert _one(mine, name).parent_id == worker.span_id, name
 
     schedule = _one(mine, "router.schedule")
-    workers = list(_state(run).get("workers") or {}) or ["w-1"]
+    assert len(workers) == 1
     assert schedule.attributes["dev.preheat.endpoint"] in workers
     assert schedule.attributes["dev.preheat.predicted_ttft_ms"] > 0
     assert schedule.attributes["dev.preheat.reason"]
@@ -155,6 +156,9 @@ def test_one_streamed_chat_is_one_trace_across_router_and_worker(
     assert decode.attributes["dev.preheat.tokens"] == 12
     prefill = _one(mine, "worker.prefill")
     assert prefill.attributes["dev.preheat.computed_tokens"] > 0
-    # the stages follow each other inside the worker's span, inside the router's
+    # the call starts after the router got the request, the worker's span after the call
+    # (its end is not compared: the worker closes its span after sending the last chunk,
+    # which may be after the router has ended its own)
     assert root.start_ns <= upstream.start_ns <= worker.start_ns
-    assert worker.end_ns <= root.end_ns
+    queue, decode = _one(mine, "worker.queue"), _one(mine, "worker.decode")
+    assert worker.start_ns <= queue.start_ns <= prefill.start_ns <= decode.start_ns
