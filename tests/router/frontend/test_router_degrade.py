@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import grpc
 import openai
-from frontendkit import router, words, workers
+from frontendkit import gen, router, words, workers
 
 from preheat.core import metric_names as mn
 from preheat.core.promtext import parse_samples
@@ -85,3 +86,21 @@ async def test_the_openai_client_sees_a_clamped_answer_as_an_ordinary_completion
         assert done.choices[0].finish_reason == "length"
         assert done.usage is not None
         assert done.usage.completion_tokens == 3
+
+
+async def test_over_grpc_the_step_comes_as_a_trailer() -> None:
+    async with (
+        workers([{"id": "w-1"}]) as ws,
+        router([w.endpoint for w in ws], traffic=TRAFFIC) as r,
+    ):
+        call = r.inference.Generate(gen(words(3000), 20, slo_class="clamped"), timeout=20)
+        tokens = 0
+        while (chunk := await call.read()) is not grpc.aio.EOF:
+            tokens += len(chunk.token_ids)
+        assert tokens == 3
+        trailers = dict(await call.trailing_metadata() or ())
+        assert trailers["x-preheat-degraded"] == "clamp-output; max_tokens_asked=20"
+        plain = r.inference.Generate(gen("short", 2), timeout=20)
+        while await plain.read() is not grpc.aio.EOF:
+            pass
+        assert "x-preheat-degraded" not in dict(await plain.trailing_metadata() or ())

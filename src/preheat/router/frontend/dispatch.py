@@ -192,6 +192,19 @@ class StreamStats:
     degraded: str = ""  # the degradation step taken (core.traffic.ladder), "" none
     clamped_from: int = 0  # max_tokens before a clamp-output step (0: not clamped)
     fallback_pool: str = ""  # the pool that served it (the fallback-pool step)
+
+    def degraded_note(self) -> str:
+        """``STEP[; max_tokens_asked=N][; pool=P]`` ("" when no step was taken): the HTTP
+        header ``X-Preheat-Degraded`` and the gRPC trailer ``x-preheat-degraded``."""
+        if not self.degraded:
+            return ""
+        note = self.degraded
+        if self.clamped_from:
+            note += f"; max_tokens_asked={self.clamped_from}"
+        if self.fallback_pool:
+            note += f"; pool={self.fallback_pool}"
+        return note
+
     finish_reason: int = 0  # the last chunk's (inference_pb2.FinishReason)
 
 

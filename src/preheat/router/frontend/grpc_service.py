@@ -28,7 +28,7 @@ from preheat.proto.preheat.v1 import (
     router_pb2_grpc,
 )
 from preheat.router.frontend import tracing
-from preheat.router.frontend.dispatch import Dispatcher
+from preheat.router.frontend.dispatch import Dispatcher, StreamStats
 from preheat.router.frontend.metrics import RouterOutcome
 from preheat.router.frontend.tracing import RequestTrace
 from preheat.wire.coalesce import CoalesceConfig, coalesce
@@ -118,12 +118,14 @@ class InferenceProxy(inference_pb2_grpc.InferenceServicer):
             log.info("request_refused", extra=fields(code=e.code.value, reason=e.message))
             await abort(context, e)
         with request_context(prep.info.request_id):
-            stream = d.generate(prep, api="grpc", timeout_s=context.time_remaining())
+            stats = StreamStats()
+            stream = d.generate(prep, api="grpc", timeout_s=context.time_remaining(), stats=stats)
             try:
                 if not self._coalesce.enabled:  # the common case: no extra layer per chunk
                     async with contextlib.aclosing(stream):
                         async for chunk in stream:
                             yield chunk
+                    _trail_degraded(context, stats)
                     return
                 async with (
                     contextlib.aclosing(stream),
@@ -131,6 +133,7 @@ class InferenceProxy(inference_pb2_grpc.InferenceServicer):
                 ):
                     async for chunk in chunks:
                         yield chunk
+                _trail_degraded(context, stats)
             except PreheatError as e:
                 log.info("request_failed", extra=fields(code=e.code.value, reason=e.message))
                 await abort(context, e)
@@ -139,6 +142,16 @@ class InferenceProxy(inference_pb2_grpc.InferenceServicer):
                     raise
                 log.exception("request_error")
                 await abort(context, PreheatError(ErrorCode.INTERNAL, INTERNAL_MESSAGE))
+
+
+DEGRADED_TRAILER = "x-preheat-degraded"
+
+
+def _trail_degraded(context: Any, stats: StreamStats) -> None:
+    """The degradation step the request took, as trailing metadata (none: nothing)."""
+    note = stats.degraded_note()
+    if note:
+        context.set_trailing_metadata(((DEGRADED_TRAILER, note),))
 
 
 def picked(endpoint: Endpoint, predicted_ms: float) -> router_pb2.PickedEndpoint:
