@@ -35,6 +35,8 @@ ALL_ON = [
     "--set",
     "metrics.prometheusRule.enabled=true",
     "--set",
+    "tracing.enabled=true",
+    "--set",
     "networkPolicy.enabled=true",
     "--set",
     "operator.watchNamespaces={serving,batch}",

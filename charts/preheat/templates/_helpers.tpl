@@ -85,6 +85,20 @@ app.kubernetes.io/name: preheat-{{ .component }}
 
 {{/* The operator's config file (`preheat operator --config`): cluster-wide settings, not per
 pool. Also hashed into the operator pod's checksum/config annotation. */}}
+{{/* OpenTelemetry tracing (values: tracing): --tracing by environment, and the OTEL_*
+variables, for the router, the operator and (through its config) every worker pod. */}}
+{{- define "preheat.tracingEnv" -}}
+- {name: PREHEAT_TRACING, value: "true"}
+{{- with .Values.tracing.endpoint }}
+- {name: OTEL_EXPORTER_OTLP_ENDPOINT, value: {{ . | quote }}}
+{{- end }}
+- {name: OTEL_EXPORTER_OTLP_INSECURE, value: {{ .Values.tracing.insecure | toString | quote }}}
+- {name: OTEL_TRACES_SAMPLER, value: {{ .Values.tracing.sampler | quote }}}
+{{- with .Values.tracing.samplerArg }}
+- {name: OTEL_TRACES_SAMPLER_ARG, value: {{ . | quote }}}
+{{- end }}
+{{- end -}}
+
 {{- define "preheat.operatorConfig" -}}
 workerImage: {{ include "preheat.image" (dict "root" . "image" .Values.image.worker) }}
 watchNamespaces: {{ .Values.operator.watchNamespaces | toJson }}
@@ -95,6 +109,7 @@ workerServiceMonitor: {{ .Values.operator.workerServiceMonitor | toString | quot
 workerServiceMonitorLabels: {{ .Values.metrics.serviceMonitor.labels | toJson }}
 {{- $pod := deepCopy .Values.operator.worker.pod }}
 {{- if not $pod.imagePullSecrets }}{{- $_ := set $pod "imagePullSecrets" .Values.imagePullSecrets }}{{- end }}
+{{- if .Values.tracing.enabled }}{{- $_ := set $pod "env" (concat $pod.env (include "preheat.tracingEnv" . | fromYamlArray)) }}{{- end }}
 workerPod: {{ $pod | toJson }}
 autoscaler:
   prometheusUrl: {{ .Values.operator.autoscaler.prometheusUrl | quote }}

@@ -1,6 +1,7 @@
 """OpenTelemetry tracing for every component: off unless asked for, configured the standard way.
 
-A component turns it on with its ``--tracing`` flag (:func:`add_tracing_flag`); everything else
+A component turns it on with its ``--tracing`` flag (:func:`add_tracing_flag`; or
+``PREHEAT_TRACING=true`` in its environment, as the chart sets it); everything else
 comes from the standard ``OTEL_*`` environment variables, read by the OpenTelemetry SDK itself:
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``; OTLP over gRPC,
 default ``localhost:4317``), ``OTEL_EXPORTER_OTLP_INSECURE``, ``OTEL_TRACES_SAMPLER`` and
@@ -39,13 +40,23 @@ TRACEPARENT = "traceparent"
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
+TRACING_ENV = "PREHEAT_TRACING"
+
+
+def tracing_from_env(environ: Mapping[str, str]) -> bool:
+    """``PREHEAT_TRACING`` turns ``--tracing`` on (``true`` or ``1``): how the chart turns it
+    on in the worker pods the operator makes, whose flags it does not write."""
+    return environ.get(TRACING_ENV, "").strip().lower() in ("1", "true")
+
+
 def add_tracing_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     parser.add_argument(
         "--tracing",
         action="store_true",
-        help="export OpenTelemetry traces (OTLP/gRPC); configured by the standard OTEL_* "
-        "variables: OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_SAMPLER(_ARG), "
-        "OTEL_SERVICE_NAME, ... (off by default)",
+        default=tracing_from_env(os.environ),
+        help="export OpenTelemetry traces (OTLP/gRPC; env PREHEAT_TRACING=true); configured "
+        "by the standard OTEL_* variables: OTEL_EXPORTER_OTLP_ENDPOINT, "
+        "OTEL_TRACES_SAMPLER(_ARG), OTEL_SERVICE_NAME, ... (off by default)",
     )
 
 
