@@ -225,3 +225,22 @@ def test_the_metadata_is_what_the_w3c_propagator_writes(sampled: bool) -> None:
         want: dict[str, str] = {}
         TraceContextTextMapPropagator().inject(want, in_context(span))
         assert dict(Tracing.metadata(span)) == want
+
+
+async def test_a_grpc_clients_traceparent_is_the_routers_parent(
+    traced: tuple[Tracing, InMemorySpanExporter],
+) -> None:
+    tracing, exporter = traced
+    trace_id, span_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    async with (
+        workers([{"id": "w-1"}]) as ws,
+        router([w.endpoint for w in ws], tracing=tracing) as r,
+    ):
+        md = (("traceparent", f"00-{trace_id}-{span_id}-01"),)
+        await r.generate(gen(words(16), 2), metadata=md)
+        await eventually(lambda: bool(named(exporter.get_finished_spans(), "router.request")))
+    (root,) = named(exporter.get_finished_spans(), "router.request")
+    assert format(root.context.trace_id, "032x") == trace_id
+    assert root.parent is not None
+    assert format(root.parent.span_id, "016x") == span_id
+    assert root.parent.is_remote
