@@ -1,7 +1,8 @@
 """The shipped dashboard's queries and the SLO rules, run on a real Prometheus (Debian's
 package) scraping `preheat up` (sim workers and the router; ``--prometheus`` makes it write
 the file_sd targets) under a little traffic: every
-query returns data, and every recording rule records some.
+query returns data, and every recording rule records some. With tracing on, the router's TTFT
+buckets carry exemplars (Prometheus's exemplar storage) that name traces the OTLP receiver got.
 
 The panels fed only by the operator (``preheat_pool_replicas``: the operator's registry, not
 `preheat up`'s) have no source here; the test names them and checks the rest.
@@ -11,6 +12,7 @@ Without the prometheus or helm binary the test skips, unless ``CI=true``: then i
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -18,11 +20,14 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent import futures
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from promqlkit import dashboard_queries, exported, load_dashboard, rule_groups, substitute
 from test_dashboard_names import _tool, rendered_rules
 
@@ -99,6 +104,7 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[str, Path]]:
             f"--storage.tsdb.path={tmp_path / 'tsdb'}",
             f"--web.listen-address=127.0.0.1:{reserved.port}",
             "--log.level=warn",
+            "--enable-feature=exemplar-storage",
         ],
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
@@ -131,15 +137,65 @@ def _load(target: str, tmp: Path, requests: int, rate: float) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_every_panel_and_rule_has_data_on_a_live_pool(prometheus: tuple[str, Path]) -> None:
+class _Receiver(trace_service_pb2_grpc.TraceServiceServicer):
+    """An OTLP/gRPC receiver keeping the trace ids of the router's request spans."""
+
+    def __init__(self) -> None:
+        self.router_traces: set[str] = set()
+
+    def Export(self, request: Any, context: Any) -> Any:
+        for rs in request.resource_spans:
+            for ss in rs.scope_spans:
+                for span in ss.spans:
+                    if span.name == "router.request":
+                        self.router_traces.add(span.trace_id.hex())
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[str, _Receiver]]:
+    rx = _Receiver()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(rx, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}", rx
+    finally:
+        server.stop(grace=None)
+
+
+def _exemplar_traces(url: str, metric: str) -> set[str]:
+    """Trace ids of the exemplars Prometheus stored for ``metric`` (any time)."""
+    q = urllib.parse.urlencode({"query": metric, "start": "0", "end": "4102444800"})
+    with urllib.request.urlopen(f"{url}/api/v1/query_exemplars?{q}", timeout=5) as resp:
+        body = json.load(resp)
+    assert body["status"] == "success", body
+    return {e["labels"]["trace_id"] for series in body["data"] for e in series["exemplars"]}
+
+
+def test_every_panel_and_rule_has_data_on_a_live_pool(
+    prometheus: tuple[str, Path], receiver: tuple[str, _Receiver]
+) -> None:
+    """With tracing on (every request sampled): the router's TTFT buckets in Prometheus
+    carry exemplars whose trace ids are the traces the collector received."""
     url, run = prometheus
+    otlp, rx = receiver
     pool = run.parent / "pool.yaml"
     pool.write_text(POOL)
     log = run / "up.log"
+    env = {
+        **os.environ,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": otlp,
+        "OTEL_EXPORTER_OTLP_INSECURE": "true",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "OTEL_TRACES_SAMPLER": "always_on",
+    }
+    env.pop("OTEL_SDK_DISABLED", None)
     up = subprocess.Popen(
         [sys.executable, "-m", "preheat.cli", "up", "-f", str(pool), "--out", str(run),
-         "--no-ui", "--interval-s", "1", "--prometheus", url],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT,
+         "--no-ui", "--interval-s", "1", "--prometheus", url, "--tracing"],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
     )  # fmt: skip
     try:
         _wait(lambda: (_state(run).get("counts") or {}).get("active") == 1, 60, "a worker", log)
@@ -189,6 +245,11 @@ def test_every_panel_and_rule_has_data_on_a_live_pool(prometheus: tuple[str, Pat
             "PreheatTTFTBudgetBurnFast": "pending",
             "PreheatTTFTBudgetBurnSlow": "pending",
         }
+        # a p99 bucket links to a trace: the exemplars are traces the collector has
+        bucket = f'preheat_router_ttft_seconds_bucket{{pool="{POOL_NAME}"}}'
+        exemplars = _exemplar_traces(url, bucket)
+        assert exemplars
+        _wait(lambda: exemplars <= rx.router_traces, 20, "the exemplars' traces", log)
     finally:
         if up.poll() is None:
             up.send_signal(signal.SIGINT)
