@@ -244,3 +244,26 @@ async def test_a_grpc_clients_traceparent_is_the_routers_parent(
     assert root.parent is not None
     assert format(root.parent.span_id, "016x") == span_id
     assert root.parent.is_remote
+
+
+async def test_a_pick_is_a_trace_with_its_schedule_span(
+    traced: tuple[Tracing, InMemorySpanExporter],
+) -> None:
+    from preheat.proto.preheat.v1 import router_pb2
+
+    tracing, exporter = traced
+    async with (
+        workers([{"id": "w-1"}, {"id": "w-2"}]) as ws,
+        router([w.endpoint for w in ws], tracing=tracing) as r,
+    ):
+        answer = await r.router.Pick(router_pb2.PickRequest(request=gen(words(16))), timeout=10)
+        await eventually(lambda: bool(named(exporter.get_finished_spans(), "router.request")))
+    spans = exporter.get_finished_spans()
+    (root,) = named(spans, "router.request")
+    assert root.attributes["dev.preheat.api"] == "pick"
+    assert root.attributes["dev.preheat.outcome"] == "ok"
+    (schedule,) = named(spans, "router.schedule")
+    assert schedule.attributes["dev.preheat.endpoint"] == answer.endpoint.worker_id
+    assert schedule.parent is not None
+    assert schedule.parent.span_id == root.context.span_id
+    assert not named(spans, "router.upstream")  # the client calls the worker itself

@@ -181,6 +181,10 @@ async def pick_response(
     """One decision, as Pick, each item of PickBatch and PickStream, and the embedded
     router make it (``md``: the caller's gRPC metadata); raises PreheatError."""
     outcome = RouterOutcome.ERROR
+    error = ""
+    trace = None
+    if d.tracing is not None:  # the decision as a trace: router.request (api pick), schedule
+        trace = tracing.start(d.tracing, md, "pick", "text_completion", time.perf_counter())
     try:
         prep = d.prepare(
             _with_session(request.request, md),
@@ -188,6 +192,7 @@ async def pick_response(
             client_zone=request.client_zone or md.get(CLIENT_ZONE_KEY, ""),
             tenant=_tenant(d, md),
         )
+        prep = tracing.prepared(prep, trace)
         decision = await d.decide(prep, deadline=deadline)
         ep = decision.endpoint
         assert ep is not None
@@ -201,9 +206,12 @@ async def pick_response(
         )
     except PreheatError as e:
         outcome = RouterOutcome.of_error(e.code)
+        error = e.message
         raise
     finally:
         d.metrics.observe_outcome("pick", outcome)
+        if trace is not None:
+            trace.end(outcome.value, time.perf_counter(), error=error)
 
 
 async def pool_pick(
