@@ -267,3 +267,33 @@ async def test_a_pick_is_a_trace_with_its_schedule_span(
     assert schedule.parent is not None
     assert schedule.parent.span_id == root.context.span_id
     assert not named(spans, "router.upstream")  # the client calls the worker itself
+
+
+async def test_the_openai_passthrough_is_traced_and_sends_traceparent_upstream(
+    traced: tuple[Tracing, InMemorySpanExporter],
+) -> None:
+    from fakeopenai import fake_openai, serve_openai
+    from frontendkit import MODEL
+
+    tracing, exporter = traced
+    trace_id, span_id = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    async with fake_openai() as fake, workers([{"id": "w-1"}]) as ws:
+        serve_openai(ws[0], fake.port)
+        async with router([w.endpoint for w in ws], tracing=tracing) as r:
+            body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+            headers = {"traceparent": f"00-{trace_id}-{span_id}-01"}
+            async with r.http.post(
+                r.url + "/v1/chat/completions", json=body, headers=headers
+            ) as resp:
+                assert resp.status == 200
+                await resp.read()
+            await eventually(lambda: bool(named(exporter.get_finished_spans(), "router.request")))
+    spans = exporter.get_finished_spans()
+    (root,) = named(spans, "router.request")
+    assert format(root.context.trace_id, "032x") == trace_id
+    (upstream,) = named(spans, "router.upstream")
+    assert upstream.attributes["dev.preheat.endpoint"] == "w-1"
+    sent = fake.headers[0]["traceparent"]  # the worker's OpenAI API got the upstream span
+    assert sent == f"00-{trace_id}-{format(upstream.context.span_id, '016x')}-01"
+    assert "first_token" in events(root)
+    assert root.attributes["dev.preheat.outcome"] == "ok"

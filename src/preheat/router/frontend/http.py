@@ -419,7 +419,7 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
         d = pool.dispatcher
         metrics = d.metrics
         if await pool.passthrough.wait_active():
-            return await _passthrough(request, fe, pool, raw, chat, received)
+            return await _passthrough(request, fe, pool, raw, chat, received, received_pc)
         if chat:
             cbody, prompt = await d.offload(len(raw), functools.partial(_parse_chat, raw))
             body: Any = cbody
@@ -508,10 +508,18 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
 
 
 async def _passthrough(
-    request: web.Request, fe: HttpFrontend, pool: Pool, raw: bytes, chat: bool, received: float
+    request: web.Request,
+    fe: HttpFrontend,
+    pool: Pool,
+    raw: bytes,
+    chat: bool,
+    received: float,
+    received_pc: float,
 ) -> web.StreamResponse:
     """The request, passed through to a worker's OpenAI API (router/frontend/passthrough.py)."""
     pt = pool.passthrough
+    op = "chat" if chat else "text_completion"
+    trace = tracing.start(pool.dispatcher.tracing, request.headers, "openai", op, received_pc)
     try:
         prep, body, stream = await pt.prepare(
             request,
@@ -521,7 +529,10 @@ async def _passthrough(
             http_tenant(request, fe.tenant_header),
             rename=pool.canonical,
         )
+        prep = tracing.prepared(prep, trace)
     except PreheatError as e:
+        if trace is not None:
+            trace.refused(e.code.value, e.message, time.perf_counter())
         pool.metrics.observe_outcome("openai", RouterOutcome.of_error(e.code))
         log.info("request_refused", extra=fields(code=e.code.value, reason=e.message))
         return error_response(e)

@@ -483,11 +483,19 @@ class Passthrough:
         st = StreamStats()
         tried: set[str] = set()
         outcome = RouterOutcome.ERROR
+        tr = prep.trace
+        error = ""
         try:
             d._admit()
         except PreheatError as e:
             d.metrics.observe_outcome(api, RouterOutcome.of_error(e.code))
+            if tr is not None:
+                now = perf_counter()
+                tr.admission(False, prep.slo_class, prep.request.cache_salt, e.message, now)
+                tr.end(RouterOutcome.of_error(e.code).value, now, error=e.message)
             raise
+        if tr is not None:
+            tr.admission(True, prep.slo_class, prep.request.cache_salt, "", perf_counter())
         d._in_flight += 1
         gauge = d.metrics.in_flight.labels(*d.metrics.series)  # the one it leaves
         gauge.inc()
@@ -507,6 +515,8 @@ class Passthrough:
                 d.metrics.overhead.observe(st.routed_at - prep.received_pc)
                 d._log_routed(prep, decision, st.attempts)
                 d.store.request_started(ep.id)
+                if tr is not None:  # its traceparent goes out in the request's headers
+                    tr.upstream(ep.id, ep.address, st.routed_at)
                 settled = False  # the endpoint's in-flight count was given back
                 try:
                     if stream:
@@ -536,6 +546,8 @@ class Passthrough:
                         "upstream_failed",
                         extra=fields(worker=ep.id, detail=str(e), retrying=retry),
                     )
+                    if tr is not None:
+                        tr.attempt_failed("UNAVAILABLE", str(e), retry, perf_counter())
                     if not retry:
                         raise PreheatError(
                             ErrorCode.UNAVAILABLE,
@@ -554,6 +566,7 @@ class Passthrough:
                         d.store.request_finished(ep.id)
         except PreheatError as e:
             outcome = RouterOutcome.of_error(e.code)
+            error = e.message
             raise
         except (asyncio.CancelledError, ConnectionError):
             outcome = RouterOutcome.CANCELLED
@@ -563,9 +576,13 @@ class Passthrough:
             d._completions.append(d._now())
             gauge.dec()
             d.metrics.observe_outcome(api, outcome)
+            if tr is not None:
+                tr.end(outcome.value, perf_counter(), tokens=st.tokens, usage=st.usage, error=error)
 
     def _headers(self, prep: Prepared) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "X-Request-Id": prep.info.request_id}
+        if prep.trace is not None:  # W3C trace context: vLLM's own tracing continues it
+            headers.update(prep.trace.upstream_metadata)
         if prep.request.session_id:  # the worker counts its sessions (scale-down's cost)
             headers["X-Session-Id"] = prep.request.session_id
         return headers

@@ -96,6 +96,8 @@ class RequestTrace:
         self._received_pc = received_pc
         self._attempt = 0
         self._upstream: Span | None = None
+        # the current attempt's trace context, as gRPC metadata or HTTP headers
+        self.upstream_metadata: tuple[tuple[str, str], ...] = ()
         # not sampled (OTEL_TRACES_SAMPLER): every method returns at once, but the upstream
         # call still carries the trace context, so the worker follows the same decision
         self.recording = self.root.is_recording()
@@ -201,8 +203,9 @@ class RequestTrace:
 
     def upstream(self, endpoint: str, address: str, now_pc: float) -> tuple[tuple[str, str], ...]:
         """Starts this attempt's call span; the gRPC metadata that carries it to the worker."""
-        if not self.recording:
-            return self._tracing.metadata(self.root)  # the unsampled decision, passed on
+        if not self.recording:  # the unsampled decision, passed on
+            self.upstream_metadata = self._tracing.metadata(self.root)
+            return self.upstream_metadata
         self._upstream = self._tracer.start_span(
             "router.upstream",
             context=self._ctx,
@@ -214,7 +217,8 @@ class RequestTrace:
                 "server.address": address,
             },
         )
-        return self._tracing.metadata(self._upstream)
+        self.upstream_metadata = self._tracing.metadata(self._upstream)
+        return self.upstream_metadata
 
     def attempt_failed(self, code: str, detail: str, retrying: bool, now_pc: float) -> None:
         span, self._upstream = self._upstream, None
