@@ -49,8 +49,10 @@ def _rules(docs: list[dict[str, Any]]) -> dict[tuple[str, str], set[tuple[str, s
     return out
 
 
-READ = {("preheat.dev", "inferencepools", v) for v in ("get", "list", "watch")} | {
-    ("", "pods", v) for v in ("get", "list", "watch")
+# list + watch only: the router never reads one object by name (the cluster tier checks
+# every grant against the calls: tests/cluster/test_cluster_box.py)
+READ = {("preheat.dev", "inferencepools", v) for v in ("list", "watch")} | {
+    ("", "pods", v) for v in ("list", "watch")
 }
 
 
