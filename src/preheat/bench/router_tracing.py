@@ -201,8 +201,11 @@ async def part_tracing(args: argparse.Namespace) -> PartResult:
                                 break
                     for level in levels:
                         recs_by: dict[str, list[StreamRecord]] = {s: [] for s in sides}
+                        # per round: each side's records (the paired comparison)
+                        by_round: list[dict[str, list[StreamRecord]]] = []
                         cpu = dict.fromkeys(SIDES, 0.0)
                         for rnd in range(rounds):
+                            by_round.append({})
                             turn = rnd % len(sides)
                             order = sides[turn:] + sides[:turn]
                             for k, side in enumerate(order):
@@ -215,13 +218,14 @@ async def part_tracing(args: argparse.Namespace) -> PartResult:
                                 tag = f"{side}-{level}-{rnd}"
                                 got = await _side(stubs[side], prompts, level, tag, args.max_tokens)
                                 recs_by[side] += got
+                                by_round[-1][side] = got
                                 if pid:
                                     cpu[side] += cpu_seconds(pid) - cpu0
                         failed += sum(1 for rs in recs_by.values() for x in rs if not x.ok)
                         rows.append(_row(level, recs_by, cpu))
                         print(rows[-1], flush=True)
                         if level == levels[0]:
-                            verdict = _verdict(recs_by)
+                            verdict = _verdict(recs_by, by_round)
             spans_by_side = {"all": receiver.spans}
     finally:
         await server.stop(None)
@@ -284,9 +288,28 @@ def _row(level: int, recs: dict[str, list[StreamRecord]], cpu: dict[str, float])
     return "| " + " | ".join(cells) + " |"
 
 
-def _verdict(recs: dict[str, list[StreamRecord]]) -> str:
+def _paired(by_round: list[dict[str, list[StreamRecord]]], side: str) -> list[float]:
+    """Per round, ``side``'s p50 TTFT minus the tracing-off router's (the same round's
+    conditions on both sides of each difference)."""
+    return [
+        _q(_ttfts_ms(r[side]), 0.5) - _q(_ttfts_ms(r["off"]), 0.5)
+        for r in by_round
+        if r.get(side) and r.get("off")
+    ]
+
+
+def _verdict(
+    recs: dict[str, list[StreamRecord]], by_round: list[dict[str, list[StreamRecord]]]
+) -> str:
     def p50(side: str) -> float:
         return _q(_ttfts_ms(recs[side]), 0.5)
+
+    paired = {side: _paired(by_round, side) for side in ("1%", "100%")}
+
+    def spread(xs: list[float]) -> str:
+        if not xs:
+            return "-"
+        return f"median {_q(xs, 0.5):+.3f} ms (rounds from {min(xs):+.3f} to {max(xs):+.3f})"
 
     one = p50("1%") - p50("off")
     full = p50("100%") - p50("off")
@@ -298,5 +321,7 @@ def _verdict(recs: dict[str, list[StreamRecord]]) -> str:
         f"At the first level, 1% sampling adds {one:+.3f} ms p50 TTFT over tracing off "
         f"(target under {TARGET_1PCT_P50_MS:g} ms: {met}); every request sampled adds "
         f"{full:+.3f} ms. The run's own noise: the tracing-off router's p50 over the first "
-        f"and the second half of its rounds differ by {noise:.3f} ms."
+        f"and the second half of its rounds differ by {noise:.3f} ms. Paired by round (each "
+        f"round's p50 minus the off router's p50 in the same round), 1% adds "
+        f"{spread(paired['1%'])}, 100% {spread(paired['100%'])}."
     )
