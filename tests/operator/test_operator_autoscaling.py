@@ -254,6 +254,36 @@ async def test_the_scale_down_window_survives_an_operator_restart(
         await second.stop()
 
 
+@pytest.mark.parametrize(("age_s", "holds"), [(0.0, False), (400.0, True)])
+async def test_only_a_pool_older_than_the_window_holds_it_at_start_up(
+    kube: PreheatKube, no_leaked_tasks: None, age_s: float, holds: bool
+) -> None:
+    """No status.policyHistory: a pool created less than a scale-down window (300 s) ago
+    has no window before to hold and scales down at once; an older one (an operator that
+    lost the history) holds its size for a window (proposal 0007)."""
+    clock = JumpClock()
+    clock.offset = age_s  # the pool was created age_s before the operator's "now"
+    source = FakeSource(clock.monotonic)
+    options = AutoscalerOptions(interval_s=0.2, source_factory=lambda _target: source,
+                                clock=clock.monotonic, wall_clock=clock.wall)  # fmt: skip
+    spec = pool()
+    spec["spec"]["replicas"]["desired"] = 3
+    await create_pool(kube, spec)
+    await add_pods(kube, NAMESPACE, NAME, 3, ready=True)
+    op = await OperatorProcess(autoscaler=options).start()
+    try:
+        if holds:
+            await eventually(lambda: "window began at start-up" in autoscaling_message(kube))
+            reads = source.reads
+            await eventually(lambda: source.reads >= reads + 3)
+            assert desired(kube) == 3
+        else:
+            await eventually(lambda: desired(kube) == 2)  # 100 ms vs 400: 3 -> 2 (max step 1)
+            assert "began at start-up" not in autoscaling_message(kube)
+    finally:
+        await op.stop()
+
+
 def autoscaling_message(kube: PreheatKube) -> str:
     return str(condition(get(kube, POOLS, NAMESPACE, NAME), "Autoscaling").get("message", ""))
 
