@@ -88,3 +88,27 @@ def test_the_capacity_estimate_sizes_the_pool_from_the_rate_before_refusals_do()
         ups[0].reason
     )
     assert ups[0].to_replicas > 1
+
+
+def test_the_run_says_how_far_off_the_arrival_rate_forecast_was() -> None:
+    """The forecast runs with autoscaling.predictive off too; the run's meta says how far
+    off it was (a steady rate: within a few percent)."""
+    spec: dict[str, Any] = {
+        "model": {"name": "m"},
+        "engine": {"kind": "sim"},
+        "replicas": {"min": 1, "max": 2},
+        "autoscaling": {
+            "objectives": [{"signal": "ttft", "percentile": 95, "targetMs": 2000}],
+            "window": "10s",
+        },
+    }
+    pool = pool_config(spec_document("p", spec))
+    trace = _steady(rate=4.0, seconds=150.0)
+    opts = SimOptions(startup=Startup(image_pull_s=1.0, load_s=1.0, warmup_s=1.0),
+                      autoscale_interval_s=5.0)  # fmt: skip
+    run, _ = simulate(pool, trace, opts)
+    fc = run.meta.extra["forecast"]
+    assert isinstance(fc, dict)
+    assert (fc["horizon_s"], fc["acting"]) == (60.0, False)
+    assert fc["evaluations"] > 10
+    assert 0.0 <= fc["error_median"] <= fc["error_p90"] < 0.2

@@ -580,6 +580,14 @@ def _report(result: _Result, args: argparse.Namespace) -> int:
     )
     print(render_table(summarize(result.run)))
     print(f"GPU-hours: {float(result.run.meta.extra.get('gpu_hours', 0.0)):.2f}")
+    fc = result.run.meta.extra.get("forecast")
+    if isinstance(fc, dict):
+        acting = "acting" if fc.get("acting") else "not acting: autoscaling.predictive off"
+        print(
+            f"arrival-rate forecast {float(fc['horizon_s']):g} s ahead ({acting}): off by "
+            f"{float(fc['error_median']) * 100:.0f}% (median), "
+            f"{float(fc['error_p90']) * 100:.0f}% (p90) over {int(fc['evaluations'])} evaluations"
+        )
     if not args.no_plots:
         from preheat.report.plots import write_plots
 

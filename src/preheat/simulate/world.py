@@ -48,6 +48,7 @@ from preheat.autoscaler.scrape import RouterScrape, Scrape, Served, compute, rou
 from preheat.autoscaler.source import wake_signals, wakes
 from preheat.core import autoscaling as core_autoscaling
 from preheat.core.autoscaling import ReplicaCounts, Signals
+from preheat.core.autoscaling.forecast import accuracy as forecast_accuracy
 from preheat.core.autoscaling.standby import wanted
 from preheat.core.control import ControlState, Observation, signal_query, step, tally
 from preheat.core.control.roles import ROLE_ACTIVE, ROLE_DRAINING, ROLE_STANDBY, PodView, RolePlan
@@ -234,6 +235,8 @@ class _World:
         self.samples: list[ReplicaSample] = []
         self.desired = pool.replicas.desired
         self.control = ControlState.new_pool()
+        # each evaluation's forecast error (the forecast runs with predictive off too)
+        self.forecast_errors: list[float] = []
         zones = pool.topology.zones or ("zone-a",)
         self.zones = tuple(zones)
         default_region = options.network.region_of(self.zones[0])
@@ -762,6 +765,8 @@ class _World:
         )
         assert decision is not None
         self.stats.decide_calls += 1
+        if decision.forecast is not None and decision.forecast.error is not None:
+            self.forecast_errors.append(decision.forecast.error)
         if decision.active != self.desired:
             kind = "scale_up" if decision.active > self.desired else "scale_down"
             self.events.append(
@@ -906,9 +911,27 @@ class _World:
                 "events": n_events,
                 "schedule_calls": st.schedule_calls,
                 "decide_calls": st.decide_calls,
+                **_forecast_extra(self.forecast_errors, self.pool),
             },
         )
         return Run(meta=meta, requests=requests, events=self.events, replicas=self.samples)
+
+
+def _forecast_extra(errors: list[float], pool: PoolConfig) -> dict[str, object]:
+    """``meta.extra["forecast"]``: how far off the arrival-rate forecast was over the run
+    ({} when it made no checked prediction: no router figures, or a run too short)."""
+    acc = forecast_accuracy(errors)
+    if acc is None:
+        return {}
+    return {
+        "forecast": {
+            "horizon_s": pool.autoscaling.predictive.horizon_s,
+            "acting": pool.autoscaling.predictive.enabled,
+            "evaluations": acc.count,
+            "error_median": acc.median,
+            "error_p90": acc.p90,
+        }
+    }
 
 
 def _refusal_reason(outcome: RequestOutcome) -> str:

@@ -14,8 +14,10 @@ from preheat.api.pool import to_config
 from preheat.core.autoscaling import Demand, Mix, Signals, decide
 from preheat.core.autoscaling.forecast import (
     MAX_PENDING,
+    Accuracy,
     Forecast,
     HoltWinters,
+    accuracy,
     ahead,
     observe,
     predict,
@@ -202,3 +204,13 @@ def test_the_crd_field_is_off_by_default_and_reads_horizon_and_trust() -> None:
     spec["autoscaling"] = {"predictive": {"enabled": True, "horizon": "2m", "trust": 0.8}}
     p = to_config(spec, name="p", namespace="n").autoscaling.predictive
     assert (p.enabled, p.horizon_s, p.trust) == (True, 120.0, 0.8)
+
+
+def test_accuracy_is_the_errors_median_and_p90_by_nearest_rank() -> None:
+    assert accuracy([]) is None
+    acc = accuracy([0.3, 0.1, 0.2, 0.5, 0.4, 0.0, 0.9, 0.6, 0.8, 0.7])
+    assert acc == Accuracy(10, 0.4, 0.8)
+    assert acc.describe(60.0) == (
+        "forecast 60 s ahead: off by 40% (median), 80% (p90) over 10 evaluations"
+    )
+    assert accuracy([0.25]) == Accuracy(1, 0.25, 0.25)
