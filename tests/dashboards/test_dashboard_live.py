@@ -28,10 +28,9 @@ import grpc
 import pytest
 import yaml
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from promkit import file_sd_prometheus
 from promqlkit import dashboard_queries, exported, load_dashboard, rule_groups, substitute
-from test_dashboard_names import _tool, rendered_rules
-
-from preheat.process.ports import ReservedPort
+from test_dashboard_names import rendered_rules
 
 POOL_NAME = "dash"
 TTFT_1MS = ("--set-string", "metrics.prometheusRule.slo.ttftSeconds=0.001")
@@ -80,46 +79,13 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A Prometheus scraping ``RUN/prometheus-targets.json`` every second and evaluating the
     chart's SLO rules every second: (url, RUN). The TTFT objective is 1 ms (a bucket
     boundary no request meets), so that the TTFT alerts must go off and the others not."""
-    binary = _tool("prometheus")
     rules = tmp_path / "rules.yaml"
     rules.write_text(yaml.safe_dump({"groups": rule_groups(rendered_rules(*TTFT_1MS))}))
     run = tmp_path / "run"
     run.mkdir()
-    reserved = ReservedPort()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
-        f"rule_files: ['{rules}']\n"
-        "scrape_configs:\n"
-        "  - job_name: preheat-local\n"
-        "    file_sd_configs:\n"
-        f"      - files: ['{run / 'prometheus-targets.json'}']\n"
-        "        refresh_interval: 1s\n"
-    )
-    log = tmp_path / "prometheus.log"
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{reserved.port}",
-            "--log.level=warn",
-            "--enable-feature=exemplar-storage",
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        yield f"http://127.0.0.1:{reserved.port}", run
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        reserved.release()
+    flags = ["--enable-feature=exemplar-storage"]
+    with file_sd_prometheus(tmp_path, run, rule_files=[rules], flags=flags) as url:
+        yield url, run
 
 
 def _load(target: str, tmp: Path, requests: int, rate: float) -> None:

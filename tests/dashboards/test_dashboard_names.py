@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import copy
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
+from promkit import tool
 from promqlkit import (
     CHART,
     check_dashboard,
@@ -24,22 +23,9 @@ from promqlkit import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _tool(name: str, *candidates: str | None) -> str:
-    for c in candidates:
-        if c and Path(c).is_file() and os.access(c, os.X_OK):
-            return c
-    found = shutil.which(name)
-    if found is None:
-        why = f"no {name} binary (scripts/get_helm.sh, scripts/prometheus.sh install them)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{why}; CI=true, so this fails instead of skipping")
-        pytest.skip(why)
-    return found
-
-
 def rendered_rules(*values: str) -> str:
     """The chart rendered with the PrometheusRule on (and ``values``: more helm flags)."""
-    helm = _tool("helm", os.environ.get("PREHEAT_HELM"), str(ROOT / ".cache" / "tools" / "helm"))
+    helm = tool("helm", os.environ.get("PREHEAT_HELM"), str(ROOT / ".cache" / "tools" / "helm"))
     done = subprocess.run(
         [helm, "template", "pre", str(CHART), "--set", "metrics.prometheusRule.enabled=true",
          *values],
@@ -102,7 +88,7 @@ def test_the_slo_rules_name_exported_metrics_and_pass_promtool(tmp_path: Path) -
     )
     rules = tmp_path / "rules.yaml"
     rules.write_text(yaml.safe_dump({"groups": groups}))
-    promtool = _tool("promtool")
+    promtool = tool("promtool")
     done = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS: 12 rules found" in done.stdout + done.stderr

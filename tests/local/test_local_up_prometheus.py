@@ -8,8 +8,6 @@ Without the binary the Prometheus test skips, unless ``CI=true``: then it fails.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from localkit import autoscaled_pool
+from promkit import file_sd_prometheus
 
 from preheat.process.ports import ReservedPort
 
@@ -93,48 +92,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A Prometheus scraping ``RUN/prometheus-targets.json`` every second: (url, RUN)."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        why = "no prometheus binary on PATH (scripts/prometheus.sh installs Debian's package)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{why}; CI=true, so this fails instead of skipping")
-        pytest.skip(why)
     run = tmp_path / "run"
     run.mkdir()
-    reserved = ReservedPort()  # held until the server is gone: nothing else can take it
-    port = reserved.port
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: preheat-local\n"
-        "    file_sd_configs:\n"
-        f"      - files: ['{run / 'prometheus-targets.json'}']\n"
-        "        refresh_interval: 1s\n"
-    )
-    log = tmp_path / "prometheus.log"
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        yield f"http://127.0.0.1:{port}", run
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        reserved.release()
+    with file_sd_prometheus(tmp_path, run) as url:
+        yield url, run
 
 
 def _load(target: str, tmp: Path, seconds: float, rate: float) -> None:
