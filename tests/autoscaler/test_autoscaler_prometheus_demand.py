@@ -50,7 +50,10 @@ AUTOSCALING = AutoscalingConfig(
 def test_demand_queries_only_with_a_router_selector() -> None:
     assert queries(QUERY, SELECTOR).arrivals == ""
     q = queries(QUERY, SELECTOR, router_selector=ROUTERS)
-    assert q.arrivals == f"sum(rate(preheat_router_arrivals_total{{{ROUTERS}}}[30s]))"
+    assert q.arrivals == (
+        f"sum(rate(preheat_router_arrivals_total{{{ROUTERS}}}[30s]))"
+        f" - (sum(rate(preheat_router_rate_limited_total{{{ROUTERS}}}[30s])) or vector(0))"
+    )
     assert q.refused == (f"sum by (reason) (rate(preheat_router_refused_total{{{ROUTERS}}}[30s]))")
 
 

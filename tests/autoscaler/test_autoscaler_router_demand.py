@@ -110,3 +110,16 @@ def test_the_signals_text_names_what_the_routers_refused() -> None:
         demand=Demand(arrival_rate=12.0, refused_rate=5.76, window_s=60.0),
     )
     assert describe_signals(cfg, refusing) == "ttft_p95 210/400, refused 48% of 12.0 req/s"
+
+
+def test_requests_over_a_tenants_quota_are_not_demand() -> None:
+    """Rate-limited requests arrived but a bigger pool would refuse them too (issue 18's
+    quotas): the arrivals the policy reads leave them out."""
+    limited = (
+        "# TYPE preheat_router_rate_limited_total counter\n"
+        'preheat_router_rate_limited_total{pool="chat",tenant="noisy",limit="requests"} 25.0\n'
+        'preheat_router_rate_limited_total{pool="other",tenant="noisy",limit="requests"} 7.0\n'
+    )
+    s = parse_router(5.0, page(40.0, 10.0) + limited, pool="chat")
+    assert s.arrivals == 15.0
+    assert parse_router(5.0, page(40.0, 10.0) + limited, pool=None).arrivals == 1040.0 - 32.0

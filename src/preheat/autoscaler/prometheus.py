@@ -20,7 +20,9 @@ request mix           ``sum(increase(<counter>_total{sel}[w]))`` of ``vllm:reque
                       ``vllm:prompt_tokens``, ``vllm:prefix_cache_hits`` and
                       ``vllm:generation_tokens``: per finished request, the capacity
                       estimate's mix (none finished, or no series: no mix)
-demand (routers)      ``sum(rate(preheat_router_arrivals_total{router_sel}[w]))`` and
+demand (routers)      ``sum(rate(preheat_router_arrivals_total{router_sel}[w]))`` less
+                      ``sum(rate(preheat_router_rate_limited_total{router_sel}[w]))``
+                      (over a tenant's quota: no pool size serves them), and
                       ``sum by (reason) (rate(preheat_router_refused_total{router_sel}[w]))``
                       when ``router_selector`` is given: refused demand is demand to the
                       policy (no series: no demand figures, as without a router selector)
@@ -135,6 +137,9 @@ def queries(
         if router_selector is None
         else (
             f"sum(rate({mn.ROUTER_ARRIVALS}_total{{{router_selector}}}[{_range(query.window_s)}]))"
+            # a tenant's requests over its quota are not demand: no pool size serves them
+            f" - (sum(rate({mn.ROUTER_RATE_LIMITED}_total{{{router_selector}}}"
+            f"[{_range(query.window_s)}])) or vector(0))"
         ),
         refused=""
         if router_selector is None

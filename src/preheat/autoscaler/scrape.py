@@ -135,10 +135,14 @@ class RouterScrape:
 
 def parse_router(t: float, text: str, pool: str | None = None) -> RouterScrape:
     """A router's ``/metrics``: its demand counters (for ``pool`` only when given) and the
-    requests it holds."""
+    requests it holds. Arrivals are less the requests refused for a tenant's quota
+    (``preheat_router_rate_limited_total``): a bigger pool would refuse them too."""
     arrivals_name = mn.ROUTER_ARRIVALS + "_total"
     refused_name = mn.ROUTER_REFUSED + "_total"
-    samples = parse_samples(text, only=(arrivals_name, refused_name, mn.ROUTER_QUEUE_DEPTH))
+    limited_name = mn.ROUTER_RATE_LIMITED + "_total"
+    samples = parse_samples(
+        text, only=(arrivals_name, refused_name, limited_name, mn.ROUTER_QUEUE_DEPTH)
+    )
     arrivals = 0.0
     refused: dict[str, float] = {}
     held = 0.0
@@ -154,6 +158,9 @@ def parse_router(t: float, text: str, pool: str | None = None) -> RouterScrape:
         if x.name == arrivals_name:
             arrivals += x.value
             counted = True
+        elif x.name == limited_name:
+            # over a tenant's quota: no pool size serves it, so it is not demand
+            arrivals -= x.value
         else:
             reason = x.labels.get(mn.LABEL_REASON, "")
             refused[reason] = refused.get(reason, 0.0) + x.value

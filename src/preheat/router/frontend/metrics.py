@@ -18,7 +18,8 @@ unserved counts as refused
 (``preheat_router_refused_total{pool,reason}``; reason ``rejected``: admission, 429 /
 RESOURCE_EXHAUSTED; ``unavailable``: no endpoint in time, or every try failed before the
 first token; ``deadline``: no first token within the request's deadline). The autoscaler
-reads their rates over its window.
+reads their rates over its window, arrivals less ``preheat_router_rate_limited_total`` (a
+tenant's requests over its quota: no pool size would serve them).
 """
 
 from __future__ import annotations
