@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from preheat.load.replay import LoadOptions
 
 SESSION_HEADER = "x-session-id"
+CLASS_HEADER = "x-slo-class"  # the router's traffic class header (router/README.md)
 WORKER_HEADER = "X-Preheat-Worker"
 DEADLINE_HEADER = "x-ttft-deadline-ms"
 
@@ -162,9 +163,12 @@ class GrpcClient:
             sampling=pb.SamplingParams(max_tokens=max_tokens(req, self.options)),
             session_id=req.session_id,
             ttft_deadline_ms=self.options.ttft_deadline_ms,
+            slo_class=req.slo_class,
         )
         rec = await stream_generate(self.stub, greq, timeout_s=self.options.request_timeout_s)
-        return outcome_from_stream(rec, request_id, t_s, req.session_id)
+        out = outcome_from_stream(rec, request_id, t_s, req.session_id)
+        out.slo_class = req.slo_class
+        return out
 
     async def connect(self, timeout_s: float) -> None:
         """Waits for the channel to connect, so that the first request is not charged with
@@ -214,8 +218,14 @@ class OpenAIClient:
             headers[SESSION_HEADER] = req.session_id
         if self.options.ttft_deadline_ms:
             headers[DEADLINE_HEADER] = str(self.options.ttft_deadline_ms)
+        if req.slo_class:
+            headers[CLASS_HEADER] = req.slo_class
         out = RequestOutcome(
-            request_id=request_id, t_s=round(t_s, 6), outcome="ok", session_id=req.session_id
+            request_id=request_id,
+            t_s=round(t_s, 6),
+            outcome="ok",
+            session_id=req.session_id,
+            slo_class=req.slo_class,
         )
         start = time.monotonic()
         rec = StreamRecord(request_id=request_id, ok=False)

@@ -156,6 +156,7 @@ async def replay(
                     outcome="error",
                     e2e_ms=(loop.time() - sent_at) * 1e3,
                     session_id=req.session_id,
+                    slo_class=req.slo_class,
                     error="cancelled: the load generator stopped before the request finished",
                 )
             )
@@ -167,6 +168,7 @@ async def replay(
                 outcome="error",
                 e2e_ms=(loop.time() - sent_at) * 1e3,
                 session_id=req.session_id,
+                slo_class=req.slo_class,
                 error=f"client: {type(err).__name__}: {err}",
             )
         if outcome.outcome == "ok":
@@ -208,6 +210,7 @@ async def replay(
                             t_s=t_s,
                             outcome="error",
                             session_id=req.session_id,
+                            slo_class=req.slo_class,
                             error=f"dropped: {len(in_flight)} requests in flight, the load "
                             f"generator's concurrency cap (--concurrency {options.concurrency})",
                         )

@@ -84,6 +84,7 @@ class RequestOutcome:
     session_id: str = ""
     endpoint: str = ""  # the pod/worker that served it, where known
     region: str = ""  # the client's region, where the run has several
+    slo_class: str = ""  # the traffic class it named ("" = none: the pool's default)
     error: str = ""
     stages_ms: dict[str, float] = field(default_factory=dict)
 

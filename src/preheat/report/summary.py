@@ -103,6 +103,18 @@ class EndpointSummary:
 
 
 @dataclass(frozen=True)
+class ClassSummary:
+    """The requests that named one traffic class (``slo_class``), whatever their outcome."""
+
+    requests: int
+    ok: int
+    rejected: int
+    error: int
+    ttft_ms: Quantiles  # of the ok ones
+    ttft_attainment: float | None  # within the run's TTFT objective; misses: not ok, late
+
+
+@dataclass(frozen=True)
 class RunSummary:
     """Everything the report prints about one run."""
 
@@ -135,6 +147,8 @@ class RunSummary:
     stages_ms: dict[str, Quantiles] = field(default_factory=dict)
     budget: LatencyBudget | None = None  # per stage p50/p95/p99 and the tail's owner
     by_endpoint: dict[str, EndpointSummary] = field(default_factory=dict)
+    # by the traffic class the requests named (empty when none named one)
+    by_class: dict[str, ClassSummary] = field(default_factory=dict)
     load_generator: dict[str, Any] = field(default_factory=dict)  # meta.extra["load"]
 
 
@@ -235,12 +249,38 @@ def summarize(run: Run) -> RunSummary:
         stages_ms={k: Quantiles.of(v) for k, v in stage_samples.items()},
         budget=latency_budget(reqs),
         by_endpoint=_by_endpoint(ok),
+        by_class=_by_class(reqs, ttft_obj),
         load_generator=_load_generator(meta.extra.get("load")),
     )
 
 
 def _load_generator(value: object) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {}
+
+
+def _by_class(reqs: Sequence[RequestOutcome], ttft_obj: float) -> dict[str, ClassSummary]:
+    """Per traffic class, when any request named one ("" stands for those that did not:
+    the pool's default class)."""
+    if not any(r.slo_class for r in reqs):
+        return {}
+    groups: dict[str, list[RequestOutcome]] = {}
+    for r in reqs:
+        groups.setdefault(r.slo_class, []).append(r)
+    out: dict[str, ClassSummary] = {}
+    for name in sorted(groups):
+        rs = groups[name]
+        counts = count_outcomes(rs)
+        ok = [r for r in rs if r.outcome == "ok"]
+        within = sum(1 for r in ok if r.ttft_ms <= ttft_obj)
+        out[name] = ClassSummary(
+            requests=len(rs),
+            ok=counts["ok"],
+            rejected=counts["rejected"],
+            error=counts["error"],
+            ttft_ms=Quantiles.of([r.ttft_ms for r in ok]),
+            ttft_attainment=_attainment(rs, within) if ttft_obj > 0 else None,
+        )
+    return out
 
 
 def _by_endpoint(ok: Sequence[RequestOutcome]) -> dict[str, EndpointSummary]:

@@ -85,6 +85,18 @@ def render_table(s: RunSummary) -> str:
     )
     if s.output_tokens_per_s is not None:
         lines.append(f"output: {s.output_tokens} tokens, {s.output_tokens_per_s:.1f} tokens/s")
+    if s.by_class:
+        lines.append("")
+        lines.append(
+            f"  {'class':<18} {'requests':>8} {'ok':>7} {'rejected':>8} {'error':>7}"
+            f" {'TTFT p50':>9} {'p95':>9} {'p99':>9} {'TTFT SLO':>9}"
+        )
+        for name, c in s.by_class.items():
+            lines.append(
+                f"  {(name or '(default)')[:18]:<18} {c.requests:>8} {c.ok:>7} {c.rejected:>8}"
+                f" {c.error:>7} {_ms(c.ttft_ms.p50):>9} {_ms(c.ttft_ms.p95):>9}"
+                f" {_ms(c.ttft_ms.p99):>9} {_pct(c.ttft_attainment):>9}"
+            )
     if s.by_endpoint:
         lines.append("")
         lines.append(f"  {'endpoint':<18} {'ok':>7} {'TTFT p50':>9} {'p95':>9} {'hit':>9}")

@@ -4,7 +4,8 @@ Three formats, detected from the file (or named with ``fmt``):
 
 ``preheat`` (JSONL, ours)
     ``{"timestamp_ms": 0, "input_tokens": 812, "output_tokens": 64,
-    "session_id": "s1", "prefix_block_ids": [7, 9, 12]}``; the last two are optional.
+    "session_id": "s1", "prefix_block_ids": [7, 9, 12], "slo_class": "interactive"}``; the
+    last three are optional (``slo_class``: the pool's traffic class the request names).
 ``mooncake`` (JSONL, Mooncake FAST'25 release)
     ``{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, ...]}``
     with ``len(hash_ids) == ceil(input_length / 512)``: equal ids at equal positions are a
@@ -66,6 +67,7 @@ class TraceRequest:
     block_tokens: int = MOONCAKE_BLOCK_TOKENS
     line: int = 0
     index: int = 0  # position in the replayed trace (0, 1, ...)
+    slo_class: str = ""  # the traffic class it names ("" = the pool's default)
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,7 @@ class _Raw:
     session_id: str
     block_ids: tuple[int, ...]
     line: int
+    slo_class: str = ""
 
 
 def load_trace(path: Path | str, options: TraceOptions | None = None) -> list[TraceRequest]:
@@ -182,6 +185,7 @@ def load_trace(path: Path | str, options: TraceOptions | None = None) -> list[Tr
                 block_tokens=block_tokens,
                 line=r.line,
                 index=len(out),
+                slo_class=r.slo_class,
             )
         )
     return out
@@ -332,7 +336,10 @@ def _read_jsonl(path: Path, fmt: str, block_tokens: int) -> Iterator[_Raw]:
             session = obj.get("session_id", "")
             if not isinstance(session, str | int) or isinstance(session, bool):
                 raise TraceError(path, lineno, f"session_id must be a string, got {session!r}")
-            yield _Raw(t_s, n_in, n_out, str(session), blocks, lineno)
+            klass = obj.get("slo_class", "")
+            if not isinstance(klass, str):
+                raise TraceError(path, lineno, f"slo_class must be a string, got {klass!r}")
+            yield _Raw(t_s, n_in, n_out, str(session), blocks, lineno, klass)
 
 
 def _read_azure(path: Path) -> Iterator[_Raw]:
