@@ -41,6 +41,8 @@ from typing import Any, Protocol
 
 import aiohttp
 import yaml
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from preheat.api.poolfile import PoolFile
 from preheat.api.traffic import traffic_mapping
@@ -57,6 +59,7 @@ from preheat.local import workers
 from preheat.local.stats import LiveStats, TrafficView, scrape_into
 from preheat.process.children import Child, preheat_argv, spawn
 from preheat.process.logs import fields
+from preheat.process.poolmetrics import PoolGauges
 from preheat.process.ports import ReservedPort
 from preheat.report.record import ReplicaSample, RunMeta, RunWriter, ScaleEvent, read_meta
 from preheat.wire import workerctl
@@ -229,6 +232,12 @@ class LocalPool:
         # while its child may bind it, so nothing else on the machine can take it first.
         self._ports: dict[str, list[ReservedPort]] = {}
         self.host = host
+        # the control plane's own /metrics (preheat_pool_*, as the operator serves them):
+        # listed in the Prometheus targets with the workers and the router
+        self.registry = CollectorRegistry()
+        self.pool_gauges = PoolGauges(self.registry)
+        self.control_metrics_port = 0
+        self._control_runner: web.AppRunner | None = None
         if host is not None:
             self.router_grpc, self.router_http = host.grpc_port, host.http_port
         else:
@@ -318,6 +327,8 @@ class LocalPool:
         """Runs until stopped; returns 0 after a clean drain."""
         self._http = aiohttp.ClientSession()
         try:
+            if self.options.prometheus_url and self.host is None:
+                await self._serve_control_metrics()
             if self.host is None:
                 self._write_routing()
             self._write_discovery(force=True)
@@ -726,6 +737,8 @@ class LocalPool:
         if self._http is not None:
             await self._http.close()
         self._sample()
+        if self._control_runner is not None:
+            await self._control_runner.cleanup()
         self._write_state(stopped=True)
         # `preheat load` may have joined this folder and added to meta.json: keep its fields
         joined = read_meta(self.out)
@@ -777,6 +790,13 @@ class LocalPool:
                 "labels": {"pool": self.pool.name, "component": "router"},
             },
         ]
+        if self.control_metrics_port:
+            groups.append(
+                {
+                    "targets": [f"127.0.0.1:{self.control_metrics_port}"],
+                    "labels": {"component": "control"},  # its series name their pool
+                }
+            )
         text = json.dumps(groups) + "\n"
         if text != self._targets:
             atomic_write(self.out / PROMETHEUS_TARGETS_FILE, text)
@@ -835,8 +855,35 @@ class LocalPool:
         self.events.append(line)
         self.view.event(line)
 
+    async def _serve_control_metrics(self) -> None:
+        """``/metrics`` of this control plane on an ephemeral loopback port."""
+
+        async def metrics(_: web.Request) -> web.Response:
+            body = generate_latest(self.registry)
+            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        self._control_runner = runner
+        self.control_metrics_port = int(runner.addresses[0][1])
+
     def _sample(self) -> None:
         c = workers.counts(self._views())
+        self.pool_gauges.set_pool(
+            self.config.namespace,
+            self.pool.name,
+            {
+                "active": c.active,
+                "standby": c.standby,
+                "warming": c.warming,
+                "draining": c.draining,
+            },
+            self.desired,
+            bool(self.fatal),
+        )
         self.writer.replicas(
             ReplicaSample(
                 t_s=self.t_s(),

@@ -9,27 +9,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from preheat.core import metric_names as m
 from preheat.core.autoscaling.forecast import Outlook
+from preheat.process.poolmetrics import PoolGauges
 
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
-        pool = (m.LABEL_NAMESPACE, m.LABEL_POOL)
-        self.replicas = Gauge(
-            m.POOL_REPLICAS,
-            "Worker pods of a pool by lifecycle state.",
-            (*pool, m.LABEL_STATE),
-            registry=self.registry,
-        )
-        self.desired = Gauge(
-            m.POOL_DESIRED_REPLICAS,
-            "Active replicas a pool aims at.",
-            pool,
-            registry=self.registry,
-        )
-        self.degraded = Gauge(
-            m.POOL_DEGRADED, "1 when the pool is Degraded.", pool, registry=self.registry
-        )
+        self.pool = PoolGauges(self.registry)  # preheat_pool_*: shared with preheat up
+        self.replicas, self.desired = self.pool.replicas, self.pool.desired
+        self.degraded = self.pool.degraded
         self.reconciles = Counter(
             m.OPERATOR_RECONCILES,
             "Reconciles of a pool by outcome.",
@@ -46,18 +34,10 @@ class Metrics:
     def set_pool(
         self, namespace: str, pool: str, counts: Mapping[str, int], desired: int, degraded: bool
     ) -> None:
-        for state, value in counts.items():
-            self.replicas.labels(namespace, pool, state).set(value)
-        self.desired.labels(namespace, pool).set(desired)
-        self.degraded.labels(namespace, pool).set(1 if degraded else 0)
+        self.pool.set_pool(namespace, pool, counts, desired, degraded)
 
     def forget_pool(self, namespace: str, pool: str) -> None:
-        for state in ("active", "standby", "warming", "draining"):
-            with contextlib.suppress(KeyError):
-                self.replicas.remove(namespace, pool, state)
-        for gauge in (self.desired, self.degraded):
-            with contextlib.suppress(KeyError):
-                gauge.remove(namespace, pool)
+        self.pool.forget_pool(namespace, pool)
 
 
 class AutoscalerMetrics:
