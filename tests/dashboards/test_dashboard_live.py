@@ -20,14 +20,12 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 import yaml
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from otlpkit import Receiver, by_name, serve_receiver
 from promkit import file_sd_prometheus
 from promqlkit import dashboard_queries, load_dashboard, rule_groups, substitute
 from test_dashboard_names import rendered_rules
@@ -103,32 +101,9 @@ def _load(target: str, tmp: Path, requests: int, rate: float) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-class _Receiver(trace_service_pb2_grpc.TraceServiceServicer):
-    """An OTLP/gRPC receiver keeping the trace ids of the router's request spans."""
-
-    def __init__(self) -> None:
-        self.router_traces: set[str] = set()
-
-    def Export(self, request: Any, context: Any) -> Any:
-        for rs in request.resource_spans:
-            for ss in rs.scope_spans:
-                for span in ss.spans:
-                    if span.name == "router.request":
-                        self.router_traces.add(span.trace_id.hex())
-        return trace_service_pb2.ExportTraceServiceResponse()
-
-
 @pytest.fixture
-def receiver() -> Iterator[tuple[str, _Receiver]]:
-    rx = _Receiver()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(rx, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}", rx
-    finally:
-        server.stop(grace=None)
+def receiver() -> Iterator[tuple[str, Receiver]]:
+    yield from serve_receiver()
 
 
 def _exemplar_traces(url: str, metric: str) -> set[str]:
@@ -141,7 +116,7 @@ def _exemplar_traces(url: str, metric: str) -> set[str]:
 
 
 def test_every_panel_and_rule_has_data_on_a_live_pool(
-    prometheus: tuple[str, Path], receiver: tuple[str, _Receiver]
+    prometheus: tuple[str, Path], receiver: tuple[str, Receiver]
 ) -> None:
     """With tracing on (every request sampled): the router's TTFT buckets in Prometheus
     carry exemplars whose trace ids are the traces the collector received."""
@@ -210,7 +185,11 @@ def test_every_panel_and_rule_has_data_on_a_live_pool(
         bucket = f'preheat_router_ttft_seconds_bucket{{pool="{POOL_NAME}"}}'
         exemplars = _exemplar_traces(url, bucket)
         assert exemplars
-        _wait(lambda: exemplars <= rx.router_traces, 20, "the exemplars' traces", log)
+
+        def router_traces() -> set[str]:
+            return {sp.trace_id for sp in by_name(rx.spans(), "router.request")}
+
+        _wait(lambda: exemplars <= router_traces(), 20, "the exemplars' traces", log)
     finally:
         if up.poll() is None:
             up.send_signal(signal.SIGINT)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from preheat.core.errors import PreheatError
@@ -181,6 +183,22 @@ def build_worker_engine(args: argparse.Namespace) -> tuple[Engine, AppFactory | 
     return engine, factory
 
 
+def vllm_traces_endpoint(tracing: bool, env: Mapping[str, str]) -> str:
+    """Where vLLM's own request spans go when the worker traces (``--tracing``): the OTLP
+    endpoint the worker exports to (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, else
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``, else the OTLP default). vLLM then records one span per
+    request (queue, prefill and decode times, TTFT, token counts: ``gen_ai.*``) as a child
+    of the request's ``traceparent``, so a request the router passes through to vLLM's
+    OpenAI API shows its worker side too. "" when the worker does not trace."""
+    if not tracing or env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return ""
+    return (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or "http://localhost:4317"
+    )
+
+
 def _build_vllm(args: argparse.Namespace, extra: tuple[tuple[str, Any], ...] = ()) -> Engine:
     if not getattr(args, "model", None):
         raise EngineUnavailable("--engine vllm needs --model (a model name or a local path)")
@@ -194,6 +212,9 @@ def _build_vllm(args: argparse.Namespace, extra: tuple[tuple[str, Any], ...] = (
 
     fields = _given(args, _VLLM_FLAGS)
     more = to_vllm(engine_args(args))
+    endpoint = vllm_traces_endpoint(bool(getattr(args, "tracing", False)), os.environ)
+    if endpoint and "otlp_traces_endpoint" not in more:
+        more["otlp_traces_endpoint"] = endpoint
     for name in ("max_num_batched_tokens", "max_num_queued_reqs", "kv_cache_memory_bytes"):
         if name in more:  # VllmEngineConfig's own fields
             fields[name] = more.pop(name)

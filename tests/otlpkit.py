@@ -1,5 +1,7 @@
 """An OTLP/gRPC trace receiver in the test process (the collector's service definition from
-``opentelemetry-proto``), and the received spans in a shape tests can read."""
+``opentelemetry-proto``), and the received spans in a shape tests can read. Shared by
+tests/tracing, tests/dashboards and the vLLM tier (tests/ is on sys.path through its
+conftest.py)."""
 
 from __future__ import annotations
 
