@@ -5,6 +5,7 @@ conftest.py)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -101,6 +102,21 @@ def serve_receiver() -> Iterator[tuple[str, Receiver]]:
         yield f"http://127.0.0.1:{port}", receiver
     finally:
         server.stop(grace=None)
+
+
+def otel_env(endpoint: str, sampler: str = "parentbased_always_on") -> dict[str, str]:
+    """This process's environment for a traced child exporting to ``endpoint`` at once
+    (100 ms batches): tracing not disabled, the service names the child's own."""
+    env = {
+        **os.environ,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        "OTEL_EXPORTER_OTLP_INSECURE": "true",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "OTEL_TRACES_SAMPLER": sampler,
+    }
+    env.pop("OTEL_SDK_DISABLED", None)
+    env.pop("OTEL_SERVICE_NAME", None)
+    return env
 
 
 def by_name(spans: list[Span], name: str) -> list[Span]:

@@ -12,7 +12,6 @@ Without the prometheus or helm binary the test skips, unless ``CI=true``: then i
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
-from otlpkit import Receiver, by_name, serve_receiver
+from otlpkit import Receiver, by_name, otel_env, serve_receiver
 from promkit import file_sd_prometheus
 from promqlkit import dashboard_queries, load_dashboard, rule_groups, substitute
 from test_dashboard_names import rendered_rules
@@ -125,14 +124,7 @@ def test_every_panel_and_rule_has_data_on_a_live_pool(
     pool = run.parent / "pool.yaml"
     pool.write_text(POOL)
     log = run / "up.log"
-    env = {
-        **os.environ,
-        "OTEL_EXPORTER_OTLP_ENDPOINT": otlp,
-        "OTEL_EXPORTER_OTLP_INSECURE": "true",
-        "OTEL_BSP_SCHEDULE_DELAY": "100",
-        "OTEL_TRACES_SAMPLER": "always_on",
-    }
-    env.pop("OTEL_SDK_DISABLED", None)
+    env = otel_env(otlp, sampler="always_on")
     up = subprocess.Popen(
         [sys.executable, "-m", "preheat.cli", "up", "-f", str(pool), "--out", str(run),
          "--no-ui", "--interval-s", "1", "--prometheus", url, "--tracing"],

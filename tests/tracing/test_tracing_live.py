@@ -5,7 +5,6 @@ whose router and worker spans are parented as the request flowed."""
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import signal
 import subprocess
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from otlpkit import Receiver, Span, by_name, serve_receiver
+from otlpkit import Receiver, Span, by_name, otel_env, serve_receiver
 
 POOL = """\
 apiVersion: preheat.dev/v1alpha1
@@ -69,15 +68,7 @@ def test_one_streamed_chat_is_one_trace_across_router_and_worker(
     pool = tmp_path / "pool.yaml"
     pool.write_text(POOL)
     log = tmp_path / "up.log"
-    env = {
-        **os.environ,
-        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
-        "OTEL_EXPORTER_OTLP_INSECURE": "true",
-        "OTEL_BSP_SCHEDULE_DELAY": "100",
-        "OTEL_TRACES_SAMPLER": "parentbased_always_on",
-    }
-    env.pop("OTEL_SDK_DISABLED", None)
-    env.pop("OTEL_SERVICE_NAME", None)
+    env = otel_env(endpoint)
     up = subprocess.Popen(
         [sys.executable, "-m", "preheat.cli", "up", "-f", str(pool), "--out", str(run),
          "--no-ui", "--tracing"],
