@@ -217,3 +217,41 @@ def test_an_unschedulable_pod_shows_in_scaling_with_the_schedulers_message() -> 
     assert "1 pod(s) cannot be scheduled (w-2: 0/3 nodes are available" in scaling["message"]
     scheduled = {**raw, "status": {"conditions": [{"type": "PodScheduled", "status": "True"}]}}
     assert observe_pod(scheduled).unschedulable == ""
+
+
+def test_a_crash_looping_worker_makes_the_pool_degraded_with_its_last_words() -> None:
+    """A worker that refuses to start (engine args that slipped past the operator, issue 20)
+    exits with its reason on stderr; with FallbackToLogsOnError that is the termination
+    message, and the pool goes Degraded quoting it instead of 'warming' forever."""
+    refusal = "starting\ninvalid engine args: unknown key 'maxNumSeq' (did you mean maxNumSeqs?)"
+    raw = {
+        "metadata": {"name": "w-3", "labels": {"preheat.dev/role": "standby"}},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "worker",
+                    "restartCount": 3,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    "lastState": {"terminated": {"exitCode": 2, "message": refusal}},
+                }
+            ],
+        },
+    }
+    looping = observe_pod(raw)
+    assert looping.crash == (
+        "container worker exited 2: invalid engine args: unknown key 'maxNumSeq' "
+        "(did you mean maxNumSeqs?)"
+    )
+    status = compute_status(
+        pods=[looping], want_active=1, want_standby=0, selector="s", generation=1,
+        previous=None, now=NOW,
+    )  # fmt: skip
+    (degraded,) = [c for c in status["conditions"] if c["type"] == "Degraded"]
+    assert (degraded["status"], degraded["reason"]) == ("True", "WorkerCrashLooping")
+    assert "w-3: container worker exited 2: invalid engine args" in degraded["message"]
+    running = {
+        **raw,
+        "status": {"containerStatuses": [{"name": "worker", "state": {"running": {}}}]},
+    }
+    assert observe_pod(running).crash == ""

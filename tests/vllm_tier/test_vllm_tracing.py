@@ -12,6 +12,7 @@ import os
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,6 +50,13 @@ async def traced(tiny_model: Path) -> AsyncIterator[tuple[str, Receiver]]:
             yield f"http://127.0.0.1:{ports.openai}/v1", receiver
         finally:
             await asyncio.wait_for(server.stop(), 60)
+            # vLLM installed its tracer provider for the process: flush it into the receiver
+            # now, not at interpreter exit into a closed port
+            from opentelemetry import trace
+
+            provider: Any = trace.get_tracer_provider()
+            if hasattr(provider, "shutdown"):
+                await asyncio.to_thread(provider.shutdown)
 
 
 async def test_a_passed_through_request_has_vllms_span_under_its_traceparent(

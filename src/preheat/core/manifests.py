@@ -563,6 +563,9 @@ def build_deployment(
         },
         "lifecycle": {"preStop": {"sleep": {"seconds": options.pre_stop_sleep_s}}},
         "securityContext": dict(WORKER_SECURITY_CONTEXT),
+        # a worker that refuses to start (bad engine args...) says why on stderr: that tail
+        # becomes the termination message the pool's Degraded condition quotes
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if pod.env_from_secrets:
         container["envFrom"] = [{"secretRef": {"name": n}} for n in pod.env_from_secrets]

@@ -49,6 +49,7 @@ from preheat.operator.kube import KINDS, Conflict, Kube, kind_of, merge_patch
 from preheat.operator.metrics import Metrics
 from preheat.operator.observe import WorkerLoad, role_plan
 from preheat.operator.status import (
+    CRASH_LOOPING,
     DEGRADED,
     ObservedPod,
     Problem,
@@ -241,8 +242,16 @@ class Reconciler:
             previous=previous,
             now=_now(),
         )
-        if _degraded_message(previous) is not None:
-            _event(pool, "Normal", "Recovered", "the spec is usable again; children reconciled")
+        before, now_ = _degraded(previous), _degraded(status)
+        if before is not None and now_ is None:
+            message = (
+                "no worker pod is crash-looping any more"
+                if before.get("reason") == CRASH_LOOPING
+                else "the spec is usable again; children reconciled"
+            )
+            _event(pool, "Normal", "Recovered", message)
+        elif now_ is not None and (before or {}).get("message") != now_.get("message"):
+            _event(pool, "Warning", str(now_.get("reason")), str(now_.get("message"))[:1024])
         await self._write_status(pool, status, previous)
         self.metrics.reconciles.labels("ok").inc()
         tracing.note("ok")
@@ -507,6 +516,14 @@ def _now() -> str:
 
 def _event(pool: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
     kopf.event(pool, type=type_, reason=reason, message=message[:1024])  # type: ignore[arg-type]
+
+
+def _degraded(status: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The Degraded condition of ``status`` when it is True, else None."""
+    for c in (status or {}).get("conditions") or []:
+        if c.get("type") == DEGRADED and c.get("status") == "True":
+            return dict(c)
+    return None
 
 
 def _degraded_message(status: Mapping[str, Any] | None) -> str | None:

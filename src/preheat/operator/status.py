@@ -20,6 +20,7 @@ READY = "Ready"
 SCALING = "Scaling"
 DEGRADED = "Degraded"
 CONDITION_TYPES = (READY, SCALING, DEGRADED)
+CRASH_LOOPING = "WorkerCrashLooping"  # Degraded's reason while a worker pod crash-loops
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,10 @@ class ObservedPod:
     # the scheduler's message while the pod cannot be placed (PodScheduled False,
     # Unschedulable: no node with the GPU, a spread that cannot hold...); "" otherwise
     unschedulable: str = ""
+    # while a container is in CrashLoopBackOff: how it last ended (exit code and its
+    # termination message: the worker's refusal, e.g. engine args that slipped past the
+    # operator, through terminationMessagePolicy FallbackToLogsOnError); "" otherwise
+    crash: str = ""
 
     @property
     def state(self) -> str:
@@ -77,6 +82,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
         "",
     )
     return ObservedPod(
+        crash=_crash_loop(pod),
         name=str(meta.get("name", "")),
         role=str((meta.get("labels") or {}).get(LABEL_ROLE, "")),
         ready=ready,
@@ -86,6 +92,19 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
         resource_version=str(meta.get("resourceVersion", "")),
         unschedulable=unschedulable,
     )
+
+
+def _crash_loop(pod: Mapping[str, Any]) -> str:
+    """How a crash-looping container of ``pod`` last ended; "" when none is looping."""
+    for c in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (c.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") != "CrashLoopBackOff":
+            continue
+        ended = (c.get("lastState") or {}).get("terminated") or {}
+        said = str(ended.get("message") or ended.get("reason") or "").strip()
+        tail = said.splitlines()[-1][:300] if said else "no message"
+        return f"container {c.get('name', '?')} exited {ended.get('exitCode', '?')}: {tail}"
+    return ""
 
 
 def replica_counts(pods: Sequence[ObservedPod]) -> dict[str, int]:
@@ -152,8 +171,17 @@ def compute_status(
             now=now,
         )
 
+    crashing = [p for p in pods if p.crash and not p.terminating]
     if problem is not None:
         degraded = cond(DEGRADED, True, problem.reason, problem.message)
+    elif crashing:
+        degraded = cond(
+            DEGRADED,
+            True,
+            CRASH_LOOPING,
+            f"{len(crashing)} worker pod(s) crash-looping ({crashing[0].name}: "
+            f"{crashing[0].crash}); kubectl logs --previous {crashing[0].name}",
+        )
     else:
         degraded = cond(DEGRADED, False, "AsExpected", "the pool's children match its spec")
 
