@@ -581,13 +581,7 @@ class Dispatcher:
         endpoints = await self._wait_routable(deadline, exclude, prep)
         t1 = perf_counter() if tr is not None else 0.0
         now = self._now()
-        ctx = RoutingContext(
-            now=now,
-            request=prep.info,
-            endpoints=endpoints,
-            history_matches=self._history_match(prep.info, now),
-            region_rtt_ms=self.store.region_rtt_ms(),
-        )
+        ctx = self._context(prep, endpoints, now)
         decision, self._state = schedule(ctx, self.scheduler_config, self.cost, self._state)
         self.metrics.decisions.labels(*self.metrics.series, decision.reason).inc()
         if (
@@ -617,6 +611,18 @@ class Dispatcher:
             self._history_record(decision.endpoint.id, prep.info, now)
         return decision
 
+    def _context(
+        self, prep: Prepared, endpoints: tuple[Endpoint, ...], now: float
+    ) -> RoutingContext:
+        """What the scheduler decides ``prep`` over: these endpoints at ``now``."""
+        return RoutingContext(
+            now=now,
+            request=prep.info,
+            endpoints=endpoints,
+            history_matches=self._history_match(prep.info, now),
+            region_rtt_ms=self.store.region_rtt_ms(),
+        )
+
     # --- proxy ---------------------------------------------------------------------------
     def _stub(self, endpoint: Endpoint) -> Any:
         channel = self.store.channel(endpoint.id)
@@ -634,13 +640,7 @@ class Dispatcher:
         if not endpoints or self._in_flight >= self.in_flight_limit:
             return True
         now = self._now()
-        ctx = RoutingContext(
-            now=now,
-            request=prep.info,
-            endpoints=endpoints,
-            history_matches=self._history_match(prep.info, now),
-            region_rtt_ms=self.store.region_rtt_ms(),
-        )
+        ctx = self._context(prep, endpoints, now)
         decision, _ = schedule(ctx, self.scheduler_config, self.cost, self._state)
         return decision.endpoint is None
 
