@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from otlpkit import Receiver, by_name, otel_env, serve_receiver
 from promkit import file_sd_prometheus
 from promqlkit import dashboard_queries, load_dashboard, rule_groups, substitute
 from test_dashboard_names import rendered_rules
+from upkit import up_state, wait_for
 
 POOL_NAME = "dash"
 TTFT_1MS = ("--set-string", "metrics.prometheusRule.slo.ttftSeconds=0.001")
@@ -44,16 +45,6 @@ spec:
 """
 
 
-def _wait(pred: Callable[[], bool], timeout_s: float, what: str, log: Path) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.3)
-    tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
-    raise AssertionError(f"timed out waiting for {what}\n{tail}")
-
-
 def _query(url: str, promql: str) -> list[dict[str, Any]]:
     q = urllib.parse.urlencode({"query": promql})
     with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=5) as resp:
@@ -61,14 +52,6 @@ def _query(url: str, promql: str) -> list[dict[str, Any]]:
     assert body["status"] == "success", body
     result: list[dict[str, Any]] = body["data"]["result"]
     return result
-
-
-def _state(run: Path) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads((run / "up.json").read_text())
-        return data
-    except (OSError, ValueError):
-        return {}
 
 
 @pytest.fixture
@@ -131,16 +114,18 @@ def test_every_panel_and_rule_has_data_on_a_live_pool(
         stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env,
     )  # fmt: skip
     try:
-        _wait(lambda: (_state(run).get("counts") or {}).get("active") == 1, 60, "a worker", log)
-        _wait(
+        wait_for(
+            lambda: (up_state(run).get("counts") or {}).get("active") == 1, 60, "a worker", log
+        )
+        wait_for(
             lambda: len(_query(url, f'up{{pool="{POOL_NAME}"}} == 1')) >= 2,
             60,
             "Prometheus to scrape the worker and the router",
             log,
         )
-        _load(str(_state(run)["router"]["grpc"]), run.parent, requests=24, rate=4.0)
+        _load(str(up_state(run)["router"]["grpc"]), run.parent, requests=24, rate=4.0)
         # two scrapes after the last request, so that every rate has its increase
-        _wait(
+        wait_for(
             lambda: bool(_query(url, "sum(increase(preheat_router_arrivals_total[1m])) >= 24")),
             30,
             "the router's arrivals in Prometheus",
@@ -181,7 +166,7 @@ def test_every_panel_and_rule_has_data_on_a_live_pool(
         def router_traces() -> set[str]:
             return {sp.trace_id for sp in by_name(rx.spans(), "router.request")}
 
-        _wait(lambda: exemplars <= router_traces(), 20, "the exemplars' traces", log)
+        wait_for(lambda: exemplars <= router_traces(), 20, "the exemplars' traces", log)
     finally:
         if up.poll() is None:
             up.send_signal(signal.SIGINT)

@@ -9,14 +9,13 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from otlpkit import Receiver, Span, by_name, otel_env, serve_receiver
+from upkit import up_state, wait_for
 
 POOL = """\
 apiVersion: preheat.dev/v1alpha1
@@ -34,24 +33,6 @@ spec:
 @pytest.fixture
 def receiver() -> Iterator[tuple[str, Receiver]]:
     yield from serve_receiver()
-
-
-def _wait(pred: Callable[[], bool], timeout_s: float, what: str, log: Path) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.2)
-    tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
-    raise AssertionError(f"timed out waiting for {what}\n{tail}")
-
-
-def _state(run: Path) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads((run / "up.json").read_text())
-        return data
-    except (OSError, ValueError):
-        return {}
 
 
 def _one(spans: list[Span], name: str) -> Span:
@@ -76,8 +57,10 @@ def test_one_streamed_chat_is_one_trace_across_router_and_worker(
     )  # fmt: skip
     trace_id, client_span = secrets.token_hex(16), secrets.token_hex(8)
     try:
-        _wait(lambda: (_state(run).get("counts") or {}).get("active") == 1, 60, "a worker", log)
-        http = _state(run)["router"]["http"]
+        wait_for(
+            lambda: (up_state(run).get("counts") or {}).get("active") == 1, 60, "a worker", log
+        )
+        http = up_state(run)["router"]["http"]
         body = {
             "model": "sim-8b",
             "messages": [{"role": "user", "content": "where did the time go? " * 20}],
@@ -101,7 +84,7 @@ def test_one_streamed_chat_is_one_trace_across_router_and_worker(
             return {"router.request", "worker.generate", "worker.decode"} <= names
 
         spans = rx.wait_for(complete, 30)
-        workers = list(_state(run).get("workers") or {})  # read while it runs
+        workers = list(up_state(run).get("workers") or {})  # read while it runs
     finally:
         up.send_signal(signal.SIGINT)
         try:
