@@ -168,7 +168,7 @@ async def test_closing_the_stream_early_aborts_and_frees_blocks(engine: SimEngin
     assert engine.stats().num_running == 1
     assert engine.stats().kv_cache_usage > 0
     await gen.aclose()
-    assert engine.stats() == type(engine.stats())(0, 0, 0.0)
+    assert engine.stats() == type(engine.stats())(0, 0, 0.0, waiting_by_priority={})
     assert not engine.core.has_request("a")
     assert sample(engine, "vllm:request_success_total", finished_reason="abort") == 1
 

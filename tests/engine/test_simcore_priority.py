@@ -113,3 +113,18 @@ def test_a_sim_pool_with_classes_runs_its_workers_with_the_priority_policy() -> 
     assert argv[i + 1] == "scheduling_policy=priority"
     opts = sim_options(argparse.Namespace(sim_opt=[argv[i + 1]]))
     assert SimConfig.from_options(opts).core_config().scheduling_policy == "priority"
+
+
+@pytest.mark.parametrize("policy", ["priority", "fcfs"])
+def test_waiting_requests_are_counted_by_priority(policy: str) -> None:
+    """What the sim worker reports in ``WorkerStatus.waiting_by_priority`` (the router's
+    priority-aware queue term): the waiting ones only, by the priority they were sent at."""
+    core = SimCore(CoreConfig(max_num_seqs=1, scheduling_policy=policy), COST)
+    core.add(req("run", range(0, 64), 20, priority=2), 0.0)
+    core.advance(0.0)
+    for i, p in enumerate((2, 2, 0, 1, 2)):
+        core.add(req(f"w{i}", range(100 * (i + 1), 100 * (i + 1) + 64), 20, priority=p), 0.001)
+    assert core.num_running == 1
+    assert core.waiting_by_priority() == {0: 1, 1: 1, 2: 3}
+    run_all(core)
+    assert core.waiting_by_priority() == {}

@@ -9,7 +9,7 @@ the request inside the engine and free its sequence and KV blocks.
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -122,6 +122,8 @@ class EngineStats:
     num_running: int
     num_waiting: int
     kv_cache_usage: float  # 0..1
+    # num_waiting by request priority (lower first); None: the engine does not say (vLLM)
+    waiting_by_priority: Mapping[int, int] | None = None
 
 
 class CacheEventKind(enum.Enum):

@@ -390,6 +390,7 @@ class SimEngine:
             num_running=self.core.num_running,
             num_waiting=self.core.num_waiting,
             kv_cache_usage=self.core.kv_cache_usage,
+            waiting_by_priority=self.core.waiting_by_priority(),
         )
 
     def set_cache_listener(self, listener: CacheListener | None) -> None:

@@ -44,7 +44,7 @@ import heapq
 import math
 import random
 from collections import OrderedDict, deque
-from collections.abc import Callable, KeysView, Sequence
+from collections.abc import Callable, Iterator, KeysView, Sequence
 from dataclasses import dataclass, field
 
 from preheat.core.blocks import ROOT_HASH, block_hash, tenant_root
@@ -296,6 +296,14 @@ class SimCore:
     @property
     def num_waiting(self) -> int:
         return len(self._waiting)
+
+    def waiting_by_priority(self) -> dict[int, int]:
+        """The waiting requests by priority (under FCFS too: the router's queue term counts
+        only those at a request's priority and above when the pool runs ``priority``)."""
+        counts: dict[int, int] = {}
+        for seq in self._waiting:
+            counts[seq.priority] = counts.get(seq.priority, 0) + 1
+        return counts
 
     def has_work(self) -> bool:
         """Requests running or waiting (False: idle, nothing will happen until an add)."""
@@ -664,6 +672,10 @@ class _PriorityQueue:
 
     def __len__(self) -> int:
         return len(self._heap)
+
+    def __iter__(self) -> Iterator[_Seq]:
+        """The waiting requests, in no particular order."""
+        return (e[3] for e in self._heap)
 
     def __bool__(self) -> bool:
         return bool(self._heap)

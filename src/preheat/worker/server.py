@@ -65,6 +65,7 @@ from preheat.wire.coalesce import CoalesceConfig, coalesce
 from preheat.wire.controltls import TLSFiles, server_credentials
 from preheat.wire.convert import checked_request
 from preheat.wire.errors import abort
+from preheat.wire.priority import engine_priority
 from preheat.worker import tracing
 from preheat.worker.cache_hub import CacheHub
 from preheat.worker.metrics import WorkerMetrics, WorkerOutcome
@@ -94,12 +95,6 @@ _FINISH_PB = {
     FinishReason.STOP: inference_pb2.FINISH_REASON_STOP,
     FinishReason.LENGTH: inference_pb2.FINISH_REASON_LENGTH,
     FinishReason.ABORT: inference_pb2.FINISH_REASON_ABORT,
-}
-_PRIORITY = {
-    inference_pb2.PRIORITY_INTERACTIVE: 0,
-    inference_pb2.PRIORITY_UNSPECIFIED: 1,
-    inference_pb2.PRIORITY_STANDARD: 1,
-    inference_pb2.PRIORITY_BATCH: 2,
 }
 _OUTCOME = {
     ErrorCode.INVALID_ARGUMENT: WorkerOutcome.INVALID,
@@ -406,6 +401,7 @@ class WorkerServer:
             openai_port=self.ports.openai if self.ports is not None else 0,
             cached_blocks=self._hub.num_blocks if self._hub is not None else 0,
             sessions=self._sessions.count(asyncio.get_running_loop().time()),
+            waiting_by_priority=dict(stats.waiting_by_priority or {}),
         )
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -567,7 +563,7 @@ class WorkerServer:
                 ignore_eos=spec.ignore_eos,
                 options=spec.options,
             ),
-            priority=_PRIORITY.get(req.priority, 1),
+            priority=engine_priority(req.priority),
             cache_salt=req.cache_salt,
         )
 

@@ -39,6 +39,8 @@ def make_endpoint(
     pool: str = "",
     age_s: float | None = 0.0,
     observed_ttft_ms: float | None = None,
+    waiting_by_priority: Mapping[int, int] | None = None,
+    in_flight_by_priority: Mapping[int, int] | None = None,
 ) -> Endpoint:
     """An endpoint with ``queue`` waiting requests, refreshed ``age_s`` before NOW (None: never)."""
     return Endpoint(
@@ -57,6 +59,10 @@ def make_endpoint(
         metrics_at=None if age_s is None else NOW - age_s,
         cached_blocks=None if cached_blocks is None else frozenset(cached_blocks),
         observed_ttft_ms=observed_ttft_ms,
+        waiting_by_priority=None
+        if waiting_by_priority is None
+        else tuple(sorted(waiting_by_priority.items())),
+        in_flight_by_priority=tuple(sorted((in_flight_by_priority or {}).items())),
     )
 
 
@@ -70,6 +76,7 @@ def make_request(
     zone: str = "",
     deadline_ms: float | None = None,
     max_tokens: int = 0,
+    priority: int = 1,
 ) -> RequestInfo:
     """A request; ``blocks`` defaults to 1..prompt_tokens//16 (distinct fake block hashes)."""
     hashes = tuple(range(1, prompt_tokens // 16 + 1)) if blocks is None else tuple(blocks)
@@ -82,6 +89,7 @@ def make_request(
         client_zone=zone,
         ttft_deadline_ms=deadline_ms,
         max_tokens=max_tokens,
+        priority=priority,
     )
 
 

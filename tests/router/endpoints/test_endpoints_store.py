@@ -142,3 +142,26 @@ async def test_metrics_at_is_on_the_store_clock_and_region_matrix_is_kept() -> N
             assert store.snapshot()[0].metrics_at == 1234.5
             assert store.all_endpoints()[0].status_at == 1234.5
             assert store.region_rtt_ms() == matrix
+
+
+async def test_in_flight_is_kept_by_priority_for_the_queue_term() -> None:
+    """The router's own record of what it sent and has no first token of, by the requests'
+    engine priority: the queue term's "behind us" for an engine that reports no
+    per-priority counts (vLLM)."""
+    async with sim_workers(1) as workers:
+        source = StaticDiscovery([workers[0].discovered()])
+        async with running_store(source) as store:
+            await store.wait_ready(1, timeout_s=10)
+            for _ in range(3):
+                store.request_started("w-0", 2)
+            store.request_started("w-0", 0)
+            assert store.snapshot()[0].in_flight == 4
+            assert store.snapshot()[0].in_flight_by_priority == ((0, 1), (2, 3))
+            store.first_token("w-0", ttft_s=0.05, server_ttft_ms=0.0, priority=2)
+            store.request_failed("w-0", 2)
+            store.request_finished("w-0", 0)
+            assert store.snapshot()[0].in_flight_by_priority == ((2, 1),)
+            store.request_finished("w-0", 2)
+            store.request_finished("w-0", 2)  # never below zero
+            assert store.snapshot()[0].in_flight == 0
+            assert store.snapshot()[0].in_flight_by_priority == ()

@@ -103,7 +103,7 @@ def predict_ttft_ms(
     uncached prompt, plus ``stale_penalty_ms`` when its metrics are stale."""
     t = (
         rtt_ms(endpoint, ctx, config)
-        + queue_wait_ms(endpoint, cost, config)
+        + queue_wait_ms(endpoint, cost, config, priority=ctx.request.priority)
         + prefill_ms(endpoint, ctx, cost)
     )
     if is_stale(endpoint, ctx.now, config.staleness_s):

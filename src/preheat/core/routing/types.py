@@ -38,6 +38,13 @@ class Endpoint:
     max_num_seqs: int = 256
     block_size: int = 16
     in_flight: int = 0  # requests this router has sent and not yet seen the first token of
+    # ``in_flight`` by request priority (RequestInfo.priority): ((priority, count), ...),
+    # sorted; requests not in it count as ahead of everyone (a record kept without classes)
+    in_flight_by_priority: tuple[tuple[int, int], ...] = ()
+    # the engine's waiting sequences by priority (WorkerStatus.waiting_by_priority), sorted
+    # ((priority, count), ...); None: the engine does not say (vLLM), then this router's own
+    # ``in_flight_by_priority`` says which of ``num_waiting`` are behind a request
+    waiting_by_priority: tuple[tuple[int, int], ...] | None = None
     # requests this router is streaming from the endpoint after their first token (decoding
     # there now; fresher than the engine's num_running, which is as old as metrics_at)
     decoding: int = 0
@@ -66,7 +73,10 @@ class RequestInfo:
     client_region: str = ""
     client_zone: str = ""
     ttft_deadline_ms: float | None = None  # admission: reject when no endpoint predicts within
-    priority: int = 0
+    # the engine priority it will run at (lower first, vLLM's convention: 0 interactive,
+    # 1 standard, 2 batch); the queue scorer counts only the waiting work at this value or
+    # lower (``plugins/queue.py``)
+    priority: int = 1
 
 
 @dataclass(frozen=True)

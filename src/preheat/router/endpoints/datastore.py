@@ -40,6 +40,7 @@ from preheat.router.endpoints.discovery import DiscoveredEndpoint, DiscoverySour
 from preheat.router.endpoints.entry import EndpointEntry
 from preheat.router.endpoints.scraper import scrape_loop
 from preheat.router.endpoints.statuspoll import status_loop
+from preheat.wire.priority import STANDARD
 from preheat.wire.tokens import auth_metadata
 
 UNKNOWN_MODEL_LEN = 1 << 30  # a worker that reports no context window: the worker checks
@@ -360,19 +361,23 @@ class EndpointStore:
         self._openai_said = said
         return said
 
-    def request_started(self, endpoint_id: str) -> None:
+    def request_started(self, endpoint_id: str, priority: int = STANDARD) -> None:
+        """A request was sent to the endpoint at engine ``priority`` (lower first): in flight
+        until its first token, failure or end (pass the same priority to those)."""
         e = self._entries.get(endpoint_id)
         if e is not None:
-            e.in_flight += 1
+            e.started(priority)
             e.touch()
 
-    def first_token(self, endpoint_id: str, ttft_s: float, server_ttft_ms: float) -> None:
+    def first_token(
+        self, endpoint_id: str, ttft_s: float, server_ttft_ms: float, priority: int = STANDARD
+    ) -> None:
         """The first token arrived ``ttft_s`` after the request was sent; the worker spent
         ``server_ttft_ms`` of that (queue + prefill; 0 if unknown)."""
         e = self._entries.get(endpoint_id)
         if e is None:
             return
-        e.in_flight = max(0, e.in_flight - 1)
+        e.no_longer_waiting(priority)
         e.decoding += 1
         observed_ms = ttft_s * 1000.0
         if server_ttft_ms > 0:
@@ -390,23 +395,23 @@ class EndpointStore:
             e.decoding = max(0, e.decoding - 1)
             e.touch()
 
-    def request_failed(self, endpoint_id: str) -> None:
+    def request_failed(self, endpoint_id: str, priority: int = STANDARD) -> None:
         """A request failed before its first token: one fewer in flight, and the endpoint's
         Status is asked again at once (a dead endpoint drops out within one round trip)."""
         e = self._entries.get(endpoint_id)
         if e is None:
             return
-        e.in_flight = max(0, e.in_flight - 1)
+        e.no_longer_waiting(priority)
         e.failures += 1
         e.kick.set()
         e.touch()
 
-    def request_finished(self, endpoint_id: str) -> None:
+    def request_finished(self, endpoint_id: str, priority: int = STANDARD) -> None:
         """A request ended without a first token and without an endpoint failure (a client
         cancel, a rejection by validation): one fewer in flight."""
         e = self._entries.get(endpoint_id)
         if e is not None:
-            e.in_flight = max(0, e.in_flight - 1)
+            e.no_longer_waiting(priority)
             e.touch()
 
     def channel(self, endpoint_id: str) -> grpc.aio.Channel:

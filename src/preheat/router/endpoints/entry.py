@@ -39,6 +39,8 @@ class EndpointEntry:
         self.rtt = RttEstimator(rtt_alpha)
         self.observed_ttft = Ewma(rtt_alpha)
         self.in_flight = 0
+        # in_flight by the requests' engine priority (the queue term's "behind us")
+        self.in_flight_by_priority: dict[int, int] = {}
         self.decoding = 0  # requests streaming from it past their first token
         self.failures = 0  # request failures reported by the data path
         self.consecutive_failures = 0  # Status calls failed in a row
@@ -125,6 +127,8 @@ class EndpointEntry:
             max_num_seqs=st.max_num_seqs if st is not None and st.max_num_seqs else 256,
             block_size=st.block_size if st is not None and st.block_size else 16,
             in_flight=self.in_flight,
+            in_flight_by_priority=tuple(sorted(self.in_flight_by_priority.items())),
+            waiting_by_priority=_waiting_by_priority(st),
             decoding=self.decoding,
             rtt_ms=self.rtt.value_ms,
             metrics_at=metrics_at,
@@ -135,6 +139,20 @@ class EndpointEntry:
         )
         self._endpoint, self._endpoint_pool = ep, pool
         return ep
+
+    def started(self, priority: int) -> None:
+        """One more request sent here at ``priority`` without a first token yet."""
+        self.in_flight += 1
+        self.in_flight_by_priority[priority] = self.in_flight_by_priority.get(priority, 0) + 1
+
+    def no_longer_waiting(self, priority: int) -> None:
+        """A request sent at ``priority`` got its first token, failed or ended."""
+        self.in_flight = max(0, self.in_flight - 1)
+        left = self.in_flight_by_priority.get(priority, 0) - 1
+        if left > 0:
+            self.in_flight_by_priority[priority] = left
+        else:
+            self.in_flight_by_priority.pop(priority, None)
 
     def cancel_tasks(self) -> None:
         for task in self.tasks.values():
@@ -149,3 +167,13 @@ class EndpointEntry:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.channel.close()
+
+
+def _waiting_by_priority(
+    st: worker_pb2.WorkerStatus | None,
+) -> tuple[tuple[int, int], ...] | None:
+    """The engine's waiting requests by priority from Status (None: it says none: an older
+    worker, or an engine that does not count them, as vLLM)."""
+    if st is None or not st.waiting_by_priority:
+        return None
+    return tuple(sorted((int(p), int(n)) for p, n in st.waiting_by_priority.items()))

@@ -80,6 +80,7 @@ from preheat.router.frontend.tracing import RequestTrace
 from preheat.wire.coalesce import CoalesceConfig
 from preheat.wire.convert import PromptTooLong, checked_request
 from preheat.wire.errors import error_code
+from preheat.wire.priority import WIRE_PRIORITY, engine_priority
 
 log = logging.getLogger("preheat.router")
 perf_counter = time.perf_counter
@@ -91,13 +92,6 @@ RETRYABLE = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.RESOURCE_EXHAUSTED})
 UPSTREAM_INTERNAL = "internal error in the worker (the router's log has its detail)"
 DRAIN_RETRY_AFTER_S = 1.0  # what a request refused by a draining router is told
 
-# a class's priority (lower first, vLLM's convention) -> the wire's Priority, which the
-# worker maps back to the engine's 0, 1, 2 (worker/server.py)
-WIRE_PRIORITY = {
-    0: inference_pb2.PRIORITY_INTERACTIVE,
-    1: inference_pb2.PRIORITY_STANDARD,
-    2: inference_pb2.PRIORITY_BATCH,
-}
 
 UNLIMITED_MODEL_LEN = 1 << 30
 DEFAULT_BLOCK_SIZE = 16
@@ -424,7 +418,7 @@ class Dispatcher:
             client_region=client_region or self.config.region,
             client_zone=client_zone or (self.config.zone if not client_region else ""),
             ttft_deadline_ms=target,
-            priority=int(req.priority),
+            priority=engine_priority(req.priority),  # what the engine will run it at
         )
         self.metrics.observe_arrival()  # a valid request for the pool: demand, served or not
         return Prepared(req, info, received, received_pc, tokens if prompt else None, target, klass)
@@ -882,7 +876,7 @@ class Dispatcher:
                 attempt_first = None
                 self.metrics.overhead.observe(st.routed_at - prep.received_pc)
                 self._log_routed(prep, decision, st.attempts)
-                self.store.request_started(ep.id)
+                self.store.request_started(ep.id, prep.info.priority)
                 remaining = None if deadline is None else max(0.001, deadline - loop.time())
                 upstream = prep.request
                 if self._send_ids(prep, ep):
@@ -967,9 +961,9 @@ class Dispatcher:
                         ) from None
                     if attempt_first is None:
                         if code in RETRYABLE or code is ErrorCode.INTERNAL:
-                            self.store.request_failed(ep.id)
+                            self.store.request_failed(ep.id, prep.info.priority)
                         else:
-                            self.store.request_finished(ep.id)
+                            self.store.request_finished(ep.id, prep.info.priority)
                     retry = (
                         code in RETRYABLE
                         and st.attempts <= self.config.max_retries
@@ -1018,7 +1012,7 @@ class Dispatcher:
         except (asyncio.CancelledError, GeneratorExit):
             outcome = RouterOutcome.CANCELLED
             if st.endpoint is not None and attempt_first is None:
-                self.store.request_finished(st.endpoint.id)
+                self.store.request_finished(st.endpoint.id, prep.info.priority)
             raise
         finally:
             if grant is not None:
@@ -1066,7 +1060,7 @@ class Dispatcher:
         ttft_s = now - prep.received_pc
         upstream_s = now - (st.routed_at if st.routed_at is not None else prep.received_pc)
         # the worker's own TTFT comes only with the last chunk: 0 = unknown here
-        self.store.first_token(ep.id, upstream_s, 0.0)
+        self.store.first_token(ep.id, upstream_s, 0.0, prep.info.priority)
         target = self.config.admission.default_ttft_target_ms
         if target > 0:
             self._limit = admission.observe_ttft(

@@ -467,7 +467,13 @@ class Passthrough:
                 data["cache_salt"] = tenant
             else:
                 data.pop("cache_salt", None)
-        if rf.tenant_salt_differs or renamed:
+        reprioritized = False
+        if prep.klass is not None and d.config.traffic.sets_priority:
+            # the class's priority, never the client's own (as on the gRPC path): vLLM runs
+            # the request at it, and the queue term counts by it (``core.routing``)
+            reprioritized = data.get("priority") != prep.info.priority
+            data["priority"] = prep.info.priority
+        if rf.tenant_salt_differs or renamed or reprioritized:
             raw = json.dumps(data, ensure_ascii=False).encode()
         return prep, raw, rf.stream
 
@@ -514,7 +520,7 @@ class Passthrough:
                 att = _Attempt()
                 d.metrics.overhead.observe(st.routed_at - prep.received_pc)
                 d._log_routed(prep, decision, st.attempts)
-                d.store.request_started(ep.id)
+                d.store.request_started(ep.id, prep.info.priority)
                 if tr is not None:  # its traceparent goes out in the request's headers
                     tr.upstream(ep.id, ep.address, st.routed_at)
                 settled = False  # the endpoint's in-flight count was given back
@@ -536,9 +542,9 @@ class Passthrough:
                 except _Retry as e:
                     settled = True
                     if e.failed:
-                        d.store.request_failed(ep.id)
+                        d.store.request_failed(ep.id, prep.info.priority)
                     else:
-                        d.store.request_finished(ep.id)
+                        d.store.request_finished(ep.id, prep.info.priority)
                     retry = st.attempts <= d.config.max_retries and (
                         deadline is None or loop.time() < deadline
                     )
@@ -563,7 +569,7 @@ class Passthrough:
                     if att.first:
                         d.store.request_done(ep.id)
                     elif not settled:  # answered, refused, failed or cancelled before a token
-                        d.store.request_finished(ep.id)
+                        d.store.request_finished(ep.id, prep.info.priority)
         except PreheatError as e:
             outcome = RouterOutcome.of_error(e.code)
             error = e.message

@@ -2,9 +2,13 @@
 
 Formula, for endpoint p::
 
-    ahead    = max(num_waiting, in_flight)   (queued before us: the engine's count, or this
+    ahead    = max(waiting_ahead, own_ahead) (queued before us: the engine's count, or this
                                               router's requests without a first token yet
                                               when the engine's figure lags behind)
+    own_ahead     = in_flight - behind
+    waiting_ahead = sum of waiting_by_priority at priority <= ours, when the engine says;
+                    else num_waiting - behind
+    behind        = this router's in-flight requests at a priority value above ours
     per_req  = cost.prefill_ms(typical), or the endpoint's observed TTFT (EWMA) when that
                is lower (a faster engine than the cost model's); typical = the scheduler's
                EWMA of routed requests' uncached prompt tokens (typical_prompt_alpha), or
@@ -24,14 +28,27 @@ router's own count of requests streaming from the endpoint (fresh; the engine's
 ``decode_seq_ms`` and ``decode_kv_ms_per_token`` are the cost model's decode step (see
 ``decode.py``). With a prefill ahead, waiting for the step is part of ``per_req``.
 
+Priority (``RequestInfo.priority``, lower first, vLLM's convention): an engine running
+``--scheduling-policy priority`` schedules its waiting queue by (priority, arrival), so only
+the waiting work at our priority or higher (a value <= ours) is ahead of us; lower-priority
+waiting work is scheduled after us. Running work counts whatever its priority: vLLM 0.32's
+scheduler preempts a running request only under KV pressure, never for a waiting
+higher-priority one (``preheat.engine.simcore``). Per-priority waiting counts come from the
+engine when it reports them (the sim engine, ``WorkerStatus.waiting_by_priority``); for an
+engine that does not (vLLM), this router's own record of what it sent and has not seen the
+first token of (``Endpoint.in_flight_by_priority``) says how many of the engine's waiting
+requests are behind us. Without classes every request has the same priority and the
+formula is the FCFS one.
+
 Why not ``num_waiting + in_flight`` and the observed TTFT as ``per_req`` (the first
 version): our in-flight requests are among the engine's waiting ones, and an observed TTFT
 already contains queueing, so both counted the queue twice and the product grew with its
 square. That over-steered away from cached endpoints (measured on the Mooncake session
 workload, docs/benchmarks.md: hit rate 9-11% -> 11-12%, TTFT p95 ahead of every baseline).
 
-Inputs: ``num_waiting``, ``in_flight``, ``num_running``, ``decoding``, ``max_num_seqs``,
-``observed_ttft_ms`` of the endpoint; the cost model. Parameters (``SchedulerConfig``):
+Inputs: ``num_waiting``, ``waiting_by_priority``, ``in_flight``, ``in_flight_by_priority``,
+``num_running``, ``decoding``, ``max_num_seqs``, ``observed_ttft_ms`` of the endpoint; the
+request's ``priority``; the cost model. Parameters (``SchedulerConfig``):
 ``typical_prompt_tokens`` (1024), ``slot_wait_ms`` (50), ``running_seq_ms`` (0.05),
 ``step_residual`` (0.5), ``chunk_shared_ms``, ``decode_seq_ms``, ``decode_kv_ms_per_token``,
 ``typical_output_tokens``.
@@ -57,16 +74,34 @@ def step_residual_ms(endpoint: Endpoint, config: SchedulerConfig, typical_tokens
     return config.step_residual * (config.chunk_shared_ms + decoding * per_seq)
 
 
+def requests_ahead(endpoint: Endpoint, priority: int | None = None) -> int:
+    """``ahead`` of the formula: the requests queued on ``endpoint`` before one of
+    ``priority`` (None: every waiting request, FCFS)."""
+    waiting, own = max(0, endpoint.num_waiting), max(0, endpoint.in_flight)
+    if priority is None:
+        return max(waiting, own)
+    behind = sum(n for p, n in endpoint.in_flight_by_priority if p > priority)
+    own = max(0, own - behind)
+    by_priority = endpoint.waiting_by_priority
+    if by_priority is not None:
+        waiting = sum(max(0, n) for p, n in by_priority if p <= priority)
+    else:
+        waiting = max(0, waiting - behind)
+    return max(waiting, own)
+
+
 def queue_wait_ms(
     endpoint: Endpoint,
     cost: PrefillCost,
     config: SchedulerConfig,
     typical_ms: float | None = None,
     typical_tokens: float | None = None,
+    priority: int | None = None,
 ) -> float:
     """The formula above for one endpoint (``typical_ms``: the typical prefill, if known;
-    ``typical_tokens``: its prompt tokens, default ``typical_prompt_tokens``)."""
-    ahead = max(max(0, endpoint.num_waiting), max(0, endpoint.in_flight))
+    ``typical_tokens``: its prompt tokens, default ``typical_prompt_tokens``; ``priority``:
+    the request's, None for every waiting request)."""
+    ahead = requests_ahead(endpoint, priority)
     running = max(0, endpoint.num_running)
     residual = 0.0
     if ahead == 0:
@@ -94,6 +129,8 @@ class Queue:
     def score(self, inp: ScoreInput) -> Mapping[str, float]:
         tokens = inp.typical_tokens
         typical = inp.cost.prefill_ms(max(1, round(tokens)), 0)
+        prio = inp.ctx.request.priority
         return {
-            e.id: queue_wait_ms(e, inp.cost, inp.config, typical, tokens) for e in inp.endpoints
+            e.id: queue_wait_ms(e, inp.cost, inp.config, typical, tokens, prio)
+            for e in inp.endpoints
         }

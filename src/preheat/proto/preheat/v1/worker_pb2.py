@@ -24,15 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%preheat/proto/preheat/v1/worker.proto\x12\npreheat.v1\"\x0f\n\rStatusRequest\"\x10\n\x0ePromoteRequest\"\x0f\n\rDemoteRequest\"\x0e\n\x0c\x44rainRequest\"\x13\n\x11WatchCacheRequest\"\x88\x03\n\x0cWorkerStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x03 \x01(\t\x12)\n\x05state\x18\x04 \x01(\x0e\x32\x1a.preheat.v1.LifecycleState\x12\x13\n\x0bnum_running\x18\x05 \x01(\r\x12\x13\n\x0bnum_waiting\x18\x06 \x01(\r\x12\x16\n\x0ekv_cache_usage\x18\x07 \x01(\x01\x12\x12\n\nblock_size\x18\x08 \x01(\r\x12\x16\n\x0enum_gpu_blocks\x18\t \x01(\r\x12\x14\n\x0cmax_num_seqs\x18\n \x01(\r\x12\x15\n\rmax_model_len\x18\x0b \x01(\r\x12\x11\n\tin_flight\x18\x0c \x01(\r\x12\x0c\n\x04zone\x18\r \x01(\t\x12\x0e\n\x06region\x18\x0e \x01(\t\x12\x11\n\ttokenizer\x18\x0f \x01(\t\x12\x13\n\x0bopenai_port\x18\x10 \x01(\r\x12\x15\n\rcached_blocks\x18\x11 \x01(\r\x12\x10\n\x08sessions\x18\x12 \x01(\r\"\xbf\x01\n\nCacheEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12*\n\x06stored\x18\x02 \x01(\x0b\x32\x18.preheat.v1.BlocksStoredH\x00\x12,\n\x07removed\x18\x03 \x01(\x0b\x32\x19.preheat.v1.BlocksRemovedH\x00\x12/\n\x07\x63leared\x18\x04 \x01(\x0b\x32\x1c.preheat.v1.AllBlocksClearedH\x00\x12\x10\n\x08snapshot\x18\x05 \x01(\x08\x42\x07\n\x05\x65vent\"$\n\x0c\x42locksStored\x12\x14\n\x0c\x62lock_hashes\x18\x01 \x03(\x04\"%\n\rBlocksRemoved\x12\x14\n\x0c\x62lock_hashes\x18\x01 \x03(\x04\"\x12\n\x10\x41llBlocksCleared*\xdf\x01\n\x0eLifecycleState\x12\x1f\n\x1bLIFECYCLE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17LIFECYCLE_STATE_LOADING\x10\x01\x12\x1b\n\x17LIFECYCLE_STATE_WARMING\x10\x02\x12\x1b\n\x17LIFECYCLE_STATE_STANDBY\x10\x03\x12\x1a\n\x16LIFECYCLE_STATE_ACTIVE\x10\x04\x12\x1c\n\x18LIFECYCLE_STATE_DRAINING\x10\x05\x12\x1b\n\x17LIFECYCLE_STATE_STOPPED\x10\x06\x32\xd2\x02\n\rWorkerControl\x12=\n\x06Status\x12\x19.preheat.v1.StatusRequest\x1a\x18.preheat.v1.WorkerStatus\x12?\n\x07Promote\x12\x1a.preheat.v1.PromoteRequest\x1a\x18.preheat.v1.WorkerStatus\x12=\n\x06\x44\x65mote\x12\x19.preheat.v1.DemoteRequest\x1a\x18.preheat.v1.WorkerStatus\x12;\n\x05\x44rain\x12\x18.preheat.v1.DrainRequest\x1a\x18.preheat.v1.WorkerStatus\x12\x45\n\nWatchCache\x12\x1d.preheat.v1.WatchCacheRequest\x1a\x16.preheat.v1.CacheEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%preheat/proto/preheat/v1/worker.proto\x12\npreheat.v1\"\x0f\n\rStatusRequest\"\x10\n\x0ePromoteRequest\"\x0f\n\rDemoteRequest\"\x0e\n\x0c\x44rainRequest\"\x13\n\x11WatchCacheRequest\"\x90\x04\n\x0cWorkerStatus\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x03 \x01(\t\x12)\n\x05state\x18\x04 \x01(\x0e\x32\x1a.preheat.v1.LifecycleState\x12\x13\n\x0bnum_running\x18\x05 \x01(\r\x12\x13\n\x0bnum_waiting\x18\x06 \x01(\r\x12\x16\n\x0ekv_cache_usage\x18\x07 \x01(\x01\x12\x12\n\nblock_size\x18\x08 \x01(\r\x12\x16\n\x0enum_gpu_blocks\x18\t \x01(\r\x12\x14\n\x0cmax_num_seqs\x18\n \x01(\r\x12\x15\n\rmax_model_len\x18\x0b \x01(\r\x12\x11\n\tin_flight\x18\x0c \x01(\r\x12\x0c\n\x04zone\x18\r \x01(\t\x12\x0e\n\x06region\x18\x0e \x01(\t\x12\x11\n\ttokenizer\x18\x0f \x01(\t\x12\x13\n\x0bopenai_port\x18\x10 \x01(\r\x12\x15\n\rcached_blocks\x18\x11 \x01(\r\x12\x10\n\x08sessions\x18\x12 \x01(\r\x12L\n\x13waiting_by_priority\x18\x13 \x03(\x0b\x32/.preheat.v1.WorkerStatus.WaitingByPriorityEntry\x1a\x38\n\x16WaitingByPriorityEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\xbf\x01\n\nCacheEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12*\n\x06stored\x18\x02 \x01(\x0b\x32\x18.preheat.v1.BlocksStoredH\x00\x12,\n\x07removed\x18\x03 \x01(\x0b\x32\x19.preheat.v1.BlocksRemovedH\x00\x12/\n\x07\x63leared\x18\x04 \x01(\x0b\x32\x1c.preheat.v1.AllBlocksClearedH\x00\x12\x10\n\x08snapshot\x18\x05 \x01(\x08\x42\x07\n\x05\x65vent\"$\n\x0c\x42locksStored\x12\x14\n\x0c\x62lock_hashes\x18\x01 \x03(\x04\"%\n\rBlocksRemoved\x12\x14\n\x0c\x62lock_hashes\x18\x01 \x03(\x04\"\x12\n\x10\x41llBlocksCleared*\xdf\x01\n\x0eLifecycleState\x12\x1f\n\x1bLIFECYCLE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17LIFECYCLE_STATE_LOADING\x10\x01\x12\x1b\n\x17LIFECYCLE_STATE_WARMING\x10\x02\x12\x1b\n\x17LIFECYCLE_STATE_STANDBY\x10\x03\x12\x1a\n\x16LIFECYCLE_STATE_ACTIVE\x10\x04\x12\x1c\n\x18LIFECYCLE_STATE_DRAINING\x10\x05\x12\x1b\n\x17LIFECYCLE_STATE_STOPPED\x10\x06\x32\xd2\x02\n\rWorkerControl\x12=\n\x06Status\x12\x19.preheat.v1.StatusRequest\x1a\x18.preheat.v1.WorkerStatus\x12?\n\x07Promote\x12\x1a.preheat.v1.PromoteRequest\x1a\x18.preheat.v1.WorkerStatus\x12=\n\x06\x44\x65mote\x12\x19.preheat.v1.DemoteRequest\x1a\x18.preheat.v1.WorkerStatus\x12;\n\x05\x44rain\x12\x18.preheat.v1.DrainRequest\x1a\x18.preheat.v1.WorkerStatus\x12\x45\n\nWatchCache\x12\x1d.preheat.v1.WatchCacheRequest\x1a\x16.preheat.v1.CacheEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'preheat.proto.preheat.v1.worker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LIFECYCLESTATE']._serialized_start=829
-  _globals['_LIFECYCLESTATE']._serialized_end=1052
+  _globals['_WORKERSTATUS_WAITINGBYPRIORITYENTRY']._loaded_options = None
+  _globals['_WORKERSTATUS_WAITINGBYPRIORITYENTRY']._serialized_options = b'8\001'
+  _globals['_LIFECYCLESTATE']._serialized_start=965
+  _globals['_LIFECYCLESTATE']._serialized_end=1188
   _globals['_STATUSREQUEST']._serialized_start=53
   _globals['_STATUSREQUEST']._serialized_end=68
   _globals['_PROMOTEREQUEST']._serialized_start=70
@@ -44,15 +46,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WATCHCACHEREQUEST']._serialized_start=121
   _globals['_WATCHCACHEREQUEST']._serialized_end=140
   _globals['_WORKERSTATUS']._serialized_start=143
-  _globals['_WORKERSTATUS']._serialized_end=535
-  _globals['_CACHEEVENT']._serialized_start=538
-  _globals['_CACHEEVENT']._serialized_end=729
-  _globals['_BLOCKSSTORED']._serialized_start=731
-  _globals['_BLOCKSSTORED']._serialized_end=767
-  _globals['_BLOCKSREMOVED']._serialized_start=769
-  _globals['_BLOCKSREMOVED']._serialized_end=806
-  _globals['_ALLBLOCKSCLEARED']._serialized_start=808
-  _globals['_ALLBLOCKSCLEARED']._serialized_end=826
-  _globals['_WORKERCONTROL']._serialized_start=1055
-  _globals['_WORKERCONTROL']._serialized_end=1393
+  _globals['_WORKERSTATUS']._serialized_end=671
+  _globals['_WORKERSTATUS_WAITINGBYPRIORITYENTRY']._serialized_start=615
+  _globals['_WORKERSTATUS_WAITINGBYPRIORITYENTRY']._serialized_end=671
+  _globals['_CACHEEVENT']._serialized_start=674
+  _globals['_CACHEEVENT']._serialized_end=865
+  _globals['_BLOCKSSTORED']._serialized_start=867
+  _globals['_BLOCKSSTORED']._serialized_end=903
+  _globals['_BLOCKSREMOVED']._serialized_start=905
+  _globals['_BLOCKSREMOVED']._serialized_end=942
+  _globals['_ALLBLOCKSCLEARED']._serialized_start=944
+  _globals['_ALLBLOCKSCLEARED']._serialized_end=962
+  _globals['_WORKERCONTROL']._serialized_start=1191
+  _globals['_WORKERCONTROL']._serialized_end=1529
 # @@protoc_insertion_point(module_scope)

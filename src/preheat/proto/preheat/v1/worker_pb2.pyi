@@ -45,7 +45,14 @@ class WatchCacheRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("worker_id", "model", "engine", "state", "num_running", "num_waiting", "kv_cache_usage", "block_size", "num_gpu_blocks", "max_num_seqs", "max_model_len", "in_flight", "zone", "region", "tokenizer", "openai_port", "cached_blocks", "sessions")
+    __slots__ = ("worker_id", "model", "engine", "state", "num_running", "num_waiting", "kv_cache_usage", "block_size", "num_gpu_blocks", "max_num_seqs", "max_model_len", "in_flight", "zone", "region", "tokenizer", "openai_port", "cached_blocks", "sessions", "waiting_by_priority")
+    class WaitingByPriorityEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +71,7 @@ class WorkerStatus(_message.Message):
     OPENAI_PORT_FIELD_NUMBER: _ClassVar[int]
     CACHED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_BY_PRIORITY_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     model: str
     engine: str
@@ -82,7 +90,8 @@ class WorkerStatus(_message.Message):
     openai_port: int
     cached_blocks: int
     sessions: int
-    def __init__(self, worker_id: _Optional[str] = ..., model: _Optional[str] = ..., engine: _Optional[str] = ..., state: _Optional[_Union[LifecycleState, str]] = ..., num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., block_size: _Optional[int] = ..., num_gpu_blocks: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., max_model_len: _Optional[int] = ..., in_flight: _Optional[int] = ..., zone: _Optional[str] = ..., region: _Optional[str] = ..., tokenizer: _Optional[str] = ..., openai_port: _Optional[int] = ..., cached_blocks: _Optional[int] = ..., sessions: _Optional[int] = ...) -> None: ...
+    waiting_by_priority: _containers.ScalarMap[int, int]
+    def __init__(self, worker_id: _Optional[str] = ..., model: _Optional[str] = ..., engine: _Optional[str] = ..., state: _Optional[_Union[LifecycleState, str]] = ..., num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., block_size: _Optional[int] = ..., num_gpu_blocks: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., max_model_len: _Optional[int] = ..., in_flight: _Optional[int] = ..., zone: _Optional[str] = ..., region: _Optional[str] = ..., tokenizer: _Optional[str] = ..., openai_port: _Optional[int] = ..., cached_blocks: _Optional[int] = ..., sessions: _Optional[int] = ..., waiting_by_priority: _Optional[_Mapping[int, int]] = ...) -> None: ...
 
 class CacheEvent(_message.Message):
     __slots__ = ("seq", "stored", "removed", "cleared", "snapshot")

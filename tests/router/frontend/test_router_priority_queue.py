@@ -1,0 +1,85 @@
+"""The router's queue term counts only the waiting work at a request's priority and above.
+
+Two sim workers schedule by priority (vLLM's ``--scheduling-policy priority``, as a pool with
+classes runs them). A is flooded with batch work, B with interactive work, both sent
+straight to the workers (not through the router), so the router knows them only from the
+workers' Status (``WorkerStatus.waiting_by_priority``). An interactive request is routed to
+A, whose waiting flood is scheduled after it; a batch request to B.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import grpc
+from frontendkit import Router, Worker, eventually, gen, router, words, workers
+
+from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc, router_pb2
+
+# two slots, real-time steps: the floods below keep their queues for many seconds
+PRIORITY_ENGINE = {
+    "engine": {"max_num_seqs": 2, "scheduling_policy": "priority", "time_scale": 1.0}
+}
+INTERACTIVE, BATCH = inference_pb2.PRIORITY_INTERACTIVE, inference_pb2.PRIORITY_BATCH
+
+
+@contextlib.asynccontextmanager
+async def flooded(w: Worker, n: int, priority: int) -> AsyncIterator[None]:
+    """``n`` long requests at ``priority`` sent straight to ``w``; cancelled at the end."""
+    async with grpc.aio.insecure_channel(w.endpoint.address) as ch:
+        stub = inference_pb2_grpc.InferenceStub(ch)
+
+        async def one(i: int) -> None:
+            req = gen(words(32, f"flood-{w.id}-{i}"), 2000, priority=priority)
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                async for _ in stub.Generate(req, timeout=30):
+                    pass
+
+        tasks = [asyncio.create_task(one(i)) for i in range(n)]
+        try:
+            yield
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def waiting_by_priority(r: Router, wid: str) -> dict[int, int]:
+    for e in r.server.store.snapshot():
+        if e.id == wid:
+            return dict(e.waiting_by_priority or ())
+    return {}
+
+
+async def pick(r: Router, prompt: str, priority: int) -> router_pb2.PickResponse:
+    req = router_pb2.PickRequest(request=gen(prompt, 4, priority=priority))
+    answer: router_pb2.PickResponse = await r.router.Pick(req, timeout=10)
+    return answer
+
+
+async def test_a_batch_flood_on_one_worker_does_not_push_interactive_requests_away() -> None:
+    async with (
+        workers([{"id": "A", **PRIORITY_ENGINE}, {"id": "B", **PRIORITY_ENGINE}]) as ws,
+        router([w.endpoint for w in ws]) as r,
+    ):
+        a, b = ws
+        async with flooded(a, 12, BATCH), flooded(b, 6, INTERACTIVE):
+            # the workers report their waiting requests by engine priority (0 interactive,
+            # 2 batch): A's batch requests wait (7 of 12 once the worker's bounds took
+            # theirs), B's interactive ones (4 of 6)
+            await eventually(
+                lambda: (
+                    waiting_by_priority(r, "A").get(2, 0) >= 5
+                    and waiting_by_priority(r, "B").get(0, 0) >= 3
+                ),
+                10,
+            )
+            chat = await pick(r, words(24, "chat"), INTERACTIVE)
+            job = await pick(r, words(24, "job"), BATCH)
+        assert chat.endpoint.worker_id == "A", chat.explanation
+        assert job.endpoint.worker_id == "B", job.explanation
+        # the batch request sees the flood ahead of it on A: its alternate is predicted later
+        assert [e.worker_id for e in job.alternates] == ["A"]
+        assert job.alternates[0].predicted_ttft_ms > job.endpoint.predicted_ttft_ms
