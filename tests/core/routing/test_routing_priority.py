@@ -31,25 +31,21 @@ def run(ctx: RoutingContext) -> RouteDecision:
     return schedule(ctx, CFG, COST, SchedulerState())[0]
 
 
-def flooded_and_busy(**engine_says: bool) -> tuple[Endpoint, Endpoint]:
-    """A: 20 batch requests waiting; B: 3 interactive ones waiting. The engine says so by
-    priority (``engine_says``), or (vLLM) only this router's record of what it sent does."""
-    by_engine = engine_says.get("by_priority", True)
-    a = make_endpoint(
-        "A",
-        queue=20,
-        in_flight=20,
-        waiting_by_priority={BATCH: 20} if by_engine else None,
-        in_flight_by_priority={BATCH: 20},
+def waiting_at(eid: str, n: int, priority: int, by_engine: bool) -> Endpoint:
+    """``n`` requests this router sent at ``priority`` waiting on endpoint ``eid``; the
+    engine says so by priority (``by_engine``), or (vLLM) only this router's record does."""
+    return make_endpoint(
+        eid,
+        queue=n,
+        in_flight=n,
+        waiting_by_priority={priority: n} if by_engine else None,
+        in_flight_by_priority={priority: n},
     )
-    b = make_endpoint(
-        "B",
-        queue=3,
-        in_flight=3,
-        waiting_by_priority={INTERACTIVE: 3} if by_engine else None,
-        in_flight_by_priority={INTERACTIVE: 3},
-    )
-    return a, b
+
+
+def flooded_and_busy(by_priority: bool = True) -> tuple[Endpoint, Endpoint]:
+    """A: 20 batch requests waiting; B: 3 interactive ones waiting."""
+    return waiting_at("A", 20, BATCH, by_priority), waiting_at("B", 3, INTERACTIVE, by_priority)
 
 
 @pytest.mark.parametrize("by_priority", [True, False], ids=["engine-reports", "router-record"])

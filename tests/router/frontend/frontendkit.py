@@ -170,3 +170,27 @@ async def eventually(check: Callable[[], Awaitable[bool] | bool], timeout_s: flo
             if result if isinstance(result, bool) else await result:
                 return
             await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def flooded(
+    w: Worker, n: int = 12, max_tokens: int = 300, priority: int = 0
+) -> AsyncIterator[None]:
+    """``n`` long requests (wire ``priority``) sent straight to ``w`` (not through the
+    router): its engine queue fills. Cancelled at the end of the block."""
+    async with grpc.aio.insecure_channel(w.endpoint.address) as ch:
+        stub = inference_pb2_grpc.InferenceStub(ch)
+
+        async def one(i: int) -> None:
+            req = gen(words(32, f"flood-{w.id}-{i}"), max_tokens, priority=priority)
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                async for _ in stub.Generate(req, timeout=30):
+                    pass
+
+        tasks = [asyncio.create_task(one(i)) for i in range(n)]
+        try:
+            yield
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -9,41 +9,15 @@ A, whose waiting flood is scheduled after it; a batch request to B.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
+from frontendkit import Router, eventually, flooded, gen, router, words, workers
 
-import grpc
-from frontendkit import Router, Worker, eventually, gen, router, words, workers
-
-from preheat.proto.preheat.v1 import inference_pb2, inference_pb2_grpc, router_pb2
+from preheat.proto.preheat.v1 import inference_pb2, router_pb2
 
 # two slots, real-time steps: the floods below keep their queues for many seconds
 PRIORITY_ENGINE = {
     "engine": {"max_num_seqs": 2, "scheduling_policy": "priority", "time_scale": 1.0}
 }
 INTERACTIVE, BATCH = inference_pb2.PRIORITY_INTERACTIVE, inference_pb2.PRIORITY_BATCH
-
-
-@contextlib.asynccontextmanager
-async def flooded(w: Worker, n: int, priority: int) -> AsyncIterator[None]:
-    """``n`` long requests at ``priority`` sent straight to ``w``; cancelled at the end."""
-    async with grpc.aio.insecure_channel(w.endpoint.address) as ch:
-        stub = inference_pb2_grpc.InferenceStub(ch)
-
-        async def one(i: int) -> None:
-            req = gen(words(32, f"flood-{w.id}-{i}"), 2000, priority=priority)
-            with contextlib.suppress(grpc.aio.AioRpcError):
-                async for _ in stub.Generate(req, timeout=30):
-                    pass
-
-        tasks = [asyncio.create_task(one(i)) for i in range(n)]
-        try:
-            yield
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def waiting_by_priority(r: Router, wid: str) -> dict[int, int]:
@@ -65,7 +39,7 @@ async def test_a_batch_flood_on_one_worker_does_not_push_interactive_requests_aw
         router([w.endpoint for w in ws]) as r,
     ):
         a, b = ws
-        async with flooded(a, 12, BATCH), flooded(b, 6, INTERACTIVE):
+        async with flooded(a, 12, 2000, BATCH), flooded(b, 6, 2000, INTERACTIVE):
             # the workers report their waiting requests by engine priority (0 interactive,
             # 2 batch): A's batch requests wait (7 of 12 once the worker's bounds took
             # theirs), B's interactive ones (4 of 6)

@@ -2,37 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
+from frontendkit import Router, eventually, flooded, gen, router, words, workers
 
-import grpc
-from frontendkit import Router, Worker, eventually, gen, router, words, workers
-
-from preheat.proto.preheat.v1 import inference_pb2_grpc, router_pb2
+from preheat.proto.preheat.v1 import router_pb2
 
 SLOW = {"engine": {"max_num_seqs": 2}}
-
-
-@contextlib.asynccontextmanager
-async def flooded(w: Worker, n: int = 12, max_tokens: int = 300) -> AsyncIterator[None]:
-    """``n`` long requests sent straight to ``w`` (not through the router): its engine queue
-    fills. Cancelled at the end of the block."""
-    async with grpc.aio.insecure_channel(w.endpoint.address) as ch:
-        stub = inference_pb2_grpc.InferenceStub(ch)
-
-        async def one(i: int) -> None:
-            with contextlib.suppress(grpc.aio.AioRpcError):
-                async for _ in stub.Generate(gen(words(32, f"flood{i}"), max_tokens), timeout=30):
-                    pass
-
-        tasks = [asyncio.create_task(one(i)) for i in range(n)]
-        try:
-            yield
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def waiting(r: Router, wid: str) -> int:
