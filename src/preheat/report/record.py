@@ -56,6 +56,9 @@ class RunMeta:
     ttft_objective_ms: float = 0.0  # 0 = no objective
     e2e_objective_ms: float = 0.0
     command: str = ""  # the command line that produced the run
+    # each traffic class's TTFT target (ms): the report judges a class's requests by it
+    # (a class not listed, or "" for requests of no class: by ttft_objective_ms)
+    class_ttft_ms: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     t0_unix: float = 0.0  # wall-clock time (time.time()) of t_s = 0; 0 = not recorded
 

@@ -32,7 +32,7 @@ Definitions (what the report's columns mean):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,7 +111,8 @@ class ClassSummary:
     rejected: int
     error: int
     ttft_ms: Quantiles  # of the ok ones
-    ttft_attainment: float | None  # within the run's TTFT objective; misses: not ok, late
+    ttft_attainment: float | None  # within ttft_objective_ms; misses: not ok, late
+    ttft_objective_ms: float = 0.0  # the class's TTFT target, else the run's; 0 = none
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,7 @@ def summarize(run: Run) -> RunSummary:
         stages_ms={k: Quantiles.of(v) for k, v in stage_samples.items()},
         budget=latency_budget(reqs),
         by_endpoint=_by_endpoint(ok),
-        by_class=_by_class(reqs, ttft_obj),
+        by_class=_by_class(reqs, ttft_obj, meta.class_ttft_ms),
         load_generator=_load_generator(meta.extra.get("load")),
     )
 
@@ -258,9 +259,12 @@ def _load_generator(value: object) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {}
 
 
-def _by_class(reqs: Sequence[RequestOutcome], ttft_obj: float) -> dict[str, ClassSummary]:
+def _by_class(
+    reqs: Sequence[RequestOutcome], ttft_obj: float, targets: Mapping[str, float]
+) -> dict[str, ClassSummary]:
     """Per traffic class, when any request named one ("" stands for those that did not:
-    the pool's default class)."""
+    the pool's default class); each judged by its own TTFT target (``targets``, the pool's
+    classes), else by the run's objective ``ttft_obj``."""
     if not any(r.slo_class for r in reqs):
         return {}
     groups: dict[str, list[RequestOutcome]] = {}
@@ -271,14 +275,17 @@ def _by_class(reqs: Sequence[RequestOutcome], ttft_obj: float) -> dict[str, Clas
         rs = groups[name]
         counts = count_outcomes(rs)
         ok = [r for r in rs if r.outcome == "ok"]
-        within = sum(1 for r in ok if r.ttft_ms <= ttft_obj)
+        objective = targets.get(name, 0.0) if name else 0.0
+        objective = objective if objective > 0 else ttft_obj
+        within = sum(1 for r in ok if r.ttft_ms <= objective)
         out[name] = ClassSummary(
             requests=len(rs),
             ok=counts["ok"],
             rejected=counts["rejected"],
             error=counts["error"],
             ttft_ms=Quantiles.of([r.ttft_ms for r in ok]),
-            ttft_attainment=_attainment(rs, within) if ttft_obj > 0 else None,
+            ttft_attainment=_attainment(rs, within) if objective > 0 else None,
+            ttft_objective_ms=objective,
         )
     return out
 

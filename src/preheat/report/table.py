@@ -89,13 +89,14 @@ def render_table(s: RunSummary) -> str:
         lines.append("")
         lines.append(
             f"  {'class':<18} {'requests':>8} {'ok':>7} {'rejected':>8} {'error':>7}"
-            f" {'TTFT p50':>9} {'p95':>9} {'p99':>9} {'TTFT SLO':>9}"
+            f" {'TTFT p50':>9} {'p95':>9} {'p99':>9} {'target':>9} {'TTFT SLO':>9}"
         )
         for name, c in s.by_class.items():
+            target = _ms(c.ttft_objective_ms) if c.ttft_objective_ms > 0 else "-"
             lines.append(
                 f"  {(name or '(default)')[:18]:<18} {c.requests:>8} {c.ok:>7} {c.rejected:>8}"
                 f" {c.error:>7} {_ms(c.ttft_ms.p50):>9} {_ms(c.ttft_ms.p95):>9}"
-                f" {_ms(c.ttft_ms.p99):>9} {_pct(c.ttft_attainment):>9}"
+                f" {_ms(c.ttft_ms.p99):>9} {target:>9} {_pct(c.ttft_attainment):>9}"
             )
     if s.by_endpoint:
         lines.append("")

@@ -58,6 +58,7 @@ from preheat.core.routing.baselines import SchedulerState
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.history import PrefixHistory
 from preheat.core.routing.types import Endpoint, RequestInfo, RoutingContext
+from preheat.core.traffic.classes import PRIORITY_STANDARD, UnknownClass
 from preheat.engine.base import EngineRequest, Sampling
 from preheat.engine.costmodel import CostModel
 from preheat.engine.sim import SimConfig
@@ -102,6 +103,10 @@ class _Req:
     itl: list[list[float]] = field(default_factory=list)  # [ms, count] runs
     held_since: float | None = None  # waiting at the router for an endpoint
     done: bool = False
+    # its traffic class (the trace's ``slo_class``, else the pool's default; "" none) and
+    # the engine priority it runs at (the class's; standard without one)
+    klass: str = ""
+    priority: int = PRIORITY_STANDARD
 
 
 class _Hist:
@@ -144,6 +149,7 @@ class _Pod:
     m_waiting: int = 0
     m_kv: float = 0.0
     m_at: float | None = None
+    m_waiting_by: tuple[tuple[int, int], ...] | None = None  # by priority (priority policy)
     cache: frozenset[int] | None = None
     hists: dict[Signal, _Hist] = field(default_factory=dict)
     scrapes: deque[Scrape] = field(default_factory=deque)
@@ -164,6 +170,8 @@ class _Pod:
 class _Router:
     region: str
     in_flight: dict[str, int] = field(default_factory=dict)
+    # pod -> priority -> in flight at it (the queue term's "behind us", as the live store)
+    in_flight_by: dict[str, dict[int, int]] = field(default_factory=dict)
     decoding: dict[str, int] = field(default_factory=dict)  # past the first token, not done
     ttft_ewma: dict[str, float] = field(default_factory=dict)
     endpoints: dict[str, Endpoint] = field(default_factory=dict)
@@ -207,6 +215,10 @@ def engine_config(pool: PoolConfig, options: SimOptions) -> SimConfig:
             opts[key] = args[spec_key]
     opts.update(sim_engine_options(args))  # the vLLM args the sim models, and modelSize
     opts.setdefault("seed", options.seed)
+    if pool.traffic.classes:
+        # the pool's classes carry priorities: its workers schedule by them, as the live
+        # pool's do (core.manifests.worker_args; a vLLM engine always does)
+        opts["scheduling_policy"] = "priority"
     opts.update(options.engine_options)
     return SimConfig.from_options(opts)
 
@@ -219,6 +231,7 @@ class _World:
         self.engine = engine_config(pool, options)
         self.cost: CostModel = self.engine.cost
         self.core_config = self.engine.core_config()
+        self.by_priority = self.core_config.scheduling_policy == "priority"
         self.block_size = self.engine.block_size
         self.namer = BlockNamer(self.block_size)
         self.gpus = max(1, pool.resources.gpus)
@@ -333,6 +346,7 @@ class _World:
             self.events.append(ScaleEvent(self.now, "stop", "drained", self.pool.name, pod.name))
             for r in self.routers.values():
                 r.in_flight.pop(pod.name, None)
+                r.in_flight_by.pop(pod.name, None)
                 r.decoding.pop(pod.name, None)
                 r.ttft_ewma.pop(pod.name, None)
                 if r.history is not None:
@@ -353,6 +367,9 @@ class _World:
             self._process(pod, core.advance(self.now))
             self._reschedule(pod)
         running, waiting, kv = core.num_running, core.num_waiting, core.kv_cache_usage
+        # per-priority waiting counts, as the live sim worker reports them in its Status;
+        # only a pool whose engines schedule by priority needs them (else all are equal)
+        by = tuple(sorted(core.waiting_by_priority().items())) if self.by_priority else None
         # metrics_at only matters against the scheduler's staleness bound (is_stale): an
         # idle pod's unchanged figures are re-stamped only when, by the next refresh, they
         # could otherwise look stale; the scheduler decides exactly as with 1 s stamps.
@@ -361,10 +378,12 @@ class _World:
             or running != pod.m_running
             or waiting != pod.m_waiting
             or kv != pod.m_kv
+            or by != pod.m_waiting_by
             or pod.m_at is None
             or self.now - pod.m_at > self.fresh_for_s
         ):
             pod.m_running, pod.m_waiting, pod.m_kv, pod.m_at = running, waiting, kv, self.now
+            pod.m_waiting_by = by
             for r in self.routers.values():
                 self._touch(r, pod.name)
 
@@ -383,6 +402,8 @@ class _World:
                 max_num_seqs=self.engine.max_num_seqs,
                 block_size=self.block_size,
                 in_flight=router.in_flight.get(pod.name, 0),
+                in_flight_by_priority=tuple(sorted(router.in_flight_by.get(pod.name, {}).items())),
+                waiting_by_priority=pod.m_waiting_by,
                 decoding=router.decoding.get(pod.name, 0),
                 rtt_ms=self.options.network.rtt_ms(router.region, pod.region),
                 metrics_at=pod.m_at,
@@ -419,6 +440,7 @@ class _World:
         if req.done:
             return
         req.done = True
+        outcome.slo_class = req.klass
         self.outcomes[req.trace.index] = outcome
         self.remaining -= 1
         # the router's refusal counter, as RouterMetrics.observe_outcome counts it
@@ -452,6 +474,14 @@ class _World:
                 f"({t.output_tokens}) exceeds the model's context length {limit}",
             )
             return
+        try:
+            klass = self.pool.traffic.resolve(t.slo_class)
+        except UnknownClass as e:  # the live router answers 400
+            req.klass = t.slo_class
+            self._fail(req, "error", f"INVALID_ARGUMENT: {e}")
+            return
+        if klass is not None:
+            req.klass, req.priority = klass.name, klass.priority
         self.arrivals += 1  # a valid request: the router's arrival counter (at receipt)
         req.hashes = self.namer.names(t)
         req.info = RequestInfo(
@@ -463,6 +493,7 @@ class _World:
             session_id=t.session_id,
             client_region=req.region,
             ttft_deadline_ms=self.options.ttft_deadline_ms,
+            priority=req.priority,
         )
         self.route(req)
 
@@ -506,8 +537,7 @@ class _World:
             history.record(pod.name, req.hashes, self.now)
         req.attempts += 1
         req.pod = pod
-        router.in_flight[pod.name] = router.in_flight.get(pod.name, 0) + 1
-        self._touch(router, pod.name)
+        self._count_in_flight(router, pod, req.priority, 1)
         rtt = self.options.network.rtt_ms(router.region, pod.region)
         req.router_rtt_ms = rtt
         req.sent_at = self.now
@@ -522,25 +552,39 @@ class _World:
         core = pod.core
         if pod.state != "active" or core is None:
             # the worker refuses (draining/demoted: UNAVAILABLE): the router retries
-            self._undo_in_flight(router, pod)
+            self._undo_in_flight(router, pod, req)
             self._retry(req, pod, "UNAVAILABLE: worker not active")
             return
         if core.num_waiting >= self.engine.waiting_limit:
-            self._undo_in_flight(router, pod)
+            self._undo_in_flight(router, pod, req)
             self._retry(req, pod, "RESOURCE_EXHAUSTED: engine queue full")
             return
         t = req.trace
         request = EngineRequest(
-            req.rid, (0,) * t.input_tokens, Sampling(max_tokens=t.output_tokens, ignore_eos=True)
+            req.rid,
+            (0,) * t.input_tokens,
+            Sampling(max_tokens=t.output_tokens, ignore_eos=True),
+            priority=req.priority,
         )
         req.engine_at = self.now
         pod.reqs[req.rid] = req
         self._process(pod, core.add(request, self.now, req.hashes))
         self._reschedule(pod)
 
-    def _undo_in_flight(self, router: _Router, pod: _Pod) -> None:
-        router.in_flight[pod.name] = max(0, router.in_flight.get(pod.name, 0) - 1)
+    def _count_in_flight(self, router: _Router, pod: _Pod, priority: int, n: int) -> None:
+        """``n`` more (or fewer) of the router's requests at ``priority`` on ``pod`` without
+        a first token (the live ``EndpointStore.request_started`` / ``first_token``)."""
+        router.in_flight[pod.name] = max(0, router.in_flight.get(pod.name, 0) + n)
+        by = router.in_flight_by.setdefault(pod.name, {})
+        left = by.get(priority, 0) + n
+        if left > 0:
+            by[priority] = left
+        else:
+            by.pop(priority, None)
         self._touch(router, pod.name)
+
+    def _undo_in_flight(self, router: _Router, pod: _Pod, req: _Req) -> None:
+        self._count_in_flight(router, pod, req.priority, -1)
 
     def _retry(self, req: _Req, pod: _Pod, why: str) -> None:
         req.tried.add(pod.name)
@@ -664,7 +708,7 @@ class _World:
         req.first_at = t
         pod.hists[Signal.TTFT].add(t - req.engine_at)
         router = self.routers[req.region]
-        router.in_flight[pod.name] = max(0, router.in_flight.get(pod.name, 0) - 1)
+        self._count_in_flight(router, pod, req.priority, -1)
         router.decoding[pod.name] = router.decoding.get(pod.name, 0) + 1
         # the router's upstream TTFT: sent -> first token back (live: EWMA, alpha 0.2)
         observed = (t + req.router_rtt_ms / 2000.0 - req.sent_at) * 1000.0
@@ -901,6 +945,7 @@ class _World:
             pool=self.pool.name,
             target="simulated",
             ttft_objective_ms=self.objective_ms,
+            class_ttft_ms=self.pool.traffic.deadlines_ms,
             extra={
                 "gpu_hours": gpu_s / 3600.0,
                 "gpus_per_replica": self.gpus,
