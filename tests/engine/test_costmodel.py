@@ -15,29 +15,36 @@ SHARED = Path(__file__).resolve().parents[3] / "shared" / "calibration" / "llama
 MODEL = CostModel.default()
 
 
-@pytest.mark.parametrize(
-    ("new", "cached", "ms"), [(p["new"], p["cached"], p["ms"]) for p in CAL["prefill"]]
-)
-def test_prefill_matches_calibration_within_10pct(new: int, cached: int, ms: float) -> None:
-    assert MODEL.prefill_ms(new, cached) == pytest.approx(ms, rel=0.10)
+# The older file (2026-11-22) sets only the prefills beyond the mixed grid's largest chunk
+# (2,048): its shorter prefills ran eagerly (a 20-30 ms launch floor) and its decode steps
+# built RoPE per layer (+1.2 ms), so they are not the model's any more (docs/proposals/0012);
+# tests/engine/test_costmodel_levers.py checks the graph-replayed files at every point.
+COMPUTE_BOUND = [
+    (p["new"], p["ms"]) for p in CAL["prefill"] if p["cached"] == 0 and p["new"] >= 2048
+]
 
 
-@pytest.mark.parametrize(
-    ("batch", "context", "ms", "floor_ms"),
-    [(d["batch"], d["context"], d["ms"], d["floor_ms"]) for d in CAL["decode"]],
-)
-def test_decode_matches_calibration_within_10pct(
-    batch: int, context: int, ms: float, floor_ms: float
-) -> None:
-    got = MODEL.decode_step_ms(batch, context)
-    assert got == pytest.approx(ms, rel=0.10)
-    assert got >= floor_ms * 0.99  # never faster than the bandwidth floor
+@pytest.mark.parametrize(("new", "ms"), COMPUTE_BOUND)
+def test_compute_bound_prefills_keep_the_older_files_figures(new: int, ms: float) -> None:
+    assert len(COMPUTE_BOUND) == 3
+    assert MODEL.prefill_ms(new) == pytest.approx(ms, rel=0.05)
 
 
-def test_prefill_extrapolates_linearly_beyond_8192_at_the_last_slope() -> None:
-    slope = (246.6 - 116.669) / 4096  # ms per token between the 4096 and 8192 points
-    assert MODEL.prefill_ms(16384) - MODEL.prefill_ms(12288) == pytest.approx(slope * 4096)
-    assert MODEL.prefill_ms(8192 + 1000) == pytest.approx(246.6 + slope * 1000)
+def test_prefill_beyond_8192_grows_by_the_last_per_token_cost_plus_attention() -> None:
+    k = MODEL.attn_ms_per_token2
+    u = (246.6 - MODEL.step_fixed_ms - k * 8192 * 8192 / 2) / 8192  # the 8192 point's u
+    for n in (9000, 16384, 32768):
+        want = MODEL.step_fixed_ms + n * u + k * n * n / 2
+        assert MODEL.prefill_ms(n) == pytest.approx(want)
+    # the attention term makes it more than linear: 16k tokens cost more than twice 8k
+    assert MODEL.prefill_ms(16384) > 2 * MODEL.prefill_ms(8192)
+
+
+def test_prefill_is_the_step_of_one_chunk_alone() -> None:
+    for new, cached in ((1, 0), (128, 0), (512, 4096), (3000, 100), (20000, 0)):
+        assert MODEL.prefill_ms(new, cached) == MODEL.step_ms([(new, cached)], 0, 0)
+    # a short prefill pays the fixed step (weights read, launches), not an eager floor
+    assert MODEL.step_fixed_ms < MODEL.prefill_ms(128) < MODEL.step_fixed_ms + 2.0
 
 
 def test_prefill_grows_with_new_and_cached_tokens() -> None:
@@ -58,7 +65,14 @@ def test_mixed_step_counts_the_fixed_overhead_once() -> None:
     decode = MODEL.decode_step_ms(32, 2048)
     mixed = MODEL.step_ms([(512, 0)], 32, 32 * 2048)
     assert max(prefill, decode) < mixed < prefill + decode
-    assert mixed == pytest.approx(prefill + MODEL.decode_b_ms * 32 + MODEL.decode_c_ms * 32 * 2048)
+    assert mixed == pytest.approx(decode + prefill - MODEL.step_fixed_ms)
+    # what a chunk adds hardly depends on the batch it rides in (mixed_step_h100.json)
+    for batch in (1, 8, 128):
+        added = MODEL.step_ms([(512, 0)], batch, batch * 2048) - MODEL.decode_step_ms(batch, 2048)
+        assert added == pytest.approx(prefill - MODEL.step_fixed_ms)
+    # two chunks in one step: their tokens share the linear layers' matrix product
+    two = MODEL.step_ms([(256, 0), (256, 1024)], 0, 0)
+    assert MODEL.prefill_ms(256) + MODEL.prefill_ms(256, 1024) - MODEL.step_fixed_ms < two
     assert MODEL.step_ms([], 32, 32 * 2048) == pytest.approx(decode)
     assert MODEL.step_ms([], 0, 0) == 0.0
 

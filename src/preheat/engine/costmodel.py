@@ -1,64 +1,74 @@
-"""GPU cost model of the sim engine: milliseconds per prefill, decode step and start-up phase.
+"""GPU cost model of the sim engine: milliseconds per engine step, prefill and start-up phase.
 
-Calibrated from one measurement file, ``llama8b_h100_costs.json`` (Llama-3-8B shape, one
-H100 80GB HBM3, plain PyTorch; see ``/work/shared/calibration/README.md`` where it was
-produced). A copy ships in ``preheat/engine/calibration/`` so that installed workers do not
-depend on the measurement folder; :func:`load_calibration` reads either.
+Calibrated from the H100 measurements in ``/work/shared/calibration/`` (README.md there says
+how each was produced; copies ship in ``preheat/engine/calibration/`` so that installed
+workers do not depend on the measurement folder; :func:`load_calibration` reads either):
 
-Every constant of the model is derived from that file when the model is built
+- ``levers_h100.json`` and ``mixed_step_h100.json`` (2026-11-24, README parts 1-5 and
+  *Chunked-prefill interference and decode vs context*): every step replayed from a CUDA
+  graph, RoPE tables built once per step as engines do, and a prefill chunk timed *inside* a
+  decode step as vLLM's chunked prefill schedules it. They set the base (docs/proposals/0012).
+- ``llama8b_h100_costs.json`` (2026-11-22, README first section): prefills beyond 2,048
+  tokens (compute-bound, unchanged between the files: 8k tokens 246.6 ms there, 247.4 ms in
+  ``levers_h100.json``) and the weight-load rates. Its short prefills ran eagerly
+  (a 20-30 ms launch floor) and its decode step built RoPE per layer (+1.2 ms), so the rest
+  of it no longer sets the model.
+
+Every constant is derived from those files when the model is built
 (:meth:`CostModel.from_calibration`), so a new measurement recalibrates it without code
-changes. The formulas:
+changes. The formulas (8B shape, Llama-3-8B-like, bf16):
 
-**Prefill** (``new`` uncached tokens on top of ``cached`` tokens already in the KV cache)::
+**One engine step** carrying ``B`` decoding sequences (contexts summing to ``kv_tokens``)
+and prefill chunks of ``C_i`` new tokens on top of ``P_i`` tokens of their prompts already
+in the KV cache: one forward pass reads the weights once, and the chunks ride on it::
 
-    prefill_ms(new, cached) = max(floor(new), compute(new) + k * new * cached)
+    step_ms       = decode_step(B, kv_tokens) + added(chunks)        (B >= 1)
+                  = step_fixed_ms + added(chunks)                     (B == 0)
+    decode_step   = max(floor, a + b * B + c * kv_tokens)
+    added(chunks) = T * u(T) + k * sum_i C_i * (P_i + C_i / 2),   T = sum_i C_i
+    prefill_ms(new, cached) = step_ms([(new, cached)], 0, 0)
 
-- ``compute(new)``: piecewise-linear through the measured ``cached == 0`` points in the
-  compute-bound regime (``new >= 1024``), extended below the first point with the first
-  segment's slope and beyond the last point (8192) with the last segment's per-token slope.
-- ``k``: attention over the cached context (ms per new-token x cached-token), fitted by least
-  squares on the measured ``cached > 0`` points in the compute-bound regime.
-- ``floor(new)``: the launch/overhead-bound regime of short prefills (about 20-30 ms here,
-  eager PyTorch), a least-squares line over every measured point with ``new < 1024``. A
-  prefix-cache hit on a short prompt saves nothing measurable there, as in the measurement.
-
-**Decode step** (``batch`` sequences whose contexts sum to ``kv_tokens``)::
-
-    decode_ms = max(floor, a + b * batch + c * kv_tokens)
-    floor     = f0 + f1 * kv_tokens      (weights + KV bytes / HBM bandwidth)
-
-``a, b, c`` are a least-squares fit over the measured decode points and ``f0, f1`` a fit of
-the file's ``floor_ms`` column; ``decode_step_ms(batch, context)`` is the same with
-``kv_tokens = batch * context``.
-
-**Mixed step** (vLLM's chunked prefill: prefill chunks and decodes in one forward pass)::
-
-    step_ms = prefill_ms(sum of chunk tokens, -) + sum_i k * new_i * cached_i
-              + b * decodes + c * decode_kv_tokens
-
-i.e. the prefill part as above (with each chunk's cached-context attention), plus the
-decodes' *marginal* cost. The fixed per-step overhead (weights read once, kernel launches:
-``a``) is counted once, inside the prefill part, because it is one forward pass. Without
-prefill chunks the step is a plain decode step.
+- ``a, b, c``: least squares over every bf16 decode-only step of the graph-replayed files
+  (``levers_h100.json``: ``fp8.decode`` bf16 rows, ``kvfp8.decode_step`` bf16/bf16 rows,
+  ``spec.verify`` k = 0 rows; ``mixed_step_h100.json``: ``context`` rows and the mixed grid's
+  chunk-0 rows): 7.74 + 0.0096 x B + 0.0425 us x kv_tokens, within 3.2% of each row.
+  ``floor``: (weights + KV bytes) / HBM bandwidth, a fit of the ``context`` rows' ``floor_ms``.
+- ``k``: the chunk's attention, ms per chunk token per key attended (1.83e-6 ms: 1.8 us per
+  token per thousand keys), least squares of the mixed grid's ``added_ms_table`` on 4,096
+  cached tokens less the same chunk on none (README: "1.85 us x C x (P + C/2)").
+- ``u(T)``: the linear layers' cost per chunk token, piecewise-linear in T: through the
+  ``added_ms_table`` less the attention term, mean over batch 1-128 and both cached
+  lengths, at T = 128 ... 2,048 (13.4 / 14.5 / 17.8 / 19.9 / 22.0 us: small chunks partly
+  ride on the weight read the step pays anyway), then through ``llama8b_h100_costs.json``'s
+  compute-bound prefills beyond 2,048 (4,096 and 8,192 tokens, as ``step_fixed_ms + T * u
+  + k * T^2 / 2``), constant below the first and beyond the last knot (so beyond 8,192
+  tokens a prefill grows by ``u`` per token plus its attention, which is quadratic).
+  ``u`` is taken at the step's total chunk tokens: all chunk tokens go through each linear
+  layer as one matrix product (only one chunk per step was measured).
+- ``step_fixed_ms``: the step a chunk pays when no sequence decodes (weights read, lm head,
+  launches), a least-squares fit of relative error over the grid's chunk-alone rows (batch 0,
+  ``mixed_step_h100.json``): 6.5 ms, against 7.7 ms for a decode step of one sequence (whose
+  decode attention kernels the chunk-alone step does not launch).
+- The router's predicted prefill (``prefill_ms``) and the sim engine's step share this one
+  formula; ``chunk_shared_ms`` of the router's decode-interference term is
+  ``step_fixed_ms`` (what a chunk's own step pays that the decode step it joins pays anyway).
 
 **Start-up**: ``weight_load_s = load_s_measured * model_bytes / load_bytes`` for a cold or
-a warm page cache, plus engine initialisation; warm-up is an assumed constant.
+a warm page cache (``llama8b_h100_costs.json``), plus engine initialisation; warm-up is an
+assumed constant.
 
 **Engine levers** (issue 20), off by default, each fitted from ``levers_h100.json`` (and
-``mixed_step_h100.json``), measured 2026-11-24 on one H100 80GB HBM3 in plain PyTorch with
-random weights (``/work/shared/calibration/README.md``, parts 1, 2 and 5; packaged copies in
-``preheat/engine/calibration/``). That code is not vLLM and its absolute times sit above
-vLLM's, most at small batch; the README says the ratios between levers transfer, so each
-lever changes the base model above by what it changed the same file's bf16 step:
+``mixed_step_h100.json``; README parts 1, 2 and 5) on one H100 80GB HBM3 in plain PyTorch
+with random weights. The base above was measured by the same code, so every lever is
+checked against the files' absolute step times (``tests/engine/test_costmodel_levers.py``):
 
 - **FP8 weights** (``quantization: fp8``; e4m3 weights, per-tensor scale, as
-  ``fp8_tensor``): a decode step is shorter by ``fp8_decode_saving_ms``, the measured
-  bf16 - fp8 difference (2.2-2.4 ms at batch 1-128 for the 8B: the 7.0 GB of linear-layer
-  weights not read, at about 3 TB/s; the same at every batch, as measured); a prefill's
-  compute-bound part takes ``fp8_prefill_ratio`` of its bf16 time (0.73-0.74 at 2k-8k
-  tokens: the GEMMs at 62% of the FP8 peak, attention still bf16) and its launch-bound
-  floor ``fp8_floor_ratio`` (1.13 at 512 tokens eager: the activation-quantisation kernels
-  add launches). The weights freed become KV blocks (:func:`kv_cache_tokens`).
+  ``fp8_tensor``): a decode step (and ``step_fixed_ms``) is shorter by
+  ``fp8_decode_saving_ms``, the measured bf16 - fp8 difference (2.2-2.4 ms at batch 1-128
+  for the 8B: the 7.0 GB of linear-layer weights not read, at about 3 TB/s; the same at
+  every batch, as measured); the chunks' ``added`` takes ``fp8_prefill_ratio`` of its bf16
+  time (0.71-0.74 for graph-replayed prefills of 2k-8k tokens: the GEMMs at 62% of the FP8
+  peak, attention still bf16). The weights freed become KV blocks (:func:`kv_cache_tokens`).
 - **FP8 KV cache** (``kv_cache_dtype: fp8``): the per-token KV-read term of a decode step
   (``c * kv_tokens``) is multiplied by ``kv_fp8_ratio`` (least squares over the whole-step
   rows, 0.6-0.8 of the bf16 cache's time: the fp8 kernel moves 1.5-2.6 TB/s, not 2x; at
@@ -69,18 +79,24 @@ lever changes the base model above by what it changed the same file's bf16 step:
   ``1 + sum(synthetic_acceptance_rates)``; an acceptance rate ``a`` per drafted token gives
   ``E = (1 - a^(k+1)) / (1 - a)``): one verification step of batch B is the decode step
   plus ``spec_fixed_ms`` plus ``B * k`` extra query tokens at ``u(B * k)`` each (the
-  linear layers' cost per token, which rises once B * (k+1) passes ~128 rows: verification
-  makes large batches compute-bound, the loss of benefit with batch), plus k draft steps
-  (``draft_model``: the measured 1B-shape draft, ``eagle``/``eagle3``: the measured
-  EAGLE-style head, both ``d0 + d1 * B``; ``ngram``: a CPU lookup, 0). The sim engine
-  still emits one token per sequence per step, so each simulated decode step costs
+  linear layers' cost per token above, which rises once B * (k+1) passes ~128 rows:
+  verification makes large batches compute-bound, the loss of benefit with batch), plus k
+  draft steps (``draft_model``: the measured 1B-shape draft, ``eagle``/``eagle3``: the
+  measured EAGLE-style head, both ``d0 + d1 * B``; ``ngram``: a CPU lookup, 0). The sim
+  engine still emits one token per sequence per step, so each simulated decode step costs
   ``(k * draft(B) + verify(B)) / E``: right in expectation (throughput, mean ITL), not the
   bursts of E tokens. Prefill is unchanged.
-- **A 32B shape** (``model_size: 32b``, ``llama32b_h100_costs.json``, Qwen2.5-32B-like):
-  prefill and decode fitted to its own rows as above (its decode rows are all at 2k
-  context, so the KV term is the 8B's times 2, its 256 KiB per token against 128 KiB); the
-  levers scale by its linear-layer bytes (FP8 saving) and per-token cost (verification);
-  no lever was measured on it.
+- **A 32B shape** (``model_size: 32b``, ``llama32b_h100_costs.json``, Qwen2.5-32B-like,
+  README part 3; measured by the same code as ``levers_h100.json``: decode steps and the
+  ``ms_graph`` prefills replayed from a CUDA graph, RoPE once per step): decode ``a + b * B``
+  fitted to its rows after the KV term, which is the 8B's ``c`` times 2 (256 KiB of KV per
+  token against 128: all its rows are at 2k context, so the fit cannot separate them).
+  Its chunks were not measured inside decode steps, so (an assumption, :meth:`CostModel.from_32b`):
+  ``step_fixed_ms`` is the 8B's times the ratio of the two decode intercepts ``a``; ``k`` the
+  8B's times 2.5 (64 layers x 40 heads against 32 x 32); ``u(T)`` the 8B's times a ratio
+  piecewise-linear through the 32B/8B ratios of ``T * u(T)`` at its measured prefills (512,
+  2,048, 8,192 tokens), so that each of them is met. The levers scale by its linear-layer
+  bytes (FP8 saving) and per-token cost (verification); no lever was measured on it.
 """
 
 from __future__ import annotations
@@ -135,8 +151,8 @@ def kv_cache_tokens(model_size: str = "8b", weights: str = "bf16", kv: str = "bf
     return max(0, int(free // per_token))
 
 
-# Prefills of at least this many new tokens are compute-bound in the measurement (1024 new
-# tokens: 30.6 ms, beyond the ~20-28 ms eager-launch floor; see the calibration README).
+# Prefills of at least this many new tokens are compute-bound (graph-replayed 2,048-token
+# prefill 57.2 ms at 519 TFLOP/s; levers_h100.json part 1): where the FP8 prefill ratio is read.
 COMPUTE_BOUND_MIN_NEW = 1024
 
 # Engine initialisation before weights load: `import torch` 5.3 s + CUDA init 0.4 s
@@ -201,24 +217,85 @@ def _interp(knots: Sequence[tuple[float, float]], x: float) -> float:
     return knots[-1][1]
 
 
+def _decode_rows(
+    levers: Mapping[str, Any], mixed: Mapping[str, Any]
+) -> list[tuple[float, float, float]]:
+    """(batch, context, ms) of every bf16 decode-only step in the graph-replayed files:
+    ``levers_h100.json`` ``fp8.decode`` (mode bf16), ``kvfp8.decode_step`` (bf16 KV and
+    weights, both attention kernels), ``spec.verify`` (k = 0, both kernels);
+    ``mixed_step_h100.json`` ``context`` (rows timed or extrapolated) and the mixed grid's
+    chunk-0 rows (calibration README parts 1, 2, 5 and *decode vs context*)."""
+    rows = [
+        (r["batch"], r["context"], r["ms"]) for r in levers["fp8"]["decode"] if r["mode"] == "bf16"
+    ]
+    rows += [
+        (r["batch"], r["context"], r["ms"])
+        for r in levers["kvfp8"]["decode_step"]
+        if r["kv"] == "bf16" and r["weights"] == "bf16"
+    ]
+    rows += [(r["batch"], r["context"], r["ms"]) for r in levers["spec"]["verify"] if r["k"] == 0]
+    rows += [(r["batch"], r["context"], r["ms"]) for r in mixed["context"] if "ms" in r]
+    rows += [
+        (r["batch"], r["decode_context"], r["ms"])
+        for r in mixed["mixed"]
+        if r["chunk"] == 0 and r["batch"] > 0
+    ]
+    return [(float(b), float(c), float(ms)) for b, c, ms in rows]
+
+
+def fit_chunk_terms(
+    mixed: Mapping[str, Any],
+) -> tuple[float, tuple[tuple[float, float], ...]]:
+    """The chunk's attention ``k`` (ms per chunk token per key attended) and the linear
+    layers' cost per chunk token ``u`` at each measured chunk size (tokens, ms per token),
+    from ``mixed_step_h100.json``'s ``added_ms_table`` (README, *Chunked-prefill
+    interference*: added_ms ~ C x u(C) + k x C x (P + C/2)). ``k``: least squares through the
+    origin of (added on 4,096 cached - added on 0) against C x 4096 over every batch and C;
+    ``u(C)``: the mean over batch and cached length of (added - attention) / C."""
+    table = mixed["added_ms_table"]
+    cached = sorted(table, key=int)
+    p_hi = cached[-1]
+    batches = list(table[cached[0]])
+    sizes = sorted({int(c) for per_b in table[cached[0]].values() for c in per_b})
+    pairs = [(b, c) for b in batches for c in sizes]
+    p = float(p_hi)
+    k = sum((table[p_hi][b][str(c)] - table[cached[0]][b][str(c)]) * c * p for b, c in pairs) / sum(
+        (c * p) ** 2 for _, c in pairs
+    )
+    knots = tuple(
+        (
+            float(c),
+            _mean(
+                [
+                    (table[pc][b][str(c)] - k * c * (float(pc) + c / 2)) / c
+                    for pc in cached
+                    for b in batches
+                ]
+            ),
+        )
+        for c in sizes
+    )
+    return k, knots
+
+
 @dataclass(frozen=True)
 class LeverCosts:
     """The levers' constants, each fitted from the measurement when built (:meth:`fit`;
     the module docstring says how each is used)."""
 
     # FP8 weights (levers_h100.json "fp8"): decode ms saved per step (mean of bf16 -
-    # fp8_tensor over batch 1-128 at 2k context); prefill ratio fp8/bf16 (eager) where
-    # compute-bound (>= 1024 new tokens) and where launch-bound (< 1024)
+    # fp8_tensor over batch 1-128 at 2k context); the prefill ratio fp8/bf16 of the
+    # graph-replayed ("ms_graph") prefills where compute-bound (>= 1024 new tokens), applied
+    # to a step's chunk time (the fixed part saves fp8_decode_saving_ms instead)
     fp8_decode_saving_ms: float
     fp8_prefill_ratio: float
-    fp8_floor_ratio: float
     # FP8 KV cache ("kvfp8" decode_step, Triton attention both ways): the KV-read term's
     # factor, least squares of the saved ms on the bf16 cache's read time (42.3 us per 1k KV
     # tokens, mixed_step_h100.json context_slopes at batch 32 and 128)
     kv_fp8_ratio: float
     # speculative verification ("spec" verify rows, Triton attention): fixed ms per step with
     # k > 0, and the linear layers' cost per extra query token u(tokens) in us, from
-    # mixed_step_h100.json's added_ms_table (mean over batch, less the chunk's attention)
+    # mixed_step_h100.json's added_ms_table (fit_chunk_terms: the base's u(T))
     spec_fixed_ms: float
     token_us_knots: tuple[tuple[float, float], ...]
     # draft steps ("spec" draft_decode, 2k context): method -> (ms at 0, ms per sequence)
@@ -230,11 +307,11 @@ class LeverCosts:
         by = {(r["batch"], r["mode"]): float(r["ms"]) for r in dec}
         batches = sorted({r["batch"] for r in dec})
         saving = _mean([by[(b, "bf16")] - by[(b, "fp8_tensor")] for b in batches])
-        pre = {(r["new"], r["mode"]): float(r["ms_eager"]) for r in levers["fp8"]["prefill"]}
+        pre = {(r["new"], r["mode"]): float(r["ms_graph"]) for r in levers["fp8"]["prefill"]}
         news = sorted({n for n, _ in pre})
-        ratio = [pre[(n, "fp8_tensor")] / pre[(n, "bf16")] for n in news]
-        big = [r for n, r in zip(news, ratio, strict=True) if n >= COMPUTE_BOUND_MIN_NEW]
-        small = [r for n, r in zip(news, ratio, strict=True) if n < COMPUTE_BOUND_MIN_NEW]
+        big = [
+            pre[(n, "fp8_tensor")] / pre[(n, "bf16")] for n in news if n >= COMPUTE_BOUND_MIN_NEW
+        ]
 
         slopes = mixed["context_slopes"]
         kv_ms = _mean([float(slopes[b]["us_per_1k_kv_tokens"]) for b in ("32", "128")]) / 1e6
@@ -251,19 +328,8 @@ class LeverCosts:
                 den += x * x
         kv_ratio = 1.0 - num / den
 
-        table = mixed["added_ms_table"]
-        cs = sorted({int(c) for per_b in table["0"].values() for c in per_b})
-        ab = [(b, c) for b in table["0"] for c in cs]
-        alpha = sum(
-            (table["4096"][b][str(c)] - table["0"][b][str(c)]) * c * 4096 for b, c in ab
-        ) / sum((c * 4096) ** 2 for _, c in ab)
-        knots = tuple(
-            (
-                float(c),
-                1000.0 * _mean([table["0"][b][str(c)] - alpha * c * c / 2 for b in table["0"]]) / c,
-            )
-            for c in cs
-        )
+        _, per_token = fit_chunk_terms(mixed)
+        knots = tuple((c, 1000.0 * ms) for c, ms in per_token)
         verify = {
             (r["batch"], r["k"]): float(r["ms"])
             for r in levers["spec"]["verify"]
@@ -284,7 +350,6 @@ class LeverCosts:
         return cls(
             fp8_decode_saving_ms=saving,
             fp8_prefill_ratio=_mean(big),
-            fp8_floor_ratio=_mean(small) if small else 1.0,
             kv_fp8_ratio=kv_ratio,
             spec_fixed_ms=fixed,
             token_us_knots=knots,
@@ -325,15 +390,16 @@ def acceptance_length(k: int, rate: float) -> float:
 
 @dataclass(frozen=True)
 class CostModel:
-    """Times of one simulated GPU. All derived constants come from the calibration file
+    """Times of one simulated GPU. All derived constants come from the calibration files
     (:meth:`from_calibration`); ``scale`` multiplies every time (1.0 = an H100, 10.0 = ten
     times slower, for demos on slow machines); ``load_s``/``warmup_s`` override start-up."""
 
-    # prefill: compute-bound piecewise-linear knots (new tokens, ms), cached-context term
-    compute_knots: tuple[tuple[float, float], ...]
-    cached_ms_per_token2: float  # k
-    floor_ms0: float  # floor(new) = floor_ms0 + floor_ms_per_token * new
-    floor_ms_per_token: float
+    # chunks: the linear layers' ms per chunk token u(T), piecewise-linear knots (tokens,
+    # ms per token), and the chunk's attention k (ms per chunk token per key attended)
+    chunk_token_knots: tuple[tuple[float, float], ...]
+    attn_ms_per_token2: float
+    # the step a chunk pays when nothing decodes (weights read, lm head, launches)
+    step_fixed_ms: float
     # decode: a + b*batch + c*kv_tokens, floor f0 + f1*kv_tokens
     decode_a_ms: float
     decode_b_ms: float
@@ -362,45 +428,75 @@ class CostModel:
 
     @classmethod
     def from_calibration(cls, data: Mapping[str, Any], **overrides: Any) -> CostModel:
-        """Fit the model to a calibration file's contents (see the module docstring)."""
-        prefill = [(float(p["new"]), float(p["cached"]), float(p["ms"])) for p in data["prefill"]]
-        base = sorted((n, ms) for n, c, ms in prefill if c == 0 and n >= COMPUTE_BOUND_MIN_NEW)
-        if len(base) < 2:
-            raise ValueError("calibration: need >= 2 compute-bound prefill points, cached=0")
-        knots = tuple(base)
-        probe = cls(knots, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0)
-        # k: least squares through the origin on the residual of the cached > 0 points
-        cached_pts = [(n, c, ms) for n, c, ms in prefill if c > 0 and n >= COMPUTE_BOUND_MIN_NEW]
-        if cached_pts:
-            num = sum((ms - probe._compute_ms(n)) * n * c for n, c, ms in cached_pts)
-            den = sum((n * c) ** 2 for n, c, _ in cached_pts)
-            k = max(0.0, num / den)
-        else:
-            k = 0.0
-        small = [(n, ms) for n, _, ms in prefill if n < COMPUTE_BOUND_MIN_NEW]
-        f0, f1 = _lstsq([(1.0, n) for n, _ in small], [ms for _, ms in small])
+        """:meth:`fit` to ``llama8b_h100_costs.json``'s contents ``data`` and the packaged
+        copies of ``levers_h100.json`` and ``mixed_step_h100.json``."""
+        return cls.fit(
+            data,
+            load_calibration(packaged=PACKAGED_LEVERS),
+            load_calibration(packaged=PACKAGED_MIXED),
+            **overrides,
+        )
 
-        decode = [
-            (float(d["batch"]), float(d["context"]), float(d["ms"]), float(d["floor_ms"]))
-            for d in data["decode"]
+    @classmethod
+    def fit(
+        cls,
+        data: Mapping[str, Any],
+        levers: Mapping[str, Any],
+        mixed: Mapping[str, Any],
+        **overrides: Any,
+    ) -> CostModel:
+        """Fit the model (module docstring) to ``llama8b_h100_costs.json``'s contents
+        ``data`` (prefills beyond the mixed grid's largest chunk, weight loading) and the
+        graph-replayed ``levers_h100.json`` (``levers``) and ``mixed_step_h100.json``
+        (``mixed``)."""
+        # decode: every bf16 decode-only step of the graph-replayed files
+        steps = _decode_rows(levers, mixed)
+        a, b, c = _lstsq([(1.0, bt, bt * ctx) for bt, ctx, _ in steps], [ms for *_, ms in steps])
+        floors = [
+            (float(r["batch"]) * float(r["context"]), float(r["floor_ms"]))
+            for r in mixed["context"]
+            if "ms" in r
         ]
-        a, b, c = _lstsq([(1.0, bt, bt * ctx) for bt, ctx, _, _ in decode], [d[2] for d in decode])
-        fl0, fl1 = _lstsq([(1.0, bt * ctx) for bt, ctx, _, _ in decode], [d[3] for d in decode])
+        fl0, fl1 = _lstsq([(1.0, kv) for kv, _ in floors], [f for _, f in floors])
+        # chunks: k and u(C) from the mixed grid; the fixed step from its chunk-alone rows
+        k, knots = fit_chunk_terms(mixed)
+        alone = [
+            (float(r["chunk"]), float(r["chunk_cached"]), float(r["ms"]))
+            for r in mixed["mixed"]
+            if r["batch"] == 0 and r["chunk"] > 0
+        ]
+        if not alone:
+            raise ValueError("calibration: mixed_step has no chunk-alone (batch 0) rows")
+        probe = dict(knots)
+
+        def added(n: float, p: float) -> float:
+            return n * probe[n] + k * n * (p + n / 2)
+
+        # least squares of the relative error: sum ((fixed + added - ms) / ms)^2
+        fixed = sum((ms - added(n, p)) / ms**2 for n, p, ms in alone) / sum(
+            1.0 / ms**2 for _, _, ms in alone
+        )
+        # beyond the largest chunk: the older file's compute-bound prefills (cached == 0)
+        largest = knots[-1][0]
+        longer = sorted(
+            (float(p["new"]), float(p["ms"]))
+            for p in data["prefill"]
+            if p["cached"] == 0 and float(p["new"]) > largest
+        )
+        knots += tuple((n, (ms - fixed - k * n * n / 2) / n) for n, ms in longer)
 
         load_bytes = float(data["load_bytes"])
         # Model bytes: bf16 weights, 2 bytes per parameter ("params" in the file).
-        model_bytes = 2.0 * float(data["params"])
         fields: dict[str, Any] = {
-            "compute_knots": knots,
-            "cached_ms_per_token2": k,
-            "floor_ms0": f0,
-            "floor_ms_per_token": f1,
+            "chunk_token_knots": knots,
+            "attn_ms_per_token2": k,
+            "step_fixed_ms": fixed,
             "decode_a_ms": a,
             "decode_b_ms": b,
             "decode_c_ms": c,
             "decode_floor0_ms": fl0,
             "decode_floor1_ms": fl1,
-            "model_bytes": model_bytes,
+            "model_bytes": 2.0 * float(data["params"]),
             "load_cold_s_per_byte": float(data["load_cold_s"]) / load_bytes,
             "load_pagecache_s_per_byte": float(data["load_pagecache_s"]) / load_bytes,
         }
@@ -409,37 +505,49 @@ class CostModel:
 
     @classmethod
     def default(cls, **overrides: Any) -> CostModel:
-        """The model fitted to the packaged H100 / Llama-3-8B measurement."""
+        """The model fitted to the packaged H100 / Llama-3-8B measurements."""
         return cls.from_calibration(load_calibration(), **overrides)
 
     @classmethod
     def from_32b(cls, data: Mapping[str, Any], base: CostModel, **overrides: Any) -> CostModel:
-        """The 32B shape (``llama32b_h100_costs.json``): prefill knots through its
-        compute-bound rows and a launch-bound floor through its 512-token row and its batch-1
-        decode step (a one-token prefill is a decode step); decode ``a + b * batch`` fitted
-        to its rows after the KV term, which is the 8B's ``c`` times 2 (256 KiB of KV per
-        token against 128: all its rows are at 2k context, so the fit cannot separate them);
-        floor fitted to its ``floor_ms``; the 8B's cached-context attention term times 2.5
-        (64 layers x 40 heads against 32 x 32); load rates the 8B's, 2 bytes per param."""
-        prefill = [(float(p["new"]), float(p["ms"])) for p in data["prefill"]]
-        knots = tuple(sorted((n, ms) for n, ms in prefill if n >= COMPUTE_BOUND_MIN_NEW))
+        """The 32B shape (``llama32b_h100_costs.json``, README part 3), on the 8B ``base``.
+        Measured: decode ``a + b * batch`` fitted to its rows after the KV term, which is the
+        8B's ``c`` times 2 (256 KiB of KV per token against 128: all its rows are at 2k
+        context, so the fit cannot separate them); floor fitted to its ``floor_ms``; its
+        graph-replayed prefills (``ms_graph``, 512 / 2,048 / 8,192 tokens). Assumed, since
+        no 32B chunk was timed inside a decode step: ``step_fixed_ms`` is the 8B's times
+        the ratio of the decode intercepts (the weights read once and the launches, both
+        in ``a``); the attention term the 8B's times 2.5 (64 layers x 40 heads against
+        32 x 32); ``u(T)`` the 8B's times a ratio, piecewise-linear in T through the
+        32B/8B ratios of ``T * u(T)`` at the measured prefills (constant outside them), so
+        that every measured prefill is met; load rates the 8B's, 2 bytes per param."""
         decode = [
             (float(d["batch"]), float(d["context"]), float(d["ms"]), float(d["floor_ms"]))
             for d in data["decode"]
         ]
-        (n0, ms0) = min((n, ms) for n, ms in prefill if n < COMPUTE_BOUND_MIN_NEW)
-        one = min(decode)[2]  # batch 1
-        f1 = (ms0 - one) / (n0 - 1.0)
         c = 2.0 * base.decode_c_ms
         a, b = _lstsq(
             [(1.0, bt) for bt, _, _, _ in decode], [ms - c * bt * ctx for bt, ctx, ms, _ in decode]
         )
         fl0, fl1 = _lstsq([(1.0, bt * ctx) for bt, ctx, _, _ in decode], [d[3] for d in decode])
+        fixed = base.step_fixed_ms * a / base.decode_a_ms
+        k = 2.5 * base.attn_ms_per_token2
+        prefill = sorted(
+            (float(p["new"]), float(p.get("ms_graph", p["ms"])))
+            for p in data["prefill"]
+            if p.get("cached", 0) == 0
+        )
+        if not prefill:
+            raise ValueError("calibration: the 32B file has no prefill rows with cached == 0")
+        ratios = tuple(
+            (n, (ms - fixed - k * n * n / 2) / (n * base._token_ms(n))) for n, ms in prefill
+        )
+        xs = sorted({x for x, _ in base.chunk_token_knots} | {n for n, _ in prefill})
+        knots = tuple((x, base._token_ms(x) * _interp(ratios, x)) for x in xs)
         fields: dict[str, Any] = {
-            "compute_knots": knots,
-            "cached_ms_per_token2": 2.5 * base.cached_ms_per_token2,
-            "floor_ms0": one - f1,
-            "floor_ms_per_token": f1,
+            "chunk_token_knots": knots,
+            "attn_ms_per_token2": k,
+            "step_fixed_ms": fixed,
             "decode_a_ms": a,
             "decode_b_ms": b,
             "decode_c_ms": c,
@@ -475,32 +583,52 @@ class CostModel:
     def with_(self, **changes: Any) -> CostModel:
         return dataclasses.replace(self, **changes)
 
-    # --- prefill ------------------------------------------------------------------------
+    # --- prefill chunks -----------------------------------------------------------------
     @functools.cached_property
     def _knot_xs(self) -> tuple[float, ...]:
         # derived once per model (the router calls prefill_ms per endpoint per request)
-        return tuple(x for x, _ in self.compute_knots)
+        return tuple(x for x, _ in self.chunk_token_knots)
 
-    def _compute_ms(self, new: float) -> float:
-        ks = self.compute_knots
-        i = bisect.bisect_right(self._knot_xs, new) - 1
-        i = min(max(i, 0), len(ks) - 2)  # first/last segment extrapolates linearly
-        (x0, y0), (x1, y1) = ks[i], ks[i + 1]
-        return y0 + (new - x0) * (y1 - y0) / (x1 - x0)
+    def _token_ms(self, tokens: float) -> float:
+        """u(T): the linear layers' ms per chunk token when T chunk tokens share a step
+        (piecewise-linear through the knots, constant beyond the first and the last)."""
+        ks = self.chunk_token_knots
+        i = bisect.bisect_right(self._knot_xs, tokens)
+        if i == 0:
+            return ks[0][1]
+        if i == len(ks):
+            return ks[-1][1]
+        (x0, y0), (x1, y1) = ks[i - 1], ks[i]
+        return y0 + (tokens - x0) * (y1 - y0) / (x1 - x0)
 
-    def _prefill_raw_ms(self, new_total: float, attn_token2: float) -> float:
-        floor = self.floor_ms0 + self.floor_ms_per_token * new_total
-        compute = self._compute_ms(new_total) + self.cached_ms_per_token2 * attn_token2
+    def _chunks_ms(self, chunks: Iterable[tuple[int, int]]) -> float:
+        """added(chunks): what the chunks add to the step they ride in (before ``scale``)."""
+        total = 0
+        attn = 0.0
+        for new, cached in chunks:
+            if new > 0:
+                total += new
+                attn += new * (cached + new / 2)
+        if total == 0:
+            return 0.0
+        ms = total * self._token_ms(total) + self.attn_ms_per_token2 * attn
         if self.weights == "fp8":
-            floor *= self._levers.fp8_floor_ratio
-            compute *= self._levers.fp8_prefill_ratio
-        return max(floor, compute)
+            ms *= self._levers.fp8_prefill_ratio
+        return ms
+
+    def _fixed_ms(self) -> float:
+        """The step a chunk pays when no sequence decodes (before ``scale``)."""
+        if self.weights == "fp8":
+            saved = FP8_SAVED_BYTES[self.model_size] / FP8_SAVED_BYTES["8b"]
+            return self.step_fixed_ms - self._levers.fp8_decode_saving_ms * saved
+        return self.step_fixed_ms
 
     def prefill_ms(self, new_tokens: int, cached_tokens: int = 0) -> float:
-        """One request's prefill of ``new_tokens`` on top of ``cached_tokens`` (batch 1)."""
+        """One request's prefill of ``new_tokens`` on top of ``cached_tokens``, alone in its
+        step: ``step_ms([(new_tokens, cached_tokens)], 0, 0)``."""
         if new_tokens <= 0:
             return 0.0
-        return self.scale * self._prefill_raw_ms(new_tokens, new_tokens * cached_tokens)
+        return self.step_ms(((new_tokens, cached_tokens),), 0, 0)
 
     # --- decode -------------------------------------------------------------------------
     def _decode_raw_ms(self, batch: float, kv_tokens: float) -> float:
@@ -552,21 +680,16 @@ class CostModel:
         self, chunks: Iterable[tuple[int, int]], decodes: int, decode_kv_tokens: int
     ) -> float:
         """One iteration: prefill ``chunks`` of ``(new, cached)`` tokens plus ``decodes``
-        sequences whose contexts sum to ``decode_kv_tokens`` (formula in the module doc)."""
-        new_total = 0
-        attn = 0
-        for new, cached in chunks:
-            new_total += new
-            attn += new * cached
-        if new_total == 0:
-            if not decodes:
-                return 0.0
-            return self.scale * self._per_token(self._decode_raw_ms(decodes, decode_kv_tokens))
-        ms = self._prefill_raw_ms(new_total, attn)
+        sequences whose contexts sum to ``decode_kv_tokens``: the decode step (or, with no
+        decodes, ``step_fixed_ms``) plus what the chunks add (module docstring)."""
+        added = self._chunks_ms(chunks)
         if decodes:
-            ride = self.decode_b_ms * decodes + self._kv_ms(decode_kv_tokens)
-            ms += self._per_token(ride + self._spec_extra_ms(decodes))
-        return self.scale * ms
+            base = self._per_token(self._decode_raw_ms(decodes, decode_kv_tokens))
+        elif added:
+            base = self._fixed_ms()
+        else:
+            return 0.0
+        return self.scale * (base + added)
 
     # --- start-up -----------------------------------------------------------------------
     def weight_load_s(self, model_bytes: float | None = None, *, cold: bool = True) -> float:

@@ -20,7 +20,7 @@ COST = ServiceCost()
 AZURE = Mix(requests=100, prompt_tokens=1155, cached_tokens=0, output_tokens=211)
 
 
-@pytest.mark.parametrize("tokens", [16, 256, 1024, 2048, 4096, 8192])
+@pytest.mark.parametrize("tokens", [16, 128, 256, 512, 1024, 2048, 4096, 8192])
 def test_the_prefill_fit_is_within_10_percent_of_the_engine_cost_model(tokens: int) -> None:
     engine = CostModel.default()
     assert COST.prefill_ms(tokens) == pytest.approx(engine.prefill_ms(tokens), rel=0.1)

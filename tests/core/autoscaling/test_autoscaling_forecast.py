@@ -147,7 +147,9 @@ def _run(pred: PredictiveConfig) -> tuple[list[int], str]:
     reason = ""
     for i in range(12):
         now = 15.0 * i
-        c = ctx(now, _rising(now, 10.0 + 3.0 * i), desired=desired, cfg=cfg, max_=40)
+        # +5 req/s every 15 s: steep enough that 60 s ahead needs more pods than now at
+        # ServiceCost's ~14 req/s per pod (the graph-replayed cost model, proposal 0012)
+        c = ctx(now, _rising(now, 10.0 + 5.0 * i), desired=desired, cfg=cfg, max_=40)
         if state is not None:
             c = replace(c, state=state)
         d, state = decide(c)

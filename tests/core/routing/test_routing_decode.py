@@ -90,9 +90,9 @@ def test_the_default_config_enables_it_with_a_small_weight() -> None:
 # --- the trade-off in the scheduler, with the default config --------------------------------
 # w-busy holds the first half of the prompt (prefill 51.2 ms there against 102.4 ms on the
 # idle w-idle: a 51.2 ms TTFT win); each request decoding on w-busy pays
-# (51.2 - 8.8) + 256 * (0.0086 + 4.25e-5 * (1024 + 128)) = 57.1 ms for the placement, weighted
-# 0.05: 2.86 ms each; and a request reaching w-busy waits for the decode step in progress
-# (queue: half of 8.8 + 0.0576 ms per sequence, weighted 0.75: 3.3 ms + 0.02 ms each), so
+# (51.2 - 6.54) + 256 * (0.0096 + 4.25e-5 * (1024 + 128)) = 59.7 ms for the placement, weighted
+# 0.05: 2.98 ms each; and a request reaching w-busy waits for the decode step in progress
+# (queue: half of 6.54 + 0.0586 ms per sequence, weighted 0.75: 2.45 ms + 0.02 ms each), so
 # 17 neighbours or more outweigh the cache win.
 
 
@@ -107,9 +107,9 @@ def _pick(decoding: int, config: SchedulerConfig) -> str | None:
     ("decoding", "expected"),
     [
         (0, "w-busy"),  # nobody to slow down: the cache wins
-        (10, "w-busy"),  # 29 + 3.5 ms of weighted neighbour latency and step < 51 ms saved
-        (16, "w-busy"),  # 46 + 3.6 ms < 51 ms
-        (17, "w-idle"),  # 49 + 3.7 ms > 51 ms: the neighbours' cost outweighs the cache win
+        (10, "w-busy"),  # 30 + 2.7 ms of weighted neighbour latency and step < 51 ms saved
+        (16, "w-busy"),  # 47.7 + 2.8 ms < 51 ms
+        (17, "w-idle"),  # 50.7 + 2.8 ms > 51 ms: the neighbours' cost outweighs the cache win
         (200, "w-idle"),
     ],
 )
@@ -137,7 +137,7 @@ def test_the_term_steers_but_is_not_part_of_the_predicted_ttft() -> None:
     assert picked(d) == "w-idle"
     by_id = {c.endpoint.id: c for c in d.candidates}
     assert by_id["w-busy"].terms["decode-interference"] == pytest.approx(
-        0.05 * 200 * (42.4 + 256 * (0.0086 + 4.25e-5 * 1152))
+        0.05 * 200 * ((51.2 - 6.54) + 256 * (0.0096 + 4.25e-5 * 1152))
     )
     assert by_id["w-idle"].terms["decode-interference"] == 0.0
     # the idle endpoint's prediction: rtt 1 + prefill 102.4 (no queue)
@@ -148,7 +148,7 @@ def test_the_term_steers_but_is_not_part_of_the_predicted_ttft() -> None:
 def test_the_parameters_default_to_the_engine_cost_model() -> None:
     cm = CostModel.default()
     cfg = SchedulerConfig()
-    assert cfg.chunk_shared_ms == pytest.approx(cm.decode_a_ms, rel=0.01)
+    assert cfg.chunk_shared_ms == pytest.approx(cm.step_fixed_ms, rel=0.01)
     assert cfg.decode_seq_ms == pytest.approx(cm.decode_b_ms, rel=0.01)
     assert cfg.decode_kv_ms_per_token == pytest.approx(cm.decode_c_ms, rel=0.01)
 

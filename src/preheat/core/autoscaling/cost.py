@@ -15,12 +15,12 @@ class ServiceCost:
     decode step ``a + b * batch + c * kv_tokens``. ``scale`` multiplies every time (the sim
     engine's ``time_scale``)."""
 
-    prefill_ms0: float = 22.67
-    prefill_ms_per_token: float = 0.00713
-    prefill_compute_ms0: float = -2.0
-    prefill_compute_ms_per_token: float = 0.0297
-    step_ms0: float = 8.83
-    step_ms_per_seq: float = 0.00856
+    prefill_ms0: float = 6.1
+    prefill_ms_per_token: float = 0.0178
+    prefill_compute_ms0: float = -4.08
+    prefill_compute_ms_per_token: float = 0.0306
+    step_ms0: float = 7.74
+    step_ms_per_seq: float = 0.00964
     step_ms_per_kv_token: float = 4.25e-5
     max_batch: int = 256  # running sequences (the engine's max_num_seqs, at most)
     kv_tokens: float = 400_000.0  # KV cache (tokens) of one GPU

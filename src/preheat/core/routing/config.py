@@ -104,13 +104,13 @@ class SchedulerConfig:
     #: max_num_batched_tokens; the sim engine's default).
     chunk_tokens: int = 8192
     #: decode-interference: ms of a prefill chunk's own step that the decode step it joins
-    #: pays anyway (weights read once, launches): the cost model's fixed per-step time
-    #: (``CostModel.decode_a_ms``, 8.8 ms from llama8b_h100_costs.json; the mixed-step
-    #: measurement, mixed_step_h100.json, saves 5.5-7 ms by running a chunk in a decode step).
-    chunk_shared_ms: float = 8.8
+    #: pays anyway (weights read once, launches): the cost model's step with no decodes
+    #: (``CostModel.step_fixed_ms``, 6.5 ms, fitted to mixed_step_h100.json's chunk-alone
+    #: steps; running a chunk in a decode step saved 5.5-7 ms there).
+    chunk_shared_ms: float = 6.54
     #: decode-interference: ms one more decoding sequence adds to every step
-    #: (``CostModel.decode_b_ms``; 0.010 ms in mixed_step_h100.json's context fit).
-    decode_seq_ms: float = 0.0086
+    #: (``CostModel.decode_b_ms``; 0.0096 ms, the graph-replayed decode steps' fit).
+    decode_seq_ms: float = 0.0096
     #: decode-interference: ms per token of that sequence's context (its KV read each step;
     #: ``CostModel.decode_c_ms``; 0.0424 us per token in mixed_step_h100.json).
     decode_kv_ms_per_token: float = 4.25e-5

@@ -43,7 +43,7 @@ Inputs: endpoint ``in_flight``, ``decoding``, ``max_num_seqs``, ``cached_blocks`
 ``prompt_tokens``, ``block_hashes``, ``max_tokens``; ``ctx.history_matches``; the cost
 model's ``prefill_ms``. Parameters (``SchedulerConfig``, defaults from the cost model of
 ``preheat.engine.costmodel`` fitted to the H100 measurement): ``chunk_tokens`` (8192),
-``chunk_shared_ms`` (8.8), ``decode_seq_ms`` (0.0086), ``decode_kv_ms_per_token``
+``chunk_shared_ms`` (6.54), ``decode_seq_ms`` (0.0096), ``decode_kv_ms_per_token``
 (4.25e-5), ``typical_output_tokens`` (256).
 """
 
