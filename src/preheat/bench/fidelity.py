@@ -7,8 +7,9 @@ same pool (same engine settings, fixed size, no scaling) through :func:`simulate
 read the same trace slice (Mooncake, prompts scaled down block by block so the shared
 prefixes stay shared).
 
-The sim engine's ``time_scale`` multiplies every GPU duration in both: at 4x a prefill of a
-few hundred tokens takes ~80-130 ms, so the few milliseconds of Python overhead of the live
+The sim engine's ``time_scale`` multiplies every GPU duration in both: at 6x a prefill of a
+few hundred tokens takes ~60-100 ms (docs/proposals/0012's graph-replayed cost model; 3x
+was enough on the older, eager one), so the few milliseconds of Python overhead of the live
 processes on a loaded 2-core machine stay a small part of each TTFT. Compared: client TTFT
 p50 and p95, and the prefix-cache hit rate (cached / prompt tokens).
 
@@ -61,7 +62,7 @@ class Scenario:
     token_scale: float = 1 / 16  # 512-token trace blocks -> 32-token prompts blocks
     max_input_tokens: int = 1024
     max_output_tokens: int = 16
-    engine_time_scale: float = 3.0  # every simulated GPU duration x this, live and simulated
+    engine_time_scale: float = 6.0  # every simulated GPU duration x this, live and simulated
     # sessions stay unless another pod is predicted this much faster (routing config, both):
     # at the default 150 ms, one request more or less in flight at the wrong moment moves a
     # session, and the hit rate of a 2-pod, 120-request run swings by +-4 points
