@@ -132,3 +132,14 @@ def test_predicted_ttft_uses_the_requests_priority() -> None:
     job = predict_ttft_ms(a, ctx_job, COST, CFG)
     assert job - chat == pytest.approx(20 * COST.prefill_ms(CFG.typical_prompt_tokens, 0))
     assert run(ctx_chat).predicted_ttft_ms == pytest.approx(chat)
+
+
+def test_the_fresher_total_wins_and_only_the_known_lower_priority_work_is_taken_off() -> None:
+    """``num_waiting`` may come from a scrape fresher than the Status that counted by
+    priority: what is known to be behind comes off the total; without classes (one
+    priority) the total stands as it is, exactly the FCFS term."""
+    e = make_endpoint(queue=8, waiting_by_priority={BATCH: 5})
+    assert requests_ahead(e, INTERACTIVE) == 3
+    assert requests_ahead(e, BATCH) == 8
+    classless = make_endpoint(queue=8, waiting_by_priority={STANDARD: 3})
+    assert requests_ahead(classless, STANDARD) == requests_ahead(classless, None) == 8

@@ -5,10 +5,10 @@ Formula, for endpoint p::
     ahead    = max(waiting_ahead, own_ahead) (queued before us: the engine's count, or this
                                               router's requests without a first token yet
                                               when the engine's figure lags behind)
-    own_ahead     = in_flight - behind
-    waiting_ahead = sum of waiting_by_priority at priority <= ours, when the engine says;
-                    else num_waiting - behind
-    behind        = this router's in-flight requests at a priority value above ours
+    own_ahead     = in_flight - own_behind
+    waiting_ahead = num_waiting - engine_behind, when the engine says (else - own_behind)
+    own_behind    = this router's in-flight requests at a priority value above ours
+    engine_behind = waiting_by_priority's requests at a priority value above ours
     per_req  = cost.prefill_ms(typical), or the endpoint's observed TTFT (EWMA) when that
                is lower (a faster engine than the cost model's); typical = the scheduler's
                EWMA of routed requests' uncached prompt tokens (typical_prompt_alpha), or
@@ -37,7 +37,9 @@ higher-priority one (``preheat.engine.simcore``). Per-priority waiting counts co
 engine when it reports them (the sim engine, ``WorkerStatus.waiting_by_priority``); for an
 engine that does not (vLLM), this router's own record of what it sent and has not seen the
 first token of (``Endpoint.in_flight_by_priority``) says how many of the engine's waiting
-requests are behind us. Without classes every request has the same priority and the
+requests are behind us. The ones behind are taken off ``num_waiting`` (not the ones ahead
+summed): the total may be fresher than the per-priority counts (a scrape against the last
+Status). Without classes every request has the same priority, nothing is behind, and the
 formula is the FCFS one.
 
 Why not ``num_waiting + in_flight`` and the observed TTFT as ``per_req`` (the first
@@ -80,14 +82,14 @@ def requests_ahead(endpoint: Endpoint, priority: int | None = None) -> int:
     waiting, own = max(0, endpoint.num_waiting), max(0, endpoint.in_flight)
     if priority is None:
         return max(waiting, own)
-    behind = sum(n for p, n in endpoint.in_flight_by_priority if p > priority)
-    own = max(0, own - behind)
+    own_behind = sum(n for p, n in endpoint.in_flight_by_priority if p > priority)
     by_priority = endpoint.waiting_by_priority
-    if by_priority is not None:
-        waiting = sum(max(0, n) for p, n in by_priority if p <= priority)
-    else:
-        waiting = max(0, waiting - behind)
-    return max(waiting, own)
+    behind = (
+        own_behind
+        if by_priority is None
+        else sum(max(0, n) for p, n in by_priority if p > priority)
+    )
+    return max(max(0, waiting - behind), max(0, own - own_behind))
 
 
 def queue_wait_ms(
