@@ -809,29 +809,12 @@ class Dispatcher:
         error = ""
         fallback: tuple[Dispatcher, Prepared] | None = None
         try:
-            grant = self._charge(prep)
+            grant = self.charge(prep, api)
             fallback = self._fallback_for(prep)
             if fallback is None:
                 self._admit(prep, st)
-        except RateLimited as e:
-            m = self.metrics
-            m.rate_limited.labels(*m.series, _quota_entry(self.config.traffic, prep), e.limit).inc()
-            m.observe_outcome(api, RouterOutcome.RATE_LIMITED, slo_class=prep.slo_class)
-            log.info(
-                "rate_limited",
-                extra=fields(
-                    request_id=prep.info.request_id,
-                    tenant=prep.request.cache_salt,
-                    slo_class=prep.slo_class,
-                    limit=e.limit,
-                    retry_after_s=_r(e.retry_after_s),
-                ),
-            )
-            if tr is not None:
-                now = perf_counter()
-                tr.admission(False, prep.slo_class, prep.request.cache_salt, e.message, now)
-                tr.end(RouterOutcome.RATE_LIMITED.value, now, error=e.message)
-            raise
+        except RateLimited:
+            raise  # counted, logged and traced by charge()
         except PreheatError as e:
             self.metrics.observe_outcome(
                 api, RouterOutcome.of_error(e.code), slo_class=prep.slo_class
@@ -854,13 +837,9 @@ class Dispatcher:
                     async for fb_chunk in inner:
                         yield fb_chunk
             finally:
-                if grant is not None:
-                    used = prep.info.prompt_tokens + st.tokens
-                    self._quotas.settle(self.config.traffic, grant, used, loop.time())
+                self.settle(grant, prep, st.tokens)
             return
-        self._in_flight += 1
-        tenant = prep.request.cache_salt
-        self._tenant_held[tenant] = self._tenant_held.get(tenant, 0) + 1
+        self.hold(prep)
         gauge = self.metrics.in_flight.labels(*self.metrics.series)  # the one it leaves
         gauge.inc()
         try:
@@ -1015,16 +994,8 @@ class Dispatcher:
                 self.store.request_finished(st.endpoint.id, prep.info.priority)
             raise
         finally:
-            if grant is not None:
-                used = prep.info.prompt_tokens + st.tokens
-                self._quotas.settle(self.config.traffic, grant, used, loop.time())
-            self._in_flight -= 1
-            left = self._tenant_held.get(tenant, 1) - 1
-            if left > 0:
-                self._tenant_held[tenant] = left
-            else:
-                self._tenant_held.pop(tenant, None)
-            self._completions.append(self._now())
+            self.settle(grant, prep, st.tokens)
+            self.release(prep)
             gauge.dec()
             self.metrics.observe_outcome(api, outcome, slo_class=prep.slo_class)
             if tr is not None:
@@ -1037,14 +1008,65 @@ class Dispatcher:
                     error=error,
                 )
 
-    def _charge(self, prep: Prepared) -> Grant | None:
-        """Charges the request to its tenant's quota (``RateLimited`` when over it)."""
+    def charge(self, prep: Prepared, api: str) -> Grant | None:
+        """Charges the request to its tenant's quota (prompt + max output tokens; give the
+        unused back with :meth:`settle`). Over it: the refusal is counted (metric, outcome),
+        logged and traced, and ``RateLimited`` raised (429 / RESOURCE_EXHAUSTED with the
+        bucket's retry-after). The gRPC and HTTP front and the OpenAI passthrough all
+        charge here."""
         traffic = self.config.traffic
         if not traffic.tenants:
             return None
         tokens = prep.info.prompt_tokens + prep.info.max_tokens
         now = asyncio.get_running_loop().time()
-        return self._quotas.take(traffic, prep.request.cache_salt, tokens, now)
+        try:
+            return self._quotas.take(traffic, prep.request.cache_salt, tokens, now)
+        except RateLimited as e:
+            m = self.metrics
+            m.rate_limited.labels(*m.series, _quota_entry(traffic, prep), e.limit).inc()
+            m.observe_outcome(api, RouterOutcome.RATE_LIMITED, slo_class=prep.slo_class)
+            log.info(
+                "rate_limited",
+                extra=fields(
+                    request_id=prep.info.request_id,
+                    tenant=prep.request.cache_salt,
+                    slo_class=prep.slo_class,
+                    limit=e.limit,
+                    retry_after_s=_r(e.retry_after_s),
+                ),
+            )
+            tr = prep.trace
+            if tr is not None:
+                t = perf_counter()
+                tr.admission(False, prep.slo_class, prep.request.cache_salt, e.message, t)
+                tr.end(RouterOutcome.RATE_LIMITED.value, t, error=e.message)
+            raise
+
+    def hold(self, prep: Prepared) -> None:
+        """An admitted request is in flight: the pool's count and its tenant's (fair
+        shares). Every path that proxies calls :meth:`release` when it ends."""
+        self._in_flight += 1
+        tenant = prep.request.cache_salt
+        self._tenant_held[tenant] = self._tenant_held.get(tenant, 0) + 1
+
+    def release(self, prep: Prepared) -> None:
+        """The request left (whatever its outcome): counts back, and one more completion
+        for the completion rate (retry-after's drain time)."""
+        self._in_flight -= 1
+        tenant = prep.request.cache_salt
+        left = self._tenant_held.get(tenant, 1) - 1
+        if left > 0:
+            self._tenant_held[tenant] = left
+        else:
+            self._tenant_held.pop(tenant, None)
+        self._completions.append(self._now())
+
+    def settle(self, grant: Grant | None, prep: Prepared, output_tokens: int) -> None:
+        """Gives a charged request's unused tokens back: it used its prompt and
+        ``output_tokens`` of the ``max_tokens`` it was charged for."""
+        if grant is not None:
+            used = prep.info.prompt_tokens + output_tokens
+            self._quotas.settle(self.config.traffic, grant, used, asyncio.get_running_loop().time())
 
     def _send_ids(self, prep: Prepared, ep: Endpoint) -> bool:
         return (

@@ -19,15 +19,17 @@ completions, the (first) prompt with the tokenizer's special tokens unless the b
 ``add_special_tokens: false``. The prefix block hashes it routes on are those of the ids the
 engine caches. A request it can judge alone is answered by the router in OpenAI's shape: an
 unknown model (404 ``model_not_found``), a prompt over the context window (400
-``context_length_exceeded``), admission (429 ``rate_limit_exceeded``), no endpoint (503 with
+``context_length_exceeded``), admission, a tenant over its quota (``Dispatcher.charge``, as
+on the other paths) or its fair share (429 ``rate_limit_exceeded``), no endpoint (503 with
 ``Retry-After``), a body that is not a JSON object or a template that refuses the messages
-(400).
+(400). Not applied here: the degradation ladder and the response cache.
 
 The body goes upstream as it came (re-encoded only to set ``cache_salt`` to the tenant's:
-the router's word on the tenant, never the client's). Bookkeeping is the gRPC path's
-(in flight, first token for the observed TTFT and admission, decoding counts, histograms,
-``request_done`` log); the stream is parsed only as far as that needs: where events end,
-the first one (the first token), and the one that carries ``usage`` (cached tokens).
+the router's word on the tenant, never the client's; and ``priority`` to the class's).
+Bookkeeping is the gRPC path's (in flight, first token for the observed TTFT and admission,
+decoding counts, histograms, ``request_done`` log); the stream is parsed only as far as
+that needs: where events end, the first one (the first token), and the one that carries
+``usage`` (cached tokens).
 
 Failures: before anything reached the client (connect refused, a 503 from a draining or
 standby worker, a 502 or 504, no first event within ``first_token_timeout_s``, a broken
@@ -85,6 +87,7 @@ from preheat.router.frontend.openai_schema import (
     flatten_chat,
     header_deadline_ms,
 )
+from preheat.router.frontend.quotas import Grant, RateLimited
 from preheat.router.frontend.tokenizer import (
     PIECE_CHARS,
     HFPromptTokenizer,
@@ -491,8 +494,12 @@ class Passthrough:
         outcome = RouterOutcome.ERROR
         tr = prep.trace
         error = ""
+        grant: Grant | None = None
         try:
-            d._admit()
+            grant = d.charge(prep, api)  # the tenant's quota, as on the gRPC and HTTP front
+            d._admit(prep)  # and its fair share; no degradation ladder on this path
+        except RateLimited:
+            raise  # counted, logged and traced by charge()
         except PreheatError as e:
             d.metrics.observe_outcome(api, RouterOutcome.of_error(e.code))
             if tr is not None:
@@ -502,7 +509,7 @@ class Passthrough:
             raise
         if tr is not None:
             tr.admission(True, prep.slo_class, prep.request.cache_salt, "", perf_counter())
-        d._in_flight += 1
+        d.hold(prep)
         gauge = d.metrics.in_flight.labels(*d.metrics.series)  # the one it leaves
         gauge.inc()
         ep: Endpoint | None = None
@@ -578,8 +585,8 @@ class Passthrough:
             outcome = RouterOutcome.CANCELLED
             raise
         finally:
-            d._in_flight -= 1
-            d._completions.append(d._now())
+            d.settle(grant, prep, st.tokens)
+            d.release(prep)
             gauge.dec()
             d.metrics.observe_outcome(api, outcome)
             if tr is not None:
