@@ -31,6 +31,7 @@ from preheat.core.metric_names import (
     ROUTER_ACTUAL_CACHED_BLOCKS,
     ROUTER_PREDICTED_CACHED_BLOCKS,
 )
+from preheat.core.traffic.classes import TenantQuota, Traffic, TrafficClass
 from preheat.router.app import RouterConfig, RouterServer
 from preheat.router.endpoints import DiscoveredEndpoint, StaticDiscovery
 from preheat.router.frontend.passthrough import PromptIds
@@ -274,3 +275,60 @@ async def test_router_answers_unknown_model_and_context_window(running: Running)
         )
     assert big.value.code == "context_length_exceeded"
     assert f"maximum context length is {MAX_MODEL_LEN} tokens" in big.value.message
+
+
+async def test_a_class_priority_and_a_tenant_quota_on_the_passthrough(running: Running) -> None:
+    """A pool with classes and tenants in front of vLLM's own API: the class's priority goes
+    upstream in the body, which vLLM (run with ``--scheduling-policy priority``) accepts; a
+    vLLM worker reports no per-priority waiting counts (the router's own record stands in);
+    a tenant over its quota gets the openai client's RateLimitError."""
+    traffic = Traffic(
+        classes=(
+            TrafficClass(name="interactive", ttft_ms=60_000, priority=0),
+            TrafficClass(name="batch", ttft_ms=60_000, priority=2),
+        ),
+        default_class="interactive",
+        tenants=(
+            TenantQuota(name="demo", requests_per_s=1, request_burst=1),
+            TenantQuota(name="*", requests_per_s=1000),
+        ),
+    )
+    ports = running.worker.ports
+    assert ports is not None
+    router = RouterServer(
+        StaticDiscovery([DiscoveredEndpoint(address=f"127.0.0.1:{ports.grpc}", id="w-1")]),
+        RouterConfig(
+            model=MODEL,
+            tokenizer=f"hf:{running.model_dir}",
+            refresh_interval_s=0.2,
+            traffic=traffic,
+            tenant_header="x-tenant",
+        ),
+    )
+    rports = await router.start()
+    try:
+        await router.wait_ready(1, timeout_s=30)
+        assert router.store.serves_openai()
+        (ep,) = router.store.snapshot()
+        assert ep.waiting_by_priority is None  # vLLM does not count by priority
+        url = f"http://127.0.0.1:{rports.http}/v1"
+        kw: dict[str, Any] = {"model": MODEL, "messages": _messages(), "max_tokens": 4}
+        for klass in ("batch", "interactive"):
+            async with openai.AsyncOpenAI(
+                base_url=url,
+                api_key="x",
+                max_retries=0,
+                default_headers={"x-slo-class": klass, "x-tenant": "other"},
+            ) as client:
+                done = await client.chat.completions.create(**kw)
+            assert done.choices[0].finish_reason in ("stop", "length")
+        async with openai.AsyncOpenAI(
+            base_url=url, api_key="x", max_retries=0, default_headers={"x-tenant": "demo"}
+        ) as demo:
+            await demo.chat.completions.create(**kw)
+            with pytest.raises(openai.RateLimitError) as ei:
+                await demo.chat.completions.create(**kw)
+        assert ei.value.code == "rate_limit_exceeded"
+        assert ei.value.response.headers["retry-after"] == "1"
+    finally:
+        await asyncio.wait_for(router.stop(), 30)
