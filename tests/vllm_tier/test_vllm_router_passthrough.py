@@ -32,6 +32,7 @@ from preheat.core.metric_names import (
     ROUTER_PREDICTED_CACHED_BLOCKS,
 )
 from preheat.core.traffic.classes import TenantQuota, Traffic, TrafficClass
+from preheat.core.traffic.respcache import CacheConfig
 from preheat.router.app import RouterConfig, RouterServer
 from preheat.router.endpoints import DiscoveredEndpoint, StaticDiscovery
 from preheat.router.frontend.passthrough import PromptIds
@@ -277,11 +278,14 @@ async def test_router_answers_unknown_model_and_context_window(running: Running)
     assert f"maximum context length is {MAX_MODEL_LEN} tokens" in big.value.message
 
 
-async def test_a_class_priority_and_a_tenant_quota_on_the_passthrough(running: Running) -> None:
-    """A pool with classes and tenants in front of vLLM's own API: the class's priority goes
-    upstream in the body, which vLLM (run with ``--scheduling-policy priority``) accepts; a
-    vLLM worker reports no per-priority waiting counts (the router's own record stands in);
-    a tenant over its quota gets the openai client's RateLimitError."""
+async def test_class_priority_quota_and_response_cache_on_the_passthrough(
+    running: Running,
+) -> None:
+    """A pool with classes, tenants and the response cache in front of vLLM's own API: the
+    class's priority goes upstream in the body, which vLLM (run with ``--scheduling-policy
+    priority``) accepts; a vLLM worker reports no per-priority waiting counts (the router's
+    own record stands in); a tenant over its quota gets the openai client's
+    RateLimitError; vLLM's greedy answer is stored and served again by the router."""
     traffic = Traffic(
         classes=(
             TrafficClass(name="interactive", ttft_ms=60_000, priority=0),
@@ -292,6 +296,7 @@ async def test_a_class_priority_and_a_tenant_quota_on_the_passthrough(running: R
             TenantQuota(name="demo", requests_per_s=1, request_burst=1),
             TenantQuota(name="*", requests_per_s=1000),
         ),
+        cache=CacheConfig(enabled=True),
     )
     ports = running.worker.ports
     assert ports is not None
@@ -330,5 +335,19 @@ async def test_a_class_priority_and_a_tenant_quota_on_the_passthrough(running: R
                 await demo.chat.completions.create(**kw)
         assert ei.value.code == "rate_limit_exceeded"
         assert ei.value.response.headers["retry-after"] == "1"
+        greedy = {**kw, "temperature": 0, "max_tokens": 8}
+        async with openai.AsyncOpenAI(
+            base_url=url, api_key="x", max_retries=0, default_headers={"x-tenant": "other"}
+        ) as other:
+            miss = await other.chat.completions.with_raw_response.create(**greedy)
+            hit = await other.chat.completions.with_raw_response.create(**greedy)
+        assert miss.headers["x-preheat-cache"] == "miss"
+        assert hit.headers["x-preheat-cache"] == "hit"
+        first, again = miss.parse(), hit.parse()
+        assert again.choices[0].message.content == first.choices[0].message.content
+        assert again.choices[0].finish_reason == first.choices[0].finish_reason
+        assert again.usage is not None
+        assert first.usage is not None
+        assert again.usage.completion_tokens == first.usage.completion_tokens
     finally:
         await asyncio.wait_for(router.stop(), 30)

@@ -16,6 +16,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# OpenAI body fields that do not change the answer (delivery, routing, admission,
+# accounting): left out of the key
+NOT_IN_KEY = frozenset(
+    {
+        "stream",
+        "stream_options",
+        "user",
+        "session_id",
+        "ttft_deadline_ms",
+        "slo_class",
+        "prompt_cache_key",
+    }
+)
 DEFAULT_TTL_S = 60.0
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 ENTRY_OVERHEAD = 256  # bytes counted per entry besides its text

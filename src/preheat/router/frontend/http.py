@@ -48,12 +48,12 @@ from prometheus_client.exposition import choose_encoder
 
 from preheat import __version__
 from preheat.core.errors import ErrorCode, PreheatError
-from preheat.core.traffic.respcache import CachedAnswer, cache_key, deterministic
+from preheat.core.traffic.respcache import NOT_IN_KEY, CachedAnswer, cache_key, deterministic
 from preheat.process.httpserve import serve
 from preheat.process.logs import fields, request_context
 from preheat.proto.preheat.v1 import inference_pb2
 from preheat.router.endpoints.datastore import UNKNOWN_MODEL_LEN
-from preheat.router.frontend import tracing
+from preheat.router.frontend import passthrough_cache, tracing
 from preheat.router.frontend.auth import KeySet, api_key_middleware, http_tenant
 from preheat.router.frontend.dispatch import Dispatcher, Prepared, StreamStats
 from preheat.router.frontend.errors import JsonErrorAppRunner, json_errors, openai_error
@@ -286,18 +286,6 @@ class CacheUse:
 
 
 _CACHEABLE = frozenset({inference_pb2.FINISH_REASON_STOP, inference_pb2.FINISH_REASON_LENGTH})
-# body fields that do not change the answer (delivery, routing, admission, accounting)
-_NOT_IN_KEY = frozenset(
-    {
-        "stream",
-        "stream_options",
-        "user",
-        "session_id",
-        "ttft_deadline_ms",
-        "slo_class",
-        "prompt_cache_key",
-    }
-)
 
 
 def _cache_lookup(
@@ -308,12 +296,25 @@ def _cache_lookup(
     cfg = d.config.traffic.cache
     if not cfg.enabled or not deterministic(body.temperature, body.seed, body.n):
         return CacheUse()
-    m = d.metrics
-    params = body.model_dump(exclude=set(_NOT_IN_KEY))
+    params = body.model_dump(exclude=set(NOT_IN_KEY))
     params["max_tokens"] = prep.request.sampling.max_tokens  # the limit it is served with
+    return _lookup(request, d, chat, d.config.model or body.model, params, prep)
+
+
+def _lookup(
+    request: web.Request,
+    d: Dispatcher,
+    chat: bool,
+    model: str,
+    params: dict[str, Any],
+    prep: Prepared,
+) -> CacheUse:
+    """The lookup of a cacheable request by its key: bypassed, a hit or a miss."""
+    cfg = d.config.traffic.cache
+    m = d.metrics
     tenant = "" if cfg.share_tenants else prep.request.cache_salt
     api = "chat" if chat else "completions"
-    key = cache_key(d.config.model or body.model, api, params, tenant)
+    key = cache_key(model, api, params, tenant)
     if request.headers.get(CACHE_BYPASS, "").lower() == "bypass":
         m.response_cache.labels(*m.series, "bypass").inc()
         return CacheUse("bypass", None, key, d)  # a fresh answer replaces the cached one
@@ -321,6 +322,42 @@ def _cache_lookup(
     result = "hit" if answer is not None else "miss"
     m.response_cache.labels(*m.series, result).inc()
     return CacheUse(result, answer, key, d)
+
+
+async def _answer_hit(
+    request: web.Request,
+    chat: bool,
+    body: Any,
+    stream: bool,
+    model: str,
+    prep: Prepared,
+    cache: CacheUse,
+    trace: RequestTrace | None,
+) -> web.StreamResponse:
+    """A cache hit, answered by the router in OpenAI's shape (streamed as one chunk when
+    ``stream``): no worker, no quota, no tokens. ``body``: what says whether the usage
+    chunk is wanted (``include_usage``)."""
+    a, d = cache.answer, cache.dispatcher
+    assert a is not None
+    assert d is not None
+    d.metrics.observe_outcome("openai", RouterOutcome.OK, slo_class=prep.slo_class)
+    rid = prep.info.request_id
+    obj_id = ("chatcmpl-" if chat else "cmpl-") + rid
+    created = int(time.time())
+    hit = inference_pb2.GenerateResponse(
+        request_id=rid,
+        text=a.text,
+        finish_reason=a.finish_reason,  # type: ignore[arg-type]
+        usage=inference_pb2.Usage(
+            prompt_tokens=a.prompt_tokens, completion_tokens=a.completion_tokens
+        ),
+    )
+    if trace is not None:
+        trace.end("ok", time.perf_counter(), usage=hit.usage, finish_reason=a.finish_reason)
+    nothing, stats = _no_chunks(), StreamStats()
+    if stream:
+        return await _sse(request, chat, body, obj_id, model, created, hit, nothing, stats, cache)
+    return await _whole(chat, obj_id, model, created, hit, nothing, stats, cache)
 
 
 def _cache_headers(cache: CacheUse | None) -> dict[str, str]:
@@ -461,24 +498,7 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
     stats = StreamStats()
     cache = _cache_lookup(request, d, chat, body, prep)
     if cache.answer is not None:  # answered by the router: no worker, no quota, no tokens
-        metrics.observe_outcome(api, RouterOutcome.OK, slo_class=prep.slo_class)
-        a = cache.answer
-        hit = inference_pb2.GenerateResponse(
-            request_id=rid,
-            text=a.text,
-            finish_reason=a.finish_reason,  # type: ignore[arg-type]
-            usage=inference_pb2.Usage(
-                prompt_tokens=a.prompt_tokens, completion_tokens=a.completion_tokens
-            ),
-        )
-        if trace is not None:
-            trace.end("ok", time.perf_counter(), usage=hit.usage, finish_reason=a.finish_reason)
-        nothing = _no_chunks()
-        if body.stream:
-            return await _sse(
-                request, chat, body, obj_id, model, created, hit, nothing, stats, cache
-            )
-        return await _whole(chat, obj_id, model, created, hit, nothing, stats, cache)
+        return await _answer_hit(request, chat, body, body.stream, model, prep, cache, trace)
     with request_context(rid):
         stream = d.generate(
             prep,
@@ -518,6 +538,7 @@ async def _passthrough(
 ) -> web.StreamResponse:
     """The request, passed through to a worker's OpenAI API (router/frontend/passthrough.py)."""
     pt = pool.passthrough
+    d = pool.dispatcher
     op = "chat" if chat else "text_completion"
     trace = tracing.start(pool.dispatcher.tracing, request.headers, "openai", op, received_pc)
     try:
@@ -536,12 +557,34 @@ async def _passthrough(
         pool.metrics.observe_outcome("openai", RouterOutcome.of_error(e.code))
         log.info("request_refused", extra=fields(code=e.code.value, reason=e.message))
         return error_response(e)
+    cache = CacheUse()
+    if d.config.traffic.cache.enabled:
+        data = await d.offload(len(body), functools.partial(json.loads, body))
+        params = passthrough_cache.cache_params(data, chat)
+        if params is not None:
+            cache = _lookup(request, d, chat, d.config.model or prep.request.model, params, prep)
+        if cache.answer is not None:  # answered by the router: no worker, no quota, no tokens
+            wants = passthrough_cache.stream_wants(data)
+            model = str(data.get("model") or prep.request.model)
+            return await _answer_hit(request, chat, wants, stream, model, prep, cache, trace)
     with request_context(prep.info.request_id):
         try:
-            return await pt.proxy(request, prep, body, stream, request.path)
+            resp = await pt.proxy(request, prep, body, stream, request.path)
         except PreheatError as e:
             log.info("request_failed", extra=fields(code=e.code.value, reason=e.message))
             return error_response(e)
+    if cache.result and isinstance(resp, web.Response):  # a whole answer: stored if it can be
+        if resp.status == 200 and isinstance(resp.body, bytes):
+            answer = passthrough_cache.stored_answer(resp.body, chat)
+            if answer is not None:
+                cache.store(
+                    answer.text,
+                    answer.finish_reason,
+                    answer.prompt_tokens,
+                    answer.completion_tokens,
+                )
+        resp.headers.update(_cache_headers(cache))
+    return resp
 
 
 def _choice(chat: bool, text: str, finish: str | None, first: bool) -> dict[str, Any]:

@@ -22,7 +22,8 @@ unknown model (404 ``model_not_found``), a prompt over the context window (400
 ``context_length_exceeded``), admission, a tenant over its quota (``Dispatcher.charge``, as
 on the other paths) or its fair share (429 ``rate_limit_exceeded``), no endpoint (503 with
 ``Retry-After``), a body that is not a JSON object or a template that refuses the messages
-(400). Not applied here: the degradation ladder and the response cache.
+(400). A response-cache hit is answered before this module is reached
+(``http.py``, :mod:`.passthrough_cache`). Not applied here: the degradation ladder.
 
 The body goes upstream as it came (re-encoded only to set ``cache_salt`` to the tenant's:
 the router's word on the tenant, never the client's; and ``priority`` to the class's).
