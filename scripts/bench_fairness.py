@@ -1,13 +1,21 @@
-"""A noisy tenant next to well-behaved ones, live on loopback: one router (in process) in
-front of one sim worker (the H100 cost model at real time), HTTP completions streamed
-with the ``x-tenant`` header. Every tenant has the same quota (``--rate`` requests/s,
-burst ``--burst``); three well-behaved tenants send at ``--calm`` of their quota (Poisson),
-a noisy one at ``--noisy`` times it. Two runs, the same seeds: without the noisy tenant,
-then with it. Per run: the well-behaved tenants' TTFT p50/p95 (client-measured), and the
-noisy tenant's requests sent, served, refused (429) and whether what it was served stayed
-within its quota (rate x seconds + burst); the median Retry-After it got.
+"""A noisy tenant next to well-behaved ones, live on loopback through ``preheat up``: one
+pool (one sim worker, the H100 cost model at real time) whose ``spec.traffic.tenants`` gives
+every tenant the same quota (``--rate`` requests/s, burst ``--burst``); HTTP completions
+streamed to the router ``preheat up`` started, with the ``x-tenant`` header. Three
+well-behaved tenants send Poisson at ``--calm`` of their quota; beside them a fourth tenant
+sends at a multiple of its quota, one of ``--arms`` per run: 0 (no fourth tenant: the
+baseline), 1 (at its quota: the load a quota lets it add) and 10 (the noisy tenant: what its
+excess costs the others beyond that), from its own process (so its client's work is not
+done in the loop that times the well-behaved requests). ``--rounds`` rounds of every arm,
+the order rotated each round, the same seeds in every run, on one ``preheat up`` (the
+buckets refill between runs). Per run: the well-behaved tenants' TTFT p50/p95
+(client-measured), the router's and the worker's CPU seconds, and for the fourth tenant its
+requests sent, served, refused (429), whether what it was served stayed within its quota
+(rate x seconds + burst) and whether each Retry-After was right: no request was served
+before a 429's ``retry-after-ms`` had passed (too long), and the first request sent after
+it was not refused (too short). Last, the router's CPU per request of a flood it refuses.
 
-    .venv/bin/python scripts/bench_fairness.py --seconds 60
+    .venv/bin/python scripts/bench_fairness.py --seconds 60 --rounds 3
 """
 
 from __future__ import annotations
@@ -15,53 +23,75 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import random
+import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Any
 
 import aiohttp
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from uprun import cpu_seconds, preheat_up
+
 from preheat.core.percentiles import sample_quantile
-from preheat.core.traffic.classes import TenantQuota, Traffic
-from preheat.engine.sim import SimConfig, SimEngine
-from preheat.router.app import RouterConfig, RouterServer
-from preheat.router.endpoints import DiscoveredEndpoint, StaticDiscovery
-from preheat.worker.server import WorkerConfig, WorkerServer
 
 CALM = ("alice", "bob", "carol")
+MODEL = "m"
+TOLERANCE_S = 0.02  # client send time vs the router's receipt of it
+
+
+def pool_file(rate: float, burst: float) -> str:
+    """One sim replica; every tenant (``*``) at ``rate`` requests/s with ``burst``."""
+    return f"""\
+apiVersion: preheat.dev/v1alpha1
+kind: InferencePool
+metadata: {{name: fair}}
+spec:
+  model: {{name: {MODEL}}}
+  engine:
+    kind: sim
+    args: {{timeScale: 1, loadTime: 0s, warmupTime: 0s}}
+  replicas: {{min: 1, max: 1, warmStandby: 0}}
+  traffic:
+    tenants:
+      - {{name: "*", requestsPerSecond: {rate:g}, requestBurst: {burst:g}}}
+"""
 
 
 @dataclass
 class Tally:
     ttft_ms: list[float] = field(default_factory=list)
-    sent: int = 0
-    ok: int = 0
-    limited: int = 0
-    other: int = 0
-    retry_after: list[float] = field(default_factory=list)
+    # (send time s from the run's start, HTTP status, retry-after-ms header or 0,
+    #  Retry-After header or 0)
+    sends: list[tuple[float, int, float, float]] = field(default_factory=list)
 
 
-async def _one(http: aiohttp.ClientSession, url: str, tenant: str, k: int, t: Tally) -> None:
-    t.sent += 1
-    body = {"prompt": f"{tenant} question {k} " + "word " * 200, "max_tokens": 48, "stream": True}
-    t0 = time.perf_counter()
+async def _one(
+    http: aiohttp.ClientSession, url: str, tenant: str, k: int, t0: float, t: Tally
+) -> None:
+    body = {"model": MODEL, "prompt": f"{tenant} question {k} " + "word " * 200,
+            "max_tokens": 48, "stream": True}  # fmt: skip
+    sent = time.perf_counter()
     async with http.post(url, json=body, headers={"x-tenant": tenant}) as resp:
-        if resp.status == 429:
-            t.limited += 1
-            t.retry_after.append(float(resp.headers.get("retry-after-ms", "0")) / 1000)
-            await resp.read()
-            return
         if resp.status != 200:
-            t.other += 1
             await resp.read()
+            ms = float(resp.headers.get("retry-after-ms", "0"))
+            header = float(resp.headers.get("retry-after", "0"))
+            t.sends.append((sent - t0, resp.status, ms, header))
             return
         first = None
         async for line in resp.content:
             if first is None and line.startswith(b"data: {"):
                 first = time.perf_counter()
-        t.ok += 1
+        t.sends.append((sent - t0, 200, 0.0, 0.0))
         if first is not None:
-            t.ttft_ms.append((first - t0) * 1000)
+            t.ttft_ms.append((first - sent) * 1000)
 
 
 async def _tenant(
@@ -71,108 +101,242 @@ async def _tenant(
     rate: float,
     seconds: float,
     seed: int,
+    start: float,
     t: Tally,
 ) -> None:
     rng = random.Random(seed)
     tasks = []
     at = rng.expovariate(rate)
-    start = time.perf_counter()
     k = 0
     while at < seconds:
         delay = start + at - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(_one(http, url, tenant, k, t)))
+        tasks.append(asyncio.create_task(_one(http, url, tenant, k, start, t)))
         k += 1
         at += rng.expovariate(rate)
     await asyncio.gather(*tasks)
 
 
-async def run(args: argparse.Namespace, noisy: bool) -> dict[str, object]:
-    engine = SimEngine(SimConfig.from_options({"model": "m", "load_s": 0.0, "warmup_s": 0.0}))
-    worker = WorkerServer(engine, WorkerConfig(worker_id="w-1", stop_grace_s=0.5))
-    wports = await worker.start()
-    await asyncio.wait_for(worker.wait_warm(), 30)
-    quota = TenantQuota(name="*", requests_per_s=args.rate, request_burst=args.burst)
-    router = RouterServer(
-        StaticDiscovery([DiscoveredEndpoint(address=f"127.0.0.1:{wports.grpc}", id="w-1")]),
-        RouterConfig(
-            model="m",
-            refresh_interval_s=0.2,
-            traffic=Traffic(tenants=(quota,)),
-            tenant_header="x-tenant",
-        ),
+async def _send(
+    url: str, tenants: list[tuple[str, float, int]], seconds: float, start_unix: float
+) -> dict[str, Tally]:
+    tallies = {name: Tally() for name, _, _ in tenants}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+        await asyncio.sleep(max(0.0, start_unix - time.time()))
+        start = time.perf_counter()
+        await asyncio.gather(
+            *(
+                _tenant(http, url, name, rate, seconds, seed, start, tallies[name])
+                for name, rate, seed in tenants
+            )
+        )
+    return tallies
+
+
+def retry_after_errors(sends: list[tuple[float, int, float, float]]) -> dict[str, int]:
+    """How the 429s' Retry-After held, from one tenant's sends (time, status, retry-after-ms,
+    Retry-After), sorted by time: ``too_long``: requests served before an earlier 429's
+    retry-after-ms had passed (less ``TOLERANCE_S``); ``too_short``: 429s whose first
+    request sent after the wait (plus ``TOLERANCE_S``, and nothing sent within the
+    tolerance before it) was refused again; ``header``: Retry-After not the whole seconds
+    of retry-after-ms rounded up (at least 1)."""
+    sends = sorted(sends)
+    refused = [(t, ms / 1000) for t, status, ms, _ in sends if status == 429]
+    too_long = too_short = header = 0
+    for t, status, ms, whole in sends:
+        if status == 429 and whole != max(1, math.ceil(ms / 1000)):
+            header += 1
+        if status == 200 and any(
+            r + TOLERANCE_S < t < r + wait - TOLERANCE_S for r, wait in refused
+        ):
+            too_long += 1
+    times = [t for t, _, _, _ in sends]
+    for r, wait in refused:
+        ready = r + wait
+        after = [i for i, t in enumerate(times) if t >= ready - TOLERANCE_S]
+        if not after or times[after[0]] < ready + TOLERANCE_S:
+            continue  # none sent after it, or one sent too close to call
+        if sends[after[0]][1] == 429:
+            too_short += 1
+    return {"too_long": too_long, "too_short": too_short, "header": header}
+
+
+def noisy_client(args: argparse.Namespace) -> None:
+    """The noisy tenant alone (``--noisy-client URL``): its sends as JSON on stdout."""
+    rate = args.noisy * args.rate
+    tallies = asyncio.run(
+        _send(args.noisy_client, [("noisy", rate, 99)], args.seconds, args.start_unix)
     )
-    rports = await router.start()
-    await router.wait_ready(1, timeout_s=10)
-    url = f"http://127.0.0.1:{rports.http}/v1/completions"
-    tallies = {name: Tally() for name in (*CALM, "noisy")}
-    try:
-        conn = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(connector=conn) as http:
-            jobs = [
-                _tenant(http, url, name, args.calm * args.rate, args.seconds, i, tallies[name])
-                for i, name in enumerate(CALM)
-            ]
-            if noisy:
-                jobs.append(
-                    _tenant(
-                        http,
-                        url,
-                        "noisy",
-                        args.noisy * args.rate,
-                        args.seconds,
-                        99,
-                        tallies["noisy"],
-                    )
-                )
-            await asyncio.gather(*jobs)
-    finally:
-        await router.stop()
-        await worker.stop()
+    print(json.dumps(tallies["noisy"].sends))
+
+
+def one_run(
+    args: argparse.Namespace, url: str, pids: dict[str, int], times: float
+) -> dict[str, object]:
+    """One run with the fourth tenant at ``times`` its quota (0: absent)."""
+    noisy = times > 0
+    start_unix = time.time() + 2.0  # both clients' start, after the noisy one's imports
+    child = None
+    if noisy:
+        child = subprocess.Popen(
+            [sys.executable, __file__, "--noisy-client", url, "--start-unix", repr(start_unix),
+             "--seconds", repr(args.seconds), "--rate", repr(args.rate),
+             "--noisy", repr(times)],
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+    cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
+    calm = [(name, args.calm * args.rate, i) for i, name in enumerate(CALM)]
+    tallies = asyncio.run(_send(url, calm, args.seconds, start_unix))
+    sends: list[tuple[float, int, float, float]] = []
+    if child is not None:
+        out, _ = child.communicate(timeout=args.seconds + 120)
+        sends = [tuple(s) for s in json.loads(out)]  # type: ignore[misc]
+    cpu = {k: round(cpu_seconds(p) - cpu0[k], 2) for k, p in pids.items()}
     calm_ttft = [x for name in CALM for x in tallies[name].ttft_ms]
-    calm_limited = sum(tallies[name].limited for name in CALM)
-    n = tallies["noisy"]
-    return {
-        "noisy": noisy,
+    row: dict[str, object] = {
+        "times": times,
         "calm_ttft_p50_ms": round(sample_quantile(0.5, calm_ttft), 1),
         "calm_ttft_p95_ms": round(sample_quantile(0.95, calm_ttft), 1),
-        "calm_sent": sum(tallies[name].sent for name in CALM),
-        "calm_429": calm_limited,
-        "noisy_sent": n.sent,
-        "noisy_ok": n.ok,
-        "noisy_429": n.limited,
-        "noisy_allowed": args.rate * args.seconds + args.burst,
-        "noisy_retry_after_p50_s": round(sample_quantile(0.5, n.retry_after), 3)
-        if n.retry_after
-        else None,
+        "calm_sent": sum(len(tallies[n].sends) for n in CALM),
+        "calm_429": sum(1 for n in CALM for s in tallies[n].sends if s[1] == 429),
+        "cpu_s": cpu,
     }
+    if noisy:
+        waits = [ms / 1000 for _, status, ms, _ in sends if status == 429]
+        row.update(
+            noisy_sent=len(sends),
+            noisy_ok=sum(1 for s in sends if s[1] == 200),
+            noisy_429=len(waits),
+            noisy_other=sum(1 for s in sends if s[1] not in (200, 429)),
+            noisy_allowed=args.rate * args.seconds + args.burst,
+            noisy_retry_after_p50_s=round(sample_quantile(0.5, waits), 3) if waits else None,
+            retry_after_errors=retry_after_errors(sends),
+        )
+    return row
+
+
+async def _refusals(url: str, n: int, concurrency: int) -> int:
+    """``n`` requests from one tenant as fast as ``concurrency`` allows: the refused ones."""
+    body = {"model": MODEL, "prompt": "flood " + "word " * 200, "max_tokens": 48, "stream": True}
+    refused = 0
+
+    async def worker(http: aiohttp.ClientSession, count: int) -> None:
+        nonlocal refused
+        for _ in range(count):
+            async with http.post(url, json=body, headers={"x-tenant": "flood"}) as resp:
+                await resp.read()
+                refused += resp.status == 429
+
+    async with aiohttp.ClientSession() as http:
+        await asyncio.gather(*(worker(http, n // concurrency) for _ in range(concurrency)))
+    return refused
+
+
+def rejection_cost(url: str, router_pid: int, n: int) -> tuple[float, int]:
+    """The router's CPU milliseconds per request of a flood it refuses (every request
+    past the flood tenant's burst is a 429), nothing else running: (ms, refused)."""
+    cpu0 = cpu_seconds(router_pid)
+    refused = asyncio.run(_refusals(url, n, 4))
+    return 1000 * (cpu_seconds(router_pid) - cpu0) / n, refused
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("--rounds", type=int, default=3, help="rounds of every arm, rotated")
+    p.add_argument(
+        "--arms", default="0,1,10", help="the fourth tenant's rate / quota per run (0: absent)"
+    )
     p.add_argument("--rate", type=float, default=2.0, help="every tenant's requests/s quota")
     p.add_argument("--burst", type=float, default=4.0)
     p.add_argument("--calm", type=float, default=0.5, help="well-behaved rate / quota")
-    p.add_argument("--noisy", type=float, default=10.0, help="noisy rate / quota")
-    args = p.parse_args()
-    rows = [asyncio.run(run(args, noisy)) for noisy in (False, True)]
-    print(json.dumps(rows, indent=1))
-    print()
-    print(
-        "| run | well-behaved TTFT p50 | p95 | their 429s | noisy sent | served | 429 "
-        "| allowed (rate x s + burst) | Retry-After p50 |"
+    p.add_argument("--noisy", type=float, default=10.0, help=argparse.SUPPRESS)
+    p.add_argument("--keep", type=Path, help="keep the pool file, run folder and log here")
+    p.add_argument(
+        "--flood", type=int, default=2000, help="requests of the refusal-cost flood (0: none)"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        run_name = "with" if r["noisy"] else "without"
+    p.add_argument("--noisy-client", metavar="URL", help=argparse.SUPPRESS)
+    p.add_argument("--start-unix", type=float, default=0.0, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.noisy_client:
+        noisy_client(args)
+        return
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="fair-up-") as tmp:
+        folder = args.keep if args.keep is not None else Path(tmp)
+        with preheat_up(pool_file(args.rate, args.burst), folder, "fair") as state:
+            url = f"{state['router']['http']}/v1/completions"
+            worker = next(iter(state["workers"].values()))["pid"]
+            pids = {"router": int(state["router"]["pid"]), "worker": int(worker)}
+            arms = [float(x) for x in args.arms.split(",")]
+            order = [
+                arms[(i + k) % len(arms)] for k in range(args.rounds) for i in range(len(arms))
+            ]
+            for times in order:
+                row = one_run(args, url, pids, times)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+                rows.append(row)
+                time.sleep(3.0)  # every bucket full again
+            if args.flood:
+                ms, refused = rejection_cost(url, pids["router"], args.flood)
+                print(
+                    f"refusal cost: {args.flood} requests back to back from one tenant "
+                    f"({refused} refused): router CPU {ms:.2f} ms per request"
+                )
+    report(rows, args)
+
+
+def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    print(
+        "| run | fourth tenant | well-behaved TTFT p50 | p95 | their 429s | router CPU s "
+        f"| its sent | served | 429 | allowed ({args.rate:g}/s x {args.seconds:g} s + "
+        f"{args.burst:g}) | Retry-After p50 | Retry-After wrong (long/short/header) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for i, r in enumerate(rows):
+        cells = [
+            str(i + 1), f"{r['times']:g}x its quota" if r["times"] else "none",
+            f"{r['calm_ttft_p50_ms']} ms", f"{r['calm_ttft_p95_ms']} ms",
+            f"{r['calm_429']} of {r['calm_sent']}", f"{r['cpu_s']['router']:g}",
+        ]  # fmt: skip
+        if r["times"]:
+            e = r["retry_after_errors"]
+            cells += [str(r["noisy_sent"]), str(r["noisy_ok"]), str(r["noisy_429"]),
+                      f"{r['noisy_allowed']:g}", f"{r['noisy_retry_after_p50_s']} s",
+                      f"{e['too_long']}/{e['too_short']}/{e['header']}"]  # fmt: skip
+        else:
+            cells += [""] * 6
+        print("| " + " | ".join(cells) + " |")
+    print()
+    arms = sorted({float(r["times"]) for r in rows})
+    base = [r for r in rows if r["times"] == arms[0]]
+    for key in ("calm_ttft_p50_ms", "calm_ttft_p95_ms"):
+        xs = [float(r[key]) for r in base]
+        mb = median(xs)
         print(
-            f"| {run_name} the noisy tenant | {r['calm_ttft_p50_ms']} ms "
-            f"| {r['calm_ttft_p95_ms']} ms | {r['calm_429']} of {r['calm_sent']} "
-            f"| {r['noisy_sent']} | {r['noisy_ok']} | {r['noisy_429']} "
-            f"| {r['noisy_allowed']:g} | {r['noisy_retry_after_p50_s']} s |"
+            f"{key}: arm {arms[0]:g}: median {mb:.1f} (runs {min(xs):.1f} to {max(xs):.1f}, "
+            f"spread {100 * (max(xs) - min(xs)) / mb:.1f}% of the median)"
         )
+        for arm in arms[1:]:
+            ys = [float(r[key]) for r in rows if r["times"] == arm]
+            print(
+                f"  arm {arm:g}: median {median(ys):.1f} (runs {min(ys):.1f} to {max(ys):.1f}): "
+                f"{100 * (median(ys) / mb - 1):+.1f}% against arm {arms[0]:g}"
+            )
+    cpu = {arm: median(r["cpu_s"]["router"] for r in rows if r["times"] == arm) for arm in arms}
+    sent = {arm: median(r.get("noisy_sent", 0) for r in rows if r["times"] == arm) for arm in arms}
+    print(
+        "router CPU s per run, median: " + ", ".join(f"arm {a:g}: {c:.2f}" for a, c in cpu.items())
+    )
+    if len(arms) >= 3:
+        lo, hi = arms[1], arms[-1]
+        extra = sent[hi] - sent[lo]
+        if extra > 0:
+            print(
+                f"router CPU per request past the quota (arm {hi:g} less arm {lo:g}): "
+                f"{1000 * (cpu[hi] - cpu[lo]) / extra:.2f} ms ({extra:g} more requests)"
+            )
 
 
 if __name__ == "__main__":
