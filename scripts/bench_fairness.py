@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 
@@ -43,7 +43,16 @@ from preheat.core.percentiles import sample_quantile
 
 CALM = ("alice", "bob", "carol")
 MODEL = "m"
-TOLERANCE_S = 0.02  # client send time vs the router's receipt of it
+
+
+class Send(NamedTuple):
+    """One request as its client saw it: times in seconds from the run's start."""
+
+    sent: float
+    answered: float  # the response's status and headers arrived
+    status: int
+    wait_ms: float  # retry-after-ms (0 unless refused)
+    whole_s: float  # Retry-After (0 unless refused)
 
 
 def pool_file(rate: float, burst: float) -> str:
@@ -67,9 +76,7 @@ spec:
 @dataclass
 class Tally:
     ttft_ms: list[float] = field(default_factory=list)
-    # (send time s from the run's start, HTTP status, retry-after-ms header or 0,
-    #  Retry-After header or 0)
-    sends: list[tuple[float, int, float, float]] = field(default_factory=list)
+    sends: list[Send] = field(default_factory=list)
 
 
 async def _one(
@@ -79,17 +86,18 @@ async def _one(
             "max_tokens": 48, "stream": True}  # fmt: skip
     sent = time.perf_counter()
     async with http.post(url, json=body, headers={"x-tenant": tenant}) as resp:
+        answered = time.perf_counter() - t0
         if resp.status != 200:
             await resp.read()
             ms = float(resp.headers.get("retry-after-ms", "0"))
             header = float(resp.headers.get("retry-after", "0"))
-            t.sends.append((sent - t0, resp.status, ms, header))
+            t.sends.append(Send(sent - t0, answered, resp.status, ms, header))
             return
         first = None
         async for line in resp.content:
             if first is None and line.startswith(b"data: {"):
                 first = time.perf_counter()
-        t.sends.append((sent - t0, 200, 0.0, 0.0))
+        t.sends.append(Send(sent - t0, answered, 200, 0.0, 0.0))
         if first is not None:
             t.ttft_ms.append((first - sent) * 1000)
 
@@ -134,30 +142,33 @@ async def _send(
     return tallies
 
 
-def retry_after_errors(sends: list[tuple[float, int, float, float]]) -> dict[str, int]:
-    """How the 429s' Retry-After held, from one tenant's sends (time, status, retry-after-ms,
-    Retry-After), sorted by time: ``too_long``: requests served before an earlier 429's
-    retry-after-ms had passed (less ``TOLERANCE_S``); ``too_short``: 429s whose first
-    request sent after the wait (plus ``TOLERANCE_S``, and nothing sent within the
-    tolerance before it) was refused again; ``header``: Retry-After not the whole seconds
-    of retry-after-ms rounded up (at least 1)."""
+def retry_after_errors(sends: list[Send]) -> dict[str, int]:
+    """How the 429s' Retry-After held, from one tenant's sends. The router charged each
+    request at some moment between its ``sent`` and ``answered``, so a 429 says its next
+    token is there at a moment between ``sent + wait`` and ``answered + wait``; only what
+    is certain counts: ``too_long``: 429s after which a request charged certainly later
+    (sent after the 429 was answered) was served certainly before its wait had passed
+    (answered before ``sent + wait``); ``too_short``: 429s whose first request sent
+    certainly after the wait had passed (``answered + wait``) was refused although no
+    other request could have taken that token (none served whose charge may fall between);
+    ``header``: Retry-After not the whole seconds of retry-after-ms rounded up (at least
+    1)."""
     sends = sorted(sends)
-    refused = [(t, ms / 1000) for t, status, ms, _ in sends if status == 429]
+    served = [x for x in sends if x.status == 200]
     too_long = too_short = header = 0
-    for t, status, ms, whole in sends:
-        if status == 429 and whole != max(1, math.ceil(ms / 1000)):
+    for r in sends:
+        if r.status != 429:
+            continue
+        wait = r.wait_ms / 1000
+        if r.whole_s != max(1, math.ceil(r.wait_ms / 1000)):
             header += 1
-        if status == 200 and any(
-            r + TOLERANCE_S < t < r + wait - TOLERANCE_S for r, wait in refused
-        ):
+        if any(r.answered < x.sent and x.answered < r.sent + wait for x in served):
             too_long += 1
-    times = [t for t, _, _, _ in sends]
-    for r, wait in refused:
-        ready = r + wait
-        after = [i for i, t in enumerate(times) if t >= ready - TOLERANCE_S]
-        if not after or times[after[0]] < ready + TOLERANCE_S:
-            continue  # none sent after it, or one sent too close to call
-        if sends[after[0]][1] == 429:
+        ready = r.answered + wait
+        b = next((x for x in sends if x.sent >= ready), None)
+        if b is None or b.status != 429:
+            continue
+        if not any(x.answered >= r.sent + wait and x.sent <= b.answered for x in served):
             too_short += 1
     return {"too_long": too_long, "too_short": too_short, "header": header}
 
@@ -188,10 +199,10 @@ def one_run(
     cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
     calm = [(name, args.calm * args.rate, i) for i, name in enumerate(CALM)]
     tallies = asyncio.run(_send(url, calm, args.seconds, start_unix))
-    sends: list[tuple[float, int, float, float]] = []
+    sends: list[Send] = []
     if child is not None:
         out, _ = child.communicate(timeout=args.seconds + 120)
-        sends = [tuple(s) for s in json.loads(out)]  # type: ignore[misc]
+        sends = [Send(*s) for s in json.loads(out)]
     cpu = {k: round(cpu_seconds(p) - cpu0[k], 2) for k, p in pids.items()}
     calm_ttft = [x for name in CALM for x in tallies[name].ttft_ms]
     row: dict[str, object] = {
@@ -199,19 +210,20 @@ def one_run(
         "calm_ttft_p50_ms": round(sample_quantile(0.5, calm_ttft), 1),
         "calm_ttft_p95_ms": round(sample_quantile(0.95, calm_ttft), 1),
         "calm_sent": sum(len(tallies[n].sends) for n in CALM),
-        "calm_429": sum(1 for n in CALM for s in tallies[n].sends if s[1] == 429),
+        "calm_429": sum(1 for n in CALM for s in tallies[n].sends if s.status == 429),
         "cpu_s": cpu,
     }
     if noisy:
-        waits = [ms / 1000 for _, status, ms, _ in sends if status == 429]
+        waits = [x.wait_ms / 1000 for x in sends if x.status == 429]
         row.update(
             noisy_sent=len(sends),
-            noisy_ok=sum(1 for s in sends if s[1] == 200),
+            noisy_ok=sum(1 for s in sends if s.status == 200),
             noisy_429=len(waits),
-            noisy_other=sum(1 for s in sends if s[1] not in (200, 429)),
+            noisy_other=sum(1 for s in sends if s.status not in (200, 429)),
             noisy_allowed=args.rate * args.seconds + args.burst,
             noisy_retry_after_p50_s=round(sample_quantile(0.5, waits), 3) if waits else None,
             retry_after_errors=retry_after_errors(sends),
+            sends=[list(x) for x in sends],
         )
     return row
 
@@ -273,8 +285,12 @@ def main() -> None:
             order = [
                 arms[(i + k) % len(arms)] for k in range(args.rounds) for i in range(len(arms))
             ]
-            for times in order:
+            for k, times in enumerate(order):
                 row = one_run(args, url, pids, times)
+                if args.keep is not None:  # every send of the run's fourth tenant, to audit
+                    sends = row.pop("sends", [])
+                    (folder / f"sends-{k + 1}.json").write_text(json.dumps(sends))
+                row.pop("sends", None)
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 rows.append(row)
                 time.sleep(3.0)  # every bucket full again

@@ -62,7 +62,8 @@ async def _one(
         slo_class="interactive" if job.priority == lanes.INTERACTIVE else "batch",
     )
     t0 = time.perf_counter()
-    call = stub.Generate(req, timeout=3600)
+    # wait_for_ready: a moment's reconnect on a loaded machine delays the call, not fails it
+    call = stub.Generate(req, timeout=3600, wait_for_ready=True)
     async for chunk in call:  # to the end: the engine does all of the request's work
         if chunk.token_ids and job.rid not in out:
             out[job.rid] = (time.perf_counter() - t0) * 1000

@@ -17,9 +17,9 @@ with the same priorities, and the plain FCFS policy for reference.
 
 The classes' ``ttftMs`` in the pool file are 10 minutes, not the 8 s the table judges by:
 the router acts on a class's target (it holds, degrades or refuses a request predicted past
-it) and its prediction counts every request queued on the worker whatever its priority, so
-an 8 s target would make the router hold interactive requests behind batch work that the
-engine would have let them pass. The router here only routes; the lanes are the engine's.
+it), and at 10 minutes nothing is refused or clamped. Requests past the router's adaptive
+in-flight bound still wait in its queue, which serves by class priority: the live lanes are
+the router's queue and the engine's priority together; the simulated ones the engine's.
 
     .venv/bin/python scripts/bench_lanes_up.py --seconds 90
 """
