@@ -170,6 +170,9 @@ class Prepared:
         return r
 
 
+DEGRADED_HEADER = "X-Preheat-Degraded"  # HTTP: the ladder's step (StreamStats.degraded_note)
+
+
 @dataclass
 class StreamStats:
     """What the proxy observed of one stream (for logs, metrics and the HTTP front end);

@@ -55,7 +55,7 @@ from preheat.proto.preheat.v1 import inference_pb2
 from preheat.router.endpoints.datastore import UNKNOWN_MODEL_LEN
 from preheat.router.frontend import passthrough_cache, tracing
 from preheat.router.frontend.auth import KeySet, api_key_middleware, http_tenant
-from preheat.router.frontend.dispatch import Dispatcher, Prepared, StreamStats
+from preheat.router.frontend.dispatch import DEGRADED_HEADER, Dispatcher, Prepared, StreamStats
 from preheat.router.frontend.errors import JsonErrorAppRunner, json_errors, openai_error
 from preheat.router.frontend.metrics import RouterOutcome
 from preheat.router.frontend.openai_schema import (
@@ -260,7 +260,6 @@ def _headers(
     return headers
 
 
-DEGRADED_HEADER = "X-Preheat-Degraded"
 CACHE_HEADER = "X-Preheat-Cache"  # response: hit, miss or bypass
 CACHE_BYPASS = "x-preheat-cache"  # request: "bypass" skips the lookup
 
@@ -384,15 +383,8 @@ def _degraded(stats: StreamStats | None) -> dict[str, Any] | None:
 def _degraded_headers(stats: StreamStats | None) -> dict[str, str]:
     """``X-Preheat-Degraded: STEP`` (``; max_tokens_asked=N`` after a clamp, ``; pool=P``
     after a fallback)."""
-    deg = _degraded(stats)
-    if deg is None:
-        return {}
-    value = str(deg["step"])
-    if "max_tokens_asked" in deg:
-        value += f"; max_tokens_asked={deg['max_tokens_asked']}"
-    if "pool" in deg:
-        value += f"; pool={deg['pool']}"
-    return {DEGRADED_HEADER: value}
+    note = stats.degraded_note() if stats is not None else ""
+    return {DEGRADED_HEADER: note} if note else {}
 
 
 def _too_large(size: str, limit: int) -> web.Response:

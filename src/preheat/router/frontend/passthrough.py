@@ -23,7 +23,11 @@ unknown model (404 ``model_not_found``), a prompt over the context window (400
 on the other paths) or its fair share (429 ``rate_limit_exceeded``), no endpoint (503 with
 ``Retry-After``), a body that is not a JSON object or a template that refuses the messages
 (400). A response-cache hit is answered before this module is reached
-(``http.py``, :mod:`.passthrough_cache`). Not applied here: the degradation ladder.
+(``http.py``, :mod:`.passthrough_cache`). The class's degradation ladder applies as on the
+other paths (``Dispatcher._admit``/``decide`` with the request's stats): a clamp caps the
+body's ``max_tokens`` (:func:`clamp_body`), a reject is a 429 before any worker is asked;
+the step is in ``X-Preheat-Degraded`` (not in a ``preheat`` block: the body stays vLLM's).
+The fallback-pool step is not taken here.
 
 The body goes upstream as it came (re-encoded only to set ``cache_salt`` to the tenant's:
 the router's word on the tenant, never the client's; and ``priority`` to the class's).
@@ -69,7 +73,7 @@ from preheat.core.validation import GenerateSpec, check_generate
 from preheat.process.logs import fields
 from preheat.proto.preheat.v1 import inference_pb2
 from preheat.router.frontend.chat_template import ChatTemplate, TemplateError
-from preheat.router.frontend.dispatch import Dispatcher, Prepared, StreamStats
+from preheat.router.frontend.dispatch import DEGRADED_HEADER, Dispatcher, Prepared, StreamStats
 from preheat.router.frontend.errors import openai_error
 from preheat.router.frontend.finish_reasons import aborted_message, foreign_finish
 from preheat.router.frontend.metrics import RouterOutcome
@@ -498,11 +502,11 @@ class Passthrough:
         grant: Grant | None = None
         try:
             grant = d.charge(prep, api)  # the tenant's quota, as on the gRPC and HTTP front
-            d._admit(prep)  # and its fair share; no degradation ladder on this path
+            d._admit(prep, st)  # its fair share, and the pool's bound (or the class's ladder)
         except RateLimited:
             raise  # counted, logged and traced by charge()
         except PreheatError as e:
-            d.metrics.observe_outcome(api, RouterOutcome.of_error(e.code))
+            d.metrics.observe_outcome(api, RouterOutcome.of_error(e.code), slo_class=prep.slo_class)
             if tr is not None:
                 now = perf_counter()
                 tr.admission(False, prep.slo_class, prep.request.cache_salt, e.message, now)
@@ -515,11 +519,18 @@ class Passthrough:
         gauge.inc()
         ep: Endpoint | None = None
         att = _Attempt()
+        clamped = False
         try:
             while True:
                 snap = d.store.snapshot()
                 plain = frozenset(e.id for e in snap if not e.openai_port)
-                decision = await d.decide(prep, exclude=frozenset(tried) | plain, deadline=deadline)
+                decision = await d.decide(
+                    prep, exclude=frozenset(tried) | plain, deadline=deadline, stats=st
+                )
+                if st.clamped_from and not clamped:  # the ladder's clamp: vLLM is told too
+                    n = prep.request.sampling.max_tokens
+                    body = await d.offload(len(body), functools.partial(clamp_body, body, n))
+                    clamped = True
                 ep = decision.endpoint
                 assert ep is not None
                 st.endpoint, st.decision = ep, decision
@@ -589,7 +600,7 @@ class Passthrough:
             d.settle(grant, prep, st.tokens)
             d.release(prep)
             gauge.dec()
-            d.metrics.observe_outcome(api, outcome)
+            d.metrics.observe_outcome(api, outcome, slo_class=prep.slo_class)
             if tr is not None:
                 tr.end(outcome.value, perf_counter(), tokens=st.tokens, usage=st.usage, error=error)
 
@@ -656,7 +667,7 @@ class Passthrough:
         return web.Response(
             status=resp.status,
             body=data,
-            headers=_pass_headers(resp, prep, ep),
+            headers=_pass_headers(resp, prep, ep, st),
         )
 
     async def _stream(
@@ -678,7 +689,7 @@ class Passthrough:
             if resp.status != 200 or not resp.content_type.startswith("text/event-stream"):
                 data = await _read_some(resp)
                 return web.Response(
-                    status=resp.status, body=data, headers=_pass_headers(resp, prep, ep)
+                    status=resp.status, body=data, headers=_pass_headers(resp, prep, ep, st)
                 )
             content = resp.content
             buf = b""
@@ -703,7 +714,7 @@ class Passthrough:
             out = web.StreamResponse(
                 status=200,
                 headers={
-                    **_pass_headers(resp, prep, ep),
+                    **_pass_headers(resp, prep, ep, st),
                     "Content-Type": "text/event-stream",
                     "Cache-Control": "no-cache",
                 },
@@ -853,11 +864,26 @@ async def _read_some(resp: aiohttp.ClientResponse) -> bytes:
 _PASS = ("Content-Type",)
 
 
-def _pass_headers(resp: aiohttp.ClientResponse, prep: Prepared, ep: Endpoint) -> dict[str, str]:
+def _pass_headers(
+    resp: aiohttp.ClientResponse, prep: Prepared, ep: Endpoint, st: StreamStats
+) -> dict[str, str]:
     h = {k: resp.headers[k] for k in _PASS if k in resp.headers}
     h["X-Request-Id"] = prep.info.request_id
     h[WORKER_HEADER] = ep.id
+    if note := st.degraded_note():  # the ladder's step (the body stays vLLM's own)
+        h[DEGRADED_HEADER] = note
     return h
+
+
+def clamp_body(raw: bytes, max_tokens: int) -> bytes:
+    """The body with its output limit capped to ``max_tokens`` (the ladder's clamp-output
+    step): ``max_tokens``, and ``max_completion_tokens`` when the body names it (vLLM reads
+    it first)."""
+    data = json.loads(raw)
+    data["max_tokens"] = max_tokens
+    if data.get("max_completion_tokens") is not None:
+        data["max_completion_tokens"] = max_tokens
+    return json.dumps(data, ensure_ascii=False).encode()
 
 
 def _usage_pb(u: Any) -> inference_pb2.Usage | None:
