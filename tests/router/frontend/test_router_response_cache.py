@@ -8,11 +8,12 @@ import dataclasses
 import json
 from typing import Any
 
-from frontendkit import router, workers
+from fakeopenai import fake_openai, serve_openai
+from frontendkit import MODEL, router, words, workers
 
 from preheat.core import metric_names as mn
 from preheat.core.promtext import parse_samples
-from preheat.core.traffic.classes import Traffic
+from preheat.core.traffic.classes import Traffic, TrafficClass
 from preheat.core.traffic.respcache import CacheConfig
 
 TRAFFIC = Traffic(cache=CacheConfig(enabled=True, ttl_s=600.0))
@@ -80,3 +81,38 @@ async def test_the_cache_is_off_by_default() -> None:
         for _ in range(2):
             _, h, _ = await _post(r, BODY)
             assert "X-Preheat-Cache" not in h
+
+
+async def test_an_answer_the_ladder_clamped_is_never_stored() -> None:
+    """A clamped answer is shorter than asked: served to its request (marked degraded),
+    never stored under the request's key for a later one (the HTTP front and the OpenAI
+    passthrough; gRPC: test_router_grpc_cache.py)."""
+    clamping = dataclasses.replace(
+        TRAFFIC,
+        classes=(TrafficClass(name="clamped", ttft_ms=1, degraded_max_tokens=3),),
+        default_class="clamped",
+    )
+    body = {**BODY, "prompt": words(3000), "max_tokens": 20}
+    async with (
+        workers([{"id": "w-1"}]) as ws,
+        router([w.endpoint for w in ws], traffic=clamping) as r,
+    ):
+        for _ in range(2):
+            status, h, out = await _post(r, body)
+            assert status == 200
+            assert h["X-Preheat-Degraded"] == "clamp-output; max_tokens_asked=20"
+            assert (h["X-Preheat-Cache"], out["usage"]["completion_tokens"]) == ("miss", 3)
+        assert len(r.server.dispatcher.response_cache) == 0
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": words(3000)}]}
+    async with fake_openai() as fake, workers([{"id": "w-1"}]) as ws:
+        serve_openai(ws[0], fake.port)
+        async with router([w.endpoint for w in ws], traffic=clamping) as r:
+            for _ in range(2):
+                url = r.url + "/v1/chat/completions"
+                req = {**chat, "max_tokens": 20, "temperature": 0}
+                async with r.http.post(url, json=req) as resp:
+                    assert resp.status == 200
+                    assert resp.headers["X-Preheat-Cache"] == "miss"
+                    assert resp.headers["X-Preheat-Degraded"].startswith("clamp-output")
+            assert len(fake.bodies) == 2
+            assert len(r.server.dispatcher.response_cache) == 0

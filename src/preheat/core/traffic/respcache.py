@@ -48,10 +48,11 @@ class CachedAnswer:
     finish_reason: int  # the wire's FinishReason value
     prompt_tokens: int
     completion_tokens: int
+    token_ids: tuple[int, ...] = ()  # the answer's ids, when the path that stored it had them
 
     @property
     def size(self) -> int:
-        return len(self.text.encode()) + ENTRY_OVERHEAD
+        return len(self.text.encode()) + 4 * len(self.token_ids) + ENTRY_OVERHEAD
 
 
 def deterministic(temperature: float | None, seed: int | None, n: int | None) -> bool:

@@ -4,7 +4,9 @@
 
 Client region/zone come from metadata ``x-client-region`` / ``x-client-zone`` (Inference) or
 the request fields (Pick), else the router's own. A session id in metadata ``x-session-id``
-is used when the request's ``session_id`` is empty.
+is used when the request's ``session_id`` is empty. A pool's response cache answers a
+deterministic ``Generate`` it holds at once, as one chunk (:mod:`.cache_use`); trailers
+``x-preheat-cache`` (hit, miss, bypass) and ``x-preheat-degraded`` (the ladder's step).
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from preheat.proto.preheat.v1 import (
     router_pb2,
     router_pb2_grpc,
 )
-from preheat.router.frontend import tracing
-from preheat.router.frontend.dispatch import Dispatcher, StreamStats
+from preheat.router.frontend import cache_use, tracing
+from preheat.router.frontend.dispatch import Dispatcher, Prepared, StreamStats
 from preheat.router.frontend.metrics import RouterOutcome
 from preheat.router.frontend.tracing import RequestTrace
 from preheat.wire.coalesce import CoalesceConfig, coalesce
@@ -118,22 +120,39 @@ class InferenceProxy(inference_pb2_grpc.InferenceServicer):
             log.info("request_refused", extra=fields(code=e.code.value, reason=e.message))
             await abort(context, e)
         with request_context(prep.info.request_id):
+            cache = _cache_lookup(d, prep, md)
+            if cache.answer is not None:  # answered by the router: no worker, no quota
+                metrics.observe_outcome("grpc", RouterOutcome.OK, slo_class=prep.slo_class)
+                hit = cache_use.hit_chunk(prep, cache.answer)
+                if trace is not None:
+                    trace.end(
+                        "ok", time.perf_counter(), usage=hit.usage, finish_reason=hit.finish_reason
+                    )
+                _trail(context, StreamStats(), cache)
+                yield hit
+                return
             stats = StreamStats()
+            got = cache_use.Collected() if cache.key else None
             stream = d.generate(prep, api="grpc", timeout_s=context.time_remaining(), stats=stats)
             try:
                 if not self._coalesce.enabled:  # the common case: no extra layer per chunk
                     async with contextlib.aclosing(stream):
                         async for chunk in stream:
+                            if got is not None:
+                                got.add(chunk)
                             yield chunk
-                    _trail_degraded(context, stats)
-                    return
-                async with (
-                    contextlib.aclosing(stream),
-                    contextlib.aclosing(coalesce(stream, self._coalesce)) as chunks,
-                ):
-                    async for chunk in chunks:
-                        yield chunk
-                _trail_degraded(context, stats)
+                else:
+                    async with (
+                        contextlib.aclosing(stream),
+                        contextlib.aclosing(coalesce(stream, self._coalesce)) as chunks,
+                    ):
+                        async for chunk in chunks:
+                            if got is not None:
+                                got.add(chunk)
+                            yield chunk
+                if got is not None:  # a whole, finished answer (an error raised above)
+                    got.store(cache, prep, stats)
+                _trail(context, stats, cache)
             except PreheatError as e:
                 log.info("request_failed", extra=fields(code=e.code.value, reason=e.message))
                 await abort(context, e)
@@ -145,13 +164,32 @@ class InferenceProxy(inference_pb2_grpc.InferenceServicer):
 
 
 DEGRADED_TRAILER = "x-preheat-degraded"
+CACHE_TRAILER = cache_use.CACHE_HEADER.lower()  # hit, miss or bypass
 
 
-def _trail_degraded(context: Any, stats: StreamStats) -> None:
-    """The degradation step the request took, as trailing metadata (none: nothing)."""
-    note = stats.degraded_note()
-    if note:
-        context.set_trailing_metadata(((DEGRADED_TRAILER, note),))
+def _trail(context: Any, stats: StreamStats, cache: cache_use.CacheUse) -> None:
+    """The degradation step the request took and its response cache's result, as
+    trailing metadata (none: nothing)."""
+    md: list[tuple[str, str]] = []
+    if note := stats.degraded_note():
+        md.append((DEGRADED_TRAILER, note))
+    if cache.result:
+        md.append((CACHE_TRAILER, cache.result))
+    if md:
+        context.set_trailing_metadata(tuple(md))
+
+
+def _cache_lookup(d: Dispatcher, prep: Prepared, md: dict[str, str]) -> cache_use.CacheUse:
+    """The pool's response cache for a gRPC request (``core.traffic.respcache``): off, not
+    cacheable, bypassed (metadata ``x-preheat-cache: bypass``), a hit or a miss."""
+    if not d.config.traffic.cache.enabled:
+        return cache_use.CacheUse()
+    params = cache_use.generate_params(prep.request)
+    if params is None:
+        return cache_use.CacheUse()
+    bypass = md.get(cache_use.CACHE_BYPASS, "").lower() == "bypass"
+    model = d.config.model or prep.request.model
+    return cache_use.lookup(d, "grpc", model, params, prep, bypass=bypass)
 
 
 def picked(endpoint: Endpoint, predicted_ms: float) -> router_pb2.PickedEndpoint:

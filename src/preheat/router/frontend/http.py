@@ -48,13 +48,14 @@ from prometheus_client.exposition import choose_encoder
 
 from preheat import __version__
 from preheat.core.errors import ErrorCode, PreheatError
-from preheat.core.traffic.respcache import NOT_IN_KEY, CachedAnswer, cache_key, deterministic
+from preheat.core.traffic.respcache import NOT_IN_KEY, deterministic
 from preheat.process.httpserve import serve
 from preheat.process.logs import fields, request_context
 from preheat.proto.preheat.v1 import inference_pb2
 from preheat.router.endpoints.datastore import UNKNOWN_MODEL_LEN
-from preheat.router.frontend import passthrough_cache, tracing
+from preheat.router.frontend import cache_use, passthrough_cache, tracing
 from preheat.router.frontend.auth import KeySet, api_key_middleware, http_tenant
+from preheat.router.frontend.cache_use import CACHE_BYPASS, CACHE_HEADER, CacheUse
 from preheat.router.frontend.dispatch import DEGRADED_HEADER, Dispatcher, Prepared, StreamStats
 from preheat.router.frontend.errors import JsonErrorAppRunner, json_errors, openai_error
 from preheat.router.frontend.metrics import RouterOutcome
@@ -260,33 +261,6 @@ def _headers(
     return headers
 
 
-CACHE_HEADER = "X-Preheat-Cache"  # response: hit, miss or bypass
-CACHE_BYPASS = "x-preheat-cache"  # request: "bypass" skips the lookup
-
-
-@dataclass
-class CacheUse:
-    """A request's use of its pool's response cache: the lookup's ``result`` ("": not
-    cacheable), the ``answer`` of a hit, and how a fresh answer is stored."""
-
-    result: str = ""
-    answer: CachedAnswer | None = None
-    key: str = ""
-    dispatcher: Dispatcher | None = None
-
-    def store(self, text: str, finish: int, prompt_tokens: int, completion_tokens: int) -> None:
-        """Keeps a finished answer (never an abort, an error or a truncated stream)."""
-        d = self.dispatcher
-        if not self.key or d is None or self.answer is not None or finish not in _CACHEABLE:
-            return
-        answer = CachedAnswer(text, finish, prompt_tokens, completion_tokens)
-        if d.response_cache.put(self.key, answer, asyncio.get_running_loop().time()):
-            d.metrics.response_cache.labels(*d.metrics.series, "store").inc()
-
-
-_CACHEABLE = frozenset({inference_pb2.FINISH_REASON_STOP, inference_pb2.FINISH_REASON_LENGTH})
-
-
 def _cache_lookup(
     request: web.Request, d: Dispatcher, chat: bool, body: Any, prep: Prepared
 ) -> CacheUse:
@@ -309,18 +283,9 @@ def _lookup(
     prep: Prepared,
 ) -> CacheUse:
     """The lookup of a cacheable request by its key: bypassed, a hit or a miss."""
-    cfg = d.config.traffic.cache
-    m = d.metrics
-    tenant = "" if cfg.share_tenants else prep.request.cache_salt
+    bypass = request.headers.get(CACHE_BYPASS, "").lower() == "bypass"
     api = "chat" if chat else "completions"
-    key = cache_key(model, api, params, tenant)
-    if request.headers.get(CACHE_BYPASS, "").lower() == "bypass":
-        m.response_cache.labels(*m.series, "bypass").inc()
-        return CacheUse("bypass", None, key, d)  # a fresh answer replaces the cached one
-    answer = d.response_cache.get(key, asyncio.get_running_loop().time())
-    result = "hit" if answer is not None else "miss"
-    m.response_cache.labels(*m.series, result).inc()
-    return CacheUse(result, answer, key, d)
+    return cache_use.lookup(d, api, model, params, prep, bypass=bypass)
 
 
 async def _answer_hit(
@@ -343,14 +308,7 @@ async def _answer_hit(
     rid = prep.info.request_id
     obj_id = ("chatcmpl-" if chat else "cmpl-") + rid
     created = int(time.time())
-    hit = inference_pb2.GenerateResponse(
-        request_id=rid,
-        text=a.text,
-        finish_reason=a.finish_reason,  # type: ignore[arg-type]
-        usage=inference_pb2.Usage(
-            prompt_tokens=a.prompt_tokens, completion_tokens=a.completion_tokens
-        ),
-    )
+    hit = cache_use.hit_chunk(prep, a)
     if trace is not None:
         trace.end("ok", time.perf_counter(), usage=hit.usage, finish_reason=a.finish_reason)
     nothing, stats = _no_chunks(), StreamStats()
@@ -559,9 +517,10 @@ async def _passthrough(
             wants = passthrough_cache.stream_wants(data)
             model = str(data.get("model") or prep.request.model)
             return await _answer_hit(request, chat, wants, stream, model, prep, cache, trace)
+    stats = StreamStats()
     with request_context(prep.info.request_id):
         try:
-            resp = await pt.proxy(request, prep, body, stream, request.path)
+            resp = await pt.proxy(request, prep, body, stream, request.path, stats=stats)
         except PreheatError as e:
             log.info("request_failed", extra=fields(code=e.code.value, reason=e.message))
             return error_response(e)
@@ -574,6 +533,7 @@ async def _passthrough(
                     answer.finish_reason,
                     answer.prompt_tokens,
                     answer.completion_tokens,
+                    stats=stats,
                 )
         resp.headers.update(_cache_headers(cache))
     return resp
@@ -647,7 +607,11 @@ async def _sse(
             chunk = await anext(chunks, None)
         if cache is not None and usage is not None:
             cache.store(
-                "".join(texts), last_finish, usage["prompt_tokens"], usage["completion_tokens"]
+                "".join(texts),
+                last_finish,
+                usage["prompt_tokens"],
+                usage["completion_tokens"],
+                stats=stats,
             )
         if body.include_usage:
             await send(
@@ -720,7 +684,7 @@ async def _whole(
             whole.setdefault("preheat", {})["cache"] = cache.result
         if last.HasField("usage"):
             u = last.usage
-            cache.store(text, last.finish_reason, u.prompt_tokens, u.completion_tokens)
+            cache.store(text, last.finish_reason, u.prompt_tokens, u.completion_tokens, stats=stats)
     headers = _degraded_headers(stats) | _cache_headers(cache)
     return web.json_response(whole, headers=_headers(first, headers))
 

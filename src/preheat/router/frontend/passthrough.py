@@ -487,14 +487,22 @@ class Passthrough:
 
     # -- proxy --
     async def proxy(
-        self, request: web.Request, prep: Prepared, body: bytes, stream: bool, path: str
+        self,
+        request: web.Request,
+        prep: Prepared,
+        body: bytes,
+        stream: bool,
+        path: str,
+        *,
+        stats: StreamStats | None = None,
     ) -> web.StreamResponse:
-        """Admits, routes and forwards one prepared request (see the module docstring)."""
+        """Admits, routes and forwards one prepared request (see the module docstring);
+        ``stats``: what it observed (the ladder's step among them), for the caller."""
         d = self.dispatcher
         api = "openai"
         loop = asyncio.get_running_loop()
         deadline = prep.received + self.request_timeout_s if self.request_timeout_s else None
-        st = StreamStats()
+        st = stats if stats is not None else StreamStats()
         tried: set[str] = set()
         outcome = RouterOutcome.ERROR
         tr = prep.trace
