@@ -13,14 +13,17 @@ import json
 import logging
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 from fakeopenai import fake_openai, serve_openai
-from frontendkit import MODEL, router, words, workers
+from frontendkit import MODEL, eventually, router, words, workers
 from test_router_degrade import TRAFFIC  # the same four classes as on the HTTP path
+from test_router_fallback import BIG, SMALL, _router, _small_routable, _traffic
 
 from preheat.core import metric_names as mn
 from preheat.core.promtext import parse_samples
+from preheat.router.pools import PoolSpec
 
 
 def _body(**kw: Any) -> dict[str, Any]:
@@ -115,3 +118,62 @@ async def test_the_openai_client_on_the_passthrough_sees_a_clamp_and_an_early_re
     assert json.loads(fake.bodies[0])["max_tokens"] == 3
     assert len(fake.bodies) == 1
     assert int(ei.value.response.headers["retry-after"]) >= 1
+
+
+@pytest.mark.parametrize("small_serves_openai", [True, False])
+async def test_a_request_its_passthrough_pool_cannot_take_goes_to_the_fallback_pool(
+    small_serves_openai: bool,
+) -> None:
+    """The big pool (one worker, at most one request in flight) holds a hanging stream;
+    the next request of its class goes to the small pool's vLLM as the small model. A
+    fallback pool whose workers do not serve OpenAI HTTP is skipped: the ladder's next step
+    (clamp-output) on the big pool."""
+    routing = {**_traffic("small"), "maxInFlight": 1}
+    async with (
+        fake_openai(["hang"]) as big_api,
+        fake_openai() as small_api,
+        workers(
+            [
+                {"id": "big-1", "engine": {"model": BIG}},
+                {"id": "small-1", "engine": {"model": SMALL}},
+            ]
+        ) as ws,
+    ):
+        serve_openai(ws[0], big_api.port)
+        if small_serves_openai:
+            serve_openai(ws[1], small_api.port)
+        pools = [
+            PoolSpec(name="big", model=BIG, routing=routing, endpoints=(ws[0].endpoint,)),
+            PoolSpec(name="small", model=SMALL, endpoints=(ws[1].endpoint,)),
+        ]
+        async with _router(pools) as (server, url), aiohttp.ClientSession() as http:
+            await eventually(lambda: _small_routable(server), 10)
+            await eventually(lambda: bool(server.pools.get("big").store.snapshot()), 10)
+            chat = url + "/v1/chat/completions"
+            body = {"model": BIG, "messages": [{"role": "user", "content": "hi"}]}
+            async with http.post(chat, json={**body, "stream": True}) as held:
+                assert held.status == 200
+                await held.content.readuntil(b"\n\n")  # in flight on big-1
+                async with http.post(chat, json={**body, "max_tokens": 5}) as resp:
+                    assert resp.status == 200, await resp.text()
+                    step = resp.headers["X-Preheat-Degraded"]
+                    worker = resp.headers["X-Preheat-Worker"]
+                    assert (await resp.json())["choices"][0]["finish_reason"] == "length"
+            async with http.get(url + "/metrics") as resp:
+                text = await resp.text()
+    name = mn.ROUTER_DEGRADED + "_total"
+    got = {
+        (s.labels[mn.LABEL_POOL], s.labels[mn.LABEL_STEP]): s.value
+        for s in parse_samples(text, only=(name,))
+    }
+    if small_serves_openai:
+        assert (step, worker) == ("fallback-pool; pool=small", "small-1")
+        sent = json.loads(small_api.bodies[0])
+        assert (sent["model"], sent["max_tokens"]) == (SMALL, 5)
+        assert len(big_api.bodies) == 1
+        assert got == {("big", "fallback-pool"): 1}
+    else:
+        assert (step, worker) == ("clamp-output; max_tokens_asked=5", "big-1")
+        assert json.loads(big_api.bodies[1])["max_tokens"] == 2
+        assert small_api.bodies == []
+        assert got == {("big", "clamp-output"): 1}

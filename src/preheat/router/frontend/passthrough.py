@@ -27,7 +27,8 @@ on the other paths) or its fair share (429 ``rate_limit_exceeded``), no endpoint
 other paths (``Dispatcher._admit``/``decide`` with the request's stats): a clamp caps the
 body's ``max_tokens`` (:func:`clamp_body`), a reject is a 429 before any worker is asked;
 the step is in ``X-Preheat-Degraded`` (not in a ``preheat`` block: the body stays vLLM's).
-The fallback-pool step is not taken here.
+The fallback-pool step sends the body (:func:`fallback_body`) to the fallback pool's
+passthrough when that pool's workers serve OpenAI HTTP too; else the next step.
 
 The body goes upstream as it came (re-encoded only to set ``cache_salt`` to the tenant's:
 the router's word on the tenant, never the client's; and ``priority`` to the class's).
@@ -328,6 +329,9 @@ class Passthrough:
         self.request_timeout_s = request_timeout_s
         self._session: aiohttp.ClientSession | None = None
         self._ids: PromptIds | None = None
+        # another pool's passthrough by pool name (the ladder's fallback-pool step); set by
+        # the router's pool set, None: no other pools
+        self.fallback: Callable[[str], Passthrough | None] | None = None
 
     def active(self) -> bool:
         """Whether the pool's workers serve OpenAI HTTP (the routable ones' word, else any
@@ -508,9 +512,12 @@ class Passthrough:
         tr = prep.trace
         error = ""
         grant: Grant | None = None
+        fallback: tuple[Passthrough, Prepared] | None = None
         try:
             grant = d.charge(prep, api)  # the tenant's quota, as on the gRPC and HTTP front
-            d._admit(prep, st)  # its fair share, and the pool's bound (or the class's ladder)
+            fallback = self._fallback_for(prep)
+            if fallback is None:  # its fair share, the pool's bound (or the class's ladder)
+                d._admit(prep, st)
         except RateLimited:
             raise  # counted, logged and traced by charge()
         except PreheatError as e:
@@ -522,6 +529,14 @@ class Passthrough:
             raise
         if tr is not None:
             tr.admission(True, prep.slo_class, prep.request.cache_salt, "", perf_counter())
+        if fallback is not None:  # the ladder's first step: another pool serves it
+            fb, fb_prep = fallback
+            fb_body = await d.offload(len(body), functools.partial(fallback_body, body, fb_prep))
+            d._note_fallback(prep, st, fb.dispatcher.pool)
+            try:
+                return await fb.proxy(request, fb_prep, fb_body, stream, path, stats=st)
+            finally:
+                d.settle(grant, prep, st.tokens)
         d.hold(prep)
         gauge = d.metrics.in_flight.labels(*d.metrics.series)  # the one it leaves
         gauge.inc()
@@ -611,6 +626,26 @@ class Passthrough:
             d.metrics.observe_outcome(api, outcome, slo_class=prep.slo_class)
             if tr is not None:
                 tr.end(outcome.value, perf_counter(), tokens=st.tokens, usage=st.usage, error=error)
+
+    def _fallback_for(self, prep: Prepared) -> tuple[Passthrough, Prepared] | None:
+        """The fallback pool's passthrough and the request prepared for it
+        (``Dispatcher._fallback_for``: the class names one, this pool would miss the class's
+        target and that pool would not), when that pool's workers serve OpenAI HTTP too;
+        else None (the ladder's next step: an OpenAI body is not converted to a gRPC one)."""
+        found = self.dispatcher._fallback_for(prep)
+        if found is None:
+            return None
+        fb_d, fb_prep = found
+        k = prep.klass
+        assert k is not None
+        fb = self.fallback(k.fallback_pool) if self.fallback is not None else None
+        if fb is None or fb.dispatcher is not fb_d or not fb.active():
+            log.info(
+                "fallback_not_openai",
+                extra=fields(slo_class=k.name, fallback_pool=k.fallback_pool),
+            )
+            return None
+        return fb, fb_prep
 
     def _headers(self, prep: Prepared) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "X-Request-Id": prep.info.request_id}
@@ -881,6 +916,17 @@ def _pass_headers(
     if note := st.degraded_note():  # the ladder's step (the body stays vLLM's own)
         h[DEGRADED_HEADER] = note
     return h
+
+
+def fallback_body(raw: bytes, fb_prep: Prepared) -> bytes:
+    """The body for the fallback pool (the ladder's fallback-pool step): its model, and the
+    priority it was prepared with there (when the body carries one or that pool's classes
+    set it)."""
+    data = json.loads(raw)
+    data["model"] = fb_prep.request.model
+    if "priority" in data or fb_prep.klass is not None:
+        data["priority"] = fb_prep.info.priority
+    return json.dumps(data, ensure_ascii=False).encode()
 
 
 def clamp_body(raw: bytes, max_tokens: int) -> bytes:

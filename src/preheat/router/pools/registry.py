@@ -198,7 +198,9 @@ class PoolSet:
             tokenizer=self.tokenizer,
         )
         embedded.dispatcher.fallback = functools.partial(self._fallback, spec.namespace)
-        return Pool(spec, embedded, self._passthrough(embedded.dispatcher), source)
+        pt = self._passthrough(embedded.dispatcher)
+        pt.fallback = functools.partial(self._fallback_passthrough, spec.namespace)
+        return Pool(spec, embedded, pt, source)
 
     def _fallback(self, namespace: str, name: str) -> tuple[Dispatcher, str] | None:
         """The dispatcher and model of pool ``name`` of ``namespace`` (a class's fallback
@@ -207,6 +209,12 @@ class PoolSet:
         if pool is None or not pool.spec.model:
             return None
         return pool.dispatcher, pool.spec.model
+
+    def _fallback_passthrough(self, namespace: str, name: str) -> Passthrough | None:
+        """The OpenAI passthrough of pool ``name`` of ``namespace`` (a class's fallback pool,
+        for a request on the passthrough), None when there is no such pool."""
+        pool = self._pools.get(f"{namespace}/{name}" if namespace else name)
+        return pool.passthrough if pool is not None else None
 
     # --- views ------------------------------------------------------------------------------
     @property
