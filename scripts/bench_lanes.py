@@ -145,6 +145,46 @@ def capacity(cfg: SimConfig, jobs: list[Job]) -> float:
     return len(at_once) / end
 
 
+@dataclass(frozen=True)
+class Arrivals:
+    """The mixed arrivals every lanes benchmark sends (this one, ``bench_lanes_live.py``,
+    ``bench_lanes_up.py``): each class's saturated throughput on ``cfg`` and the jobs."""
+
+    jobs: list[Job]
+    cap_interactive: float
+    cap_batch: float
+    rate_interactive: float
+    rate_batch: float
+
+
+def arrivals(
+    cfg: SimConfig,
+    *,
+    seconds: float,
+    load: float,
+    interactive_load: float,
+    capacity_sample: int,
+    seed: int,
+) -> Arrivals:
+    """Interactive Mooncake conversation requests at ``interactive_load`` x their capacity
+    plus Azure conv prompts of >= 2,000 tokens at ``load - interactive_load`` x theirs, for
+    ``seconds`` (capacities from ``capacity_sample`` requests of each, sampled with
+    ``seed``)."""
+    window = cfg.max_model_len
+    chat = [r for r in load_trace(MOONCAKE) if r.input_tokens + r.output_tokens <= window]
+    flood = [r for r in load_trace(AZURE) if r.input_tokens >= 2000]
+    bs = cfg.block_size
+    rng = random.Random(seed)
+    n = capacity_sample
+    cap_i = capacity(cfg, _jobs(rng.sample(chat, n), 1.0, INTERACTIVE, "ci", bs, math.inf))
+    cap_b = capacity(cfg, _jobs(rng.sample(flood, n), 1.0, BATCH, "cb", bs, math.inf))
+    rate_i = interactive_load * cap_i
+    rate_b = (load - interactive_load) * cap_b
+    jobs = _jobs(chat, rate_i, INTERACTIVE, "i", bs, seconds)
+    jobs += _jobs(flood, rate_b, BATCH, "b", bs, seconds)
+    return Arrivals(jobs, cap_i, cap_b, rate_i, rate_b)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--load", type=float, default=1.5, help="offered load / capacity")
@@ -158,18 +198,16 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     cfg = SimConfig()
-    window = cfg.max_model_len
-    chat = [r for r in load_trace(MOONCAKE) if r.input_tokens + r.output_tokens <= window]
-    flood = [r for r in load_trace(AZURE) if r.input_tokens >= 2000]
-    bs = cfg.block_size
-    rng = random.Random(args.seed)
-    n = args.capacity_sample
-    cap_i = capacity(cfg, _jobs(rng.sample(chat, n), 1.0, INTERACTIVE, "ci", bs, math.inf))
-    cap_b = capacity(cfg, _jobs(rng.sample(flood, n), 1.0, BATCH, "cb", bs, math.inf))
-    rate_i = args.interactive_load * cap_i
-    rate_b = (args.load - args.interactive_load) * cap_b
-    jobs = _jobs(chat, rate_i, INTERACTIVE, "i", bs, args.seconds)
-    jobs += _jobs(flood, rate_b, BATCH, "b", bs, args.seconds)
+    mix = arrivals(
+        cfg,
+        seconds=args.seconds,
+        load=args.load,
+        interactive_load=args.interactive_load,
+        capacity_sample=args.capacity_sample,
+        seed=args.seed,
+    )
+    jobs, cap_i, cap_b = mix.jobs, mix.cap_interactive, mix.cap_batch
+    rate_i, rate_b = mix.rate_interactive, mix.rate_batch
     n_int = sum(1 for j in jobs if j.priority == INTERACTIVE)
     print(
         f"SIMULATED, one replica (sim engine, H100 cost model). Capacity (saturated "

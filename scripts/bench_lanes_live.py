@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
-import random
 import sys
 import time
 from pathlib import Path
@@ -32,7 +30,6 @@ from preheat.proto.preheat.v1 import inference_pb2_grpc
 from preheat.router.app import RouterConfig, RouterServer
 from preheat.router.endpoints import DiscoveredEndpoint, StaticDiscovery
 from preheat.worker.server import WorkerConfig, WorkerServer
-from preheat.workload.traces import load_trace
 
 TRAFFIC = Traffic(
     classes=(
@@ -124,25 +121,15 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     cfg = SimConfig()
-    chat = [
-        r
-        for r in load_trace(lanes.MOONCAKE)
-        if r.input_tokens + r.output_tokens <= cfg.max_model_len
-    ]
-    flood = [r for r in load_trace(lanes.AZURE) if r.input_tokens >= 2000]
-    bs = cfg.block_size
-    rng = random.Random(args.seed)
-    n = args.capacity_sample
-    cap_i = lanes.capacity(
-        cfg, lanes._jobs(rng.sample(chat, n), 1.0, lanes.INTERACTIVE, "ci", bs, math.inf)
+    mix = lanes.arrivals(
+        cfg,
+        seconds=args.seconds,
+        load=args.load,
+        interactive_load=args.interactive_load,
+        capacity_sample=args.capacity_sample,
+        seed=args.seed,
     )
-    cap_b = lanes.capacity(
-        cfg, lanes._jobs(rng.sample(flood, n), 1.0, lanes.BATCH, "cb", bs, math.inf)
-    )
-    rate_i = args.interactive_load * cap_i
-    rate_b = (args.load - args.interactive_load) * cap_b
-    jobs = lanes._jobs(chat, rate_i, lanes.INTERACTIVE, "i", bs, args.seconds)
-    jobs += lanes._jobs(flood, rate_b, lanes.BATCH, "b", bs, args.seconds)
+    jobs, rate_i, rate_b = mix.jobs, mix.rate_interactive, mix.rate_batch
     n_int = sum(1 for j in jobs if j.priority == lanes.INTERACTIVE)
     print(
         f"{len(jobs)} requests over {args.seconds:g} s: {n_int} interactive at {rate_i:.2f} "

@@ -29,8 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import math
-import random
 import sys
 import tempfile
 import time
@@ -46,7 +44,6 @@ from uprun import preheat_up
 from preheat.core.percentiles import sample_quantile
 from preheat.engine.sim import SimConfig
 from preheat.proto.preheat.v1 import inference_pb2_grpc
-from preheat.workload.traces import load_trace
 
 POOL_NAME = "lanes"
 MODEL = "sim-8b"
@@ -141,25 +138,15 @@ def main() -> None:
     p.add_argument("--keep", type=Path, help="keep the pool files, run folders and logs here")
     args = p.parse_args()
     cfg = SimConfig()
-    chat = [
-        r
-        for r in load_trace(lanes.MOONCAKE)
-        if r.input_tokens + r.output_tokens <= cfg.max_model_len
-    ]
-    flood = [r for r in load_trace(lanes.AZURE) if r.input_tokens >= 2000]
-    bs = cfg.block_size
-    rng = random.Random(args.seed)
-    n = args.capacity_sample
-    cap_i = lanes.capacity(
-        cfg, lanes._jobs(rng.sample(chat, n), 1.0, lanes.INTERACTIVE, "ci", bs, math.inf)
+    mix = lanes.arrivals(
+        cfg,
+        seconds=args.seconds,
+        load=args.load,
+        interactive_load=args.interactive_load,
+        capacity_sample=args.capacity_sample,
+        seed=args.seed,
     )
-    cap_b = lanes.capacity(
-        cfg, lanes._jobs(rng.sample(flood, n), 1.0, lanes.BATCH, "cb", bs, math.inf)
-    )
-    rate_i = args.interactive_load * cap_i
-    rate_b = (args.load - args.interactive_load) * cap_b
-    jobs = lanes._jobs(chat, rate_i, lanes.INTERACTIVE, "i", bs, args.seconds)
-    jobs += lanes._jobs(flood, rate_b, lanes.BATCH, "b", bs, args.seconds)
+    jobs, rate_i, rate_b = mix.jobs, mix.rate_interactive, mix.rate_batch
     equal = [dataclasses.replace(j, priority=lanes.INTERACTIVE) for j in jobs]
     n_int = sum(1 for j in jobs if j.priority == lanes.INTERACTIVE)
     print(
@@ -182,7 +169,7 @@ def main() -> None:
         what = "lanes (interactive 0, batch 2)" if with_lanes else "FCFS (both priority 0)"
         simulated = sim(jobs if with_lanes else equal, "priority")
         print(_row(f"{what}, simulated", simulated, jobs, target), flush=True)
-        measured = run_up(jobs, with_lanes=with_lanes, block=bs, keep=args.keep)
+        measured = run_up(jobs, with_lanes=with_lanes, block=cfg.block_size, keep=args.keep)
         print(_row(f"{what}, live `preheat up`", measured, jobs, target), flush=True)
 
 
