@@ -11,12 +11,15 @@ What it models, after vLLM's V1 scheduler:
   token budget (``max_num_batched_tokens``) left. Prefills are chunked to the budget.
 - **Scheduling policy** (``scheduling_policy``, vLLM's ``--scheduling-policy``): ``fcfs``
   (the default) as above; ``priority`` as vLLM 0.32's ``v1/core/sched``: the waiting queue
-  is a heap on (priority, arrival, request id), lower first (``PriorityRequestQueue``, the
-  ordering of ``Request.__lt__``), and when a running request needs KV that is not free the
-  victim is the running request with the largest (priority, arrival), not the newest; a
-  victim already scheduled in this step gives its tokens back to the budget. As in vLLM, a
-  waiting request never preempts a running one by itself: waiting requests are admitted
-  only when nothing was preempted in the step, while slots, budget and KV last.
+  is a heap on (priority, arrival), lower first (``PriorityRequestQueue``, the ordering of
+  ``Request.__lt__``; vLLM stamps each arrival with ``time.time()`` as the request comes
+  in, so where a caller here passes equal times, e.g. a trace's same-second rows, they are
+  ordered as received, where vLLM's request-id tie-break would never be reached), and
+  when a running request needs KV that is not free the victim is the running request with
+  the largest (priority, arrival), not the newest; a victim already scheduled in this step
+  gives its tokens back to the budget. As in vLLM, a waiting request never preempts a
+  running one by itself: waiting requests are admitted only when nothing was preempted in
+  the step, while slots, budget and KV last.
 - **Paged KV** of ``num_gpu_blocks`` blocks of ``block_size`` tokens, allocated as a
   request's computed tokens grow.
 - **Prefix caching**: every full block is named by :func:`preheat.core.blocks.block_hash`
@@ -153,6 +156,10 @@ class _Seq:
     num_preemptions: int = 0
     root: int = ROOT_HASH  # the chain's root: the request's cache salt (tenant_root)
     priority: int = 0  # lower runs first (scheduling_policy "priority" only)
+    # the order of receipt: vLLM stamps each request's arrival_time with time.time() as it
+    # comes in, so two requests never share one; callers here may pass equal times (a
+    # trace's same-second rows), and this keeps their order the order they came in
+    received: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -287,6 +294,7 @@ class SimCore:
         self._plan: _Plan | None = None
         self._clock = 0.0  # the engine is busy until here
         self._started = False
+        self._received = 0  # requests added so far (each one's ``_Seq.received``)
 
     # --- observers ----------------------------------------------------------------------
     @property
@@ -382,6 +390,8 @@ class SimCore:
         seq = _Seq(request.request_id, request.prompt_token_ids, now, stop_at, reason, rng)
         seq.root = tenant_root(request.cache_salt)
         seq.priority = request.priority
+        self._received += 1
+        seq.received = self._received
         n_full = n_prompt // cfg.block_size
         if block_hashes is not None:
             if len(block_hashes) != n_full:
@@ -641,20 +651,23 @@ class SimCore:
         return Finish(seq.request_id, reason, now, usage, timing, seq.num_preemptions)
 
 
-def _priority_key(seq: _Seq) -> tuple[int, float]:
-    return (seq.priority, seq.arrival)
+def _priority_key(seq: _Seq) -> tuple[int, float, int]:
+    """vLLM's (priority, arrival_time); equal arrival times (which vLLM's own stamps never
+    are) in the order received."""
+    return (seq.priority, seq.arrival, seq.received)
 
 
 class _PriorityQueue:
     """The waiting queue under ``scheduling_policy="priority"``: vLLM's
-    ``PriorityRequestQueue``, a heap on (priority, arrival, request id); "prepending" a
-    preempted request puts it back at its place in that order, as vLLM does."""
+    ``PriorityRequestQueue``, a heap on (priority, arrival) (:func:`_priority_key`);
+    "prepending" a preempted request puts it back at its place in that order, as vLLM
+    does."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[int, float, str, _Seq]] = []
+        self._heap: list[tuple[int, float, int, _Seq]] = []
 
     def append(self, seq: _Seq) -> None:
-        heapq.heappush(self._heap, (seq.priority, seq.arrival, seq.request_id, seq))
+        heapq.heappush(self._heap, (*_priority_key(seq), seq))
 
     appendleft = append
 
