@@ -18,8 +18,10 @@ with the same priorities, and the plain FCFS policy for reference.
 The classes' ``ttftMs`` in the pool file are 10 minutes, not the 8 s the table judges by:
 the router acts on a class's target (it holds, degrades or refuses a request predicted past
 it), and at 10 minutes nothing is refused or clamped. Requests past the router's adaptive
-in-flight bound still wait in its queue, which serves by class priority: the live lanes are
-the router's queue and the engine's priority together; the simulated ones the engine's.
+in-flight bound take their class's ladder step ``queue`` (both classes are non-sheddable):
+they go on to wait in the engine's queue, ordered there by priority. The router's own wait
+queue holds requests only while no endpoint is routable, so the live lanes are the engine's
+priority policy behind the router, and the simulated side (the engine alone) models them.
 
     .venv/bin/python scripts/bench_lanes_up.py --seconds 90
 """
