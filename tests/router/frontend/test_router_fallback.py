@@ -14,6 +14,7 @@ from frontendkit import eventually, workers
 
 from preheat.core import metric_names as mn
 from preheat.core.promtext import parse_samples
+from preheat.process.tracing import Tracing
 from preheat.router.app import RouterConfig, RouterServer
 from preheat.router.pools import LiteralPools, PoolSpec
 
@@ -40,10 +41,12 @@ def _small_routable(server: RouterServer) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def _router(pools: list[PoolSpec]) -> AsyncIterator[tuple[RouterServer, str]]:
+async def _router(
+    pools: list[PoolSpec], tracing: Tracing | None = None
+) -> AsyncIterator[tuple[RouterServer, str]]:
     server = RouterServer(
         None,
-        RouterConfig(refresh_interval_s=0.1, queue_timeout_s=0.5),
+        RouterConfig(refresh_interval_s=0.1, queue_timeout_s=0.5, tracing=tracing),
         pool_source=LiteralPools(pools),
     )
     ports = await server.start()

@@ -674,7 +674,15 @@ class Dispatcher:
             return None
         return fb, fb_prep
 
-    def _note_fallback(self, prep: Prepared, st: StreamStats, pool: str) -> None:
+    def _note_fallback(
+        self, prep: Prepared, st: StreamStats, pool: str, fb_prep: Prepared
+    ) -> Prepared:
+        """Counts and logs the ladder's fallback step; ``fb_prep`` carrying the request's
+        trace, so the fallback pool's spans follow in it and that pool ends its root."""
+        tr = prep.trace
+        if tr is not None:
+            tr.fallback(pool, fb_prep.request.model, perf_counter())
+            fb_prep = dataclasses.replace(fb_prep, trace=tr)
         st.degraded = ladder.FALLBACK
         st.fallback_pool = pool
         m = self.metrics
@@ -688,6 +696,7 @@ class Dispatcher:
                 fallback_pool=pool,
             ),
         )
+        return fb_prep
 
     def _degrade(self, prep: Prepared, st: StreamStats, why: str) -> str:
         """The class's ladder step for a request the pool would refuse (``why``): a clamp
@@ -831,7 +840,7 @@ class Dispatcher:
             tr.admission(True, prep.slo_class, prep.request.cache_salt, "", perf_counter())
         if fallback is not None:  # the ladder's first step: another pool serves it
             fb, fb_prep = fallback
-            self._note_fallback(prep, st, fb.pool)
+            fb_prep = self._note_fallback(prep, st, fb.pool, fb_prep)
             try:
                 inner = fb.generate(
                     fb_prep, api=api, timeout_s=timeout_s, stats=st, buffered=buffered

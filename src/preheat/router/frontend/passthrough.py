@@ -532,7 +532,7 @@ class Passthrough:
         if fallback is not None:  # the ladder's first step: another pool serves it
             fb, fb_prep = fallback
             fb_body = await d.offload(len(body), functools.partial(fallback_body, body, fb_prep))
-            d._note_fallback(prep, st, fb.dispatcher.pool)
+            fb_prep = d._note_fallback(prep, st, fb.dispatcher.pool, fb_prep)
             try:
                 return await fb.proxy(request, fb_prep, fb_body, stream, path, stats=st)
             finally:

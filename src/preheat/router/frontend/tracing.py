@@ -169,6 +169,15 @@ class RequestTrace:
             error="" if admitted else explanation,
         )
 
+    def fallback(self, pool: str, model: str, now_pc: float) -> None:
+        """The request went on to its class's fallback pool: the spans that follow (that
+        pool's admission, schedule and upstream call) are its, in this same trace."""
+        if not self.recording:
+            return
+        attrs = {"dev.preheat.fallback_pool": pool, "dev.preheat.fallback_model": model}
+        self.root.set_attributes(attrs)
+        self.root.add_event("fallback", attrs, timestamp=self._clock.ns(now_pc))
+
     def scheduled(
         self, decision: RouteDecision, start_pc: float, routable_pc: float, end_pc: float
     ) -> None:
