@@ -21,7 +21,7 @@ import yaml
 from poolkit import CHART_CRD_PATH, CRD_PATH, ROOT
 
 from preheat.api.pool import to_config
-from preheat.core.manifests import Owner, build_service_monitor
+from preheat.core.manifests import BuildOptions, Owner, build_deployment, build_service_monitor
 from preheat.operator.options import autoscaler_env, parse_config
 
 CHART = ROOT / "charts" / "preheat"
@@ -160,6 +160,30 @@ def test_deployments_run_the_control_image_with_their_subcommand() -> None:
     assert operator_yaml["gpuTypes"]["nvidia-h100"] == {
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"
     }
+
+
+@needs_helm
+def test_every_probe_allows_more_than_kubernetes_default_second() -> None:
+    """The chart's probes and the operator's worker pods: a process busy for a moment
+    (a burst at the router, a long prefill on a worker) answers its probe a little late;
+    Kubernetes' default timeoutSeconds of 1 took the operator out of Ready once on a busy
+    node. Every probe sets it, to at least 2 s."""
+    probes = []
+    for doc in render(ALL_ON):
+        if doc["kind"] != "Deployment":
+            continue
+        for c in doc["spec"]["template"]["spec"]["containers"]:
+            for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+                if kind in c:
+                    probes.append((f"{doc['metadata']['name']}/{kind}", c[kind]))
+    spec = {"model": {"name": "m"}, "engine": {"kind": "sim"}, "replicas": {"max": 1}}
+    owner = Owner(name="p", uid="00000000-0000-0000-0000-000000000001")
+    worker = build_deployment(to_config(spec, name="p", namespace="ns"), owner, BuildOptions())
+    (c,) = worker["spec"]["template"]["spec"]["containers"]
+    probes += [(f"worker/{k}", c[k]) for k in ("startupProbe", "readinessProbe", "livenessProbe")]
+    assert len(probes) >= 7, probes
+    short = [name for name, p in probes if p.get("timeoutSeconds", 1) < 2]
+    assert short == []
 
 
 def _rules(docs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:

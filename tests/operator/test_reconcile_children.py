@@ -245,7 +245,9 @@ def observed_from(desired: dict[str, Any]) -> dict[str, Any]:
     pod.update(dnsPolicy="ClusterFirst", restartPolicy="Always", schedulerName="default-scheduler")
     c = pod["containers"][0]
     c.update(imagePullPolicy="IfNotPresent", terminationMessagePath="/dev/termination-log")
-    c["readinessProbe"].update(timeoutSeconds=1, successThreshold=1)
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):  # defaults, if unset
+        for k, v in {"timeoutSeconds": 1, "successThreshold": 1, "failureThreshold": 3}.items():
+            c[probe].setdefault(k, v)
     return obs
 
 

@@ -56,6 +56,8 @@ ANNOTATION_SPEC_HASH = "preheat.dev/spec-hash"
 ANNOTATION_CONTROL_TOKEN_DIGEST = "preheat.dev/control-token-digest"
 
 WORKER_NAME = "preheat-worker"
+#: every probe's timeoutSeconds (Kubernetes' default is 1): the readiness probe's period (2 s)
+PROBE_TIMEOUT_S = 2
 MANAGED_BY = "preheat-operator"
 GPU_RESOURCE = "nvidia.com/gpu"
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -510,7 +512,9 @@ def build_deployment(
     pod = merge_pod(options.worker_pod, config.pod)
 
     def ready_probe() -> dict[str, Any]:
-        return {"httpGet": {"path": "/ready", "port": "http"}}
+        # Kubernetes' default timeoutSeconds is 1: a worker busy with a long prefill (or a
+        # loaded node) answering its probe a little late would flap out of Ready / be killed
+        return {"httpGet": {"path": "/ready", "port": "http"}, "timeoutSeconds": PROBE_TIMEOUT_S}
 
     container: dict[str, Any] = {
         "name": "worker",
@@ -559,6 +563,7 @@ def build_deployment(
         "livenessProbe": {
             "httpGet": {"path": "/healthz", "port": "http"},
             "periodSeconds": 10,
+            "timeoutSeconds": PROBE_TIMEOUT_S,
             "failureThreshold": 3,
         },
         "lifecycle": {"preStop": {"sleep": {"seconds": options.pre_stop_sleep_s}}},
