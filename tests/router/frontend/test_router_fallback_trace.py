@@ -1,33 +1,19 @@
 """A request that takes the ladder's first step (its class's fallback pool) is one trace:
 its ``router.request`` span says which pool served it and ends with the outcome of the
 answer that pool gave, and that pool's schedule and upstream spans are in it (before: the
-span was never ended, so a tracing backend never saw the request at all)."""
+span was never ended, so a tracing backend never saw the request at all). The passthrough's
+fallback: ``test_router_passthrough_degrade.py``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import aiohttp
-import pytest
-from fakeopenai import fake_openai, serve_openai
 from frontendkit import eventually, workers
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from test_router_fallback import BIG, SMALL, _router, _small_routable, _traffic
 
 from preheat.process.tracing import Tracing
 from preheat.router.pools import PoolSpec
-
-
-@pytest.fixture
-def traced() -> Iterator[tuple[Tracing, InMemorySpanExporter]]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing = Tracing(provider, "preheat.test")
-    yield tracing, exporter
-    tracing.shutdown()
 
 
 async def test_a_fallback_request_ends_its_first_pools_span(
@@ -47,50 +33,6 @@ async def test_a_fallback_request_ends_its_first_pools_span(
                 assert resp.headers["X-Preheat-Degraded"] == "fallback-pool; pool=small"
             await eventually(lambda: len(roots(exporter)) == 1, 10)
     check_one_trace(exporter, served_by="small-1", tokens=5)
-
-
-async def test_a_passthrough_fallback_request_is_one_trace(
-    traced: tuple[Tracing, InMemorySpanExporter],
-) -> None:
-    """The same on the OpenAI passthrough: the big pool (at most one request in flight)
-    holds a hanging stream; the next request goes to the small pool's vLLM."""
-    tracing, exporter = traced
-    routing = {**_traffic("small"), "maxInFlight": 1}
-    async with (
-        fake_openai(["hang"]) as big_api,
-        fake_openai() as small_api,
-        workers(
-            [
-                {"id": "big-1", "engine": {"model": BIG}},
-                {"id": "small-1", "engine": {"model": SMALL}},
-            ]
-        ) as ws,
-    ):
-        serve_openai(ws[0], big_api.port)
-        serve_openai(ws[1], small_api.port)
-        pools = [
-            PoolSpec(name="big", model=BIG, routing=routing, endpoints=(ws[0].endpoint,)),
-            PoolSpec(name="small", model=SMALL, endpoints=(ws[1].endpoint,)),
-        ]
-        async with _router(pools, tracing) as (server, url), aiohttp.ClientSession() as http:
-            await eventually(lambda: _small_routable(server), 10)
-            big = server.pools.get("big")
-            assert big is not None
-            await eventually(lambda: bool(big.store.snapshot()), 10)
-            chat = url + "/v1/chat/completions"
-            body = {"model": BIG, "messages": [{"role": "user", "content": "hi"}]}
-            async with http.post(chat, json={**body, "stream": True}) as held:
-                assert held.status == 200
-                await held.content.readuntil(b"\n\n")  # in flight on big-1
-                async with http.post(chat, json={**body, "max_tokens": 5}) as resp:
-                    assert resp.status == 200, await resp.text()
-                    assert resp.headers["X-Preheat-Degraded"] == "fallback-pool; pool=small"
-                    await resp.read()
-                await eventually(lambda: len(roots(exporter)) == 1, 10)
-    (root, *_) = roots(exporter)
-    assert root.attributes is not None
-    assert root.attributes["dev.preheat.fallback_pool"] == "small"
-    assert root.attributes["dev.preheat.outcome"] == "ok"
 
 
 def roots(exporter: InMemorySpanExporter) -> list[ReadableSpan]:

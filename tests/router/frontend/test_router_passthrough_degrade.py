@@ -18,11 +18,14 @@ import openai
 import pytest
 from fakeopenai import fake_openai, serve_openai
 from frontendkit import MODEL, eventually, router, words, workers
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from test_router_degrade import TRAFFIC  # the same four classes as on the HTTP path
 from test_router_fallback import BIG, SMALL, _router, _small_routable, _traffic
 
 from preheat.core import metric_names as mn
 from preheat.core.promtext import parse_samples
+from preheat.process.tracing import Tracing
 from preheat.router.pools import PoolSpec
 
 
@@ -122,12 +125,13 @@ async def test_the_openai_client_on_the_passthrough_sees_a_clamp_and_an_early_re
 
 @pytest.mark.parametrize("small_serves_openai", [True, False])
 async def test_a_request_its_passthrough_pool_cannot_take_goes_to_the_fallback_pool(
-    small_serves_openai: bool,
+    small_serves_openai: bool, traced: tuple[Tracing, InMemorySpanExporter]
 ) -> None:
     """The big pool (one worker, at most one request in flight) holds a hanging stream;
-    the next request of its class goes to the small pool's vLLM as the small model. A
-    fallback pool whose workers do not serve OpenAI HTTP is skipped: the ladder's next step
-    (clamp-output) on the big pool."""
+    the next request of its class goes to the small pool's vLLM as the small model, one
+    trace that ends. A fallback pool whose workers do not serve OpenAI HTTP is skipped: the
+    ladder's next step (clamp-output) on the big pool."""
+    tracing, exporter = traced
     routing = {**_traffic("small"), "maxInFlight": 1}
     async with (
         fake_openai(["hang"]) as big_api,
@@ -146,7 +150,7 @@ async def test_a_request_its_passthrough_pool_cannot_take_goes_to_the_fallback_p
             PoolSpec(name="big", model=BIG, routing=routing, endpoints=(ws[0].endpoint,)),
             PoolSpec(name="small", model=SMALL, endpoints=(ws[1].endpoint,)),
         ]
-        async with _router(pools) as (server, url), aiohttp.ClientSession() as http:
+        async with _router(pools, tracing) as (server, url), aiohttp.ClientSession() as http:
             await eventually(lambda: _small_routable(server), 10)
             await eventually(lambda: bool(server.pools.get("big").store.snapshot()), 10)
             chat = url + "/v1/chat/completions"
@@ -159,6 +163,7 @@ async def test_a_request_its_passthrough_pool_cannot_take_goes_to_the_fallback_p
                     step = resp.headers["X-Preheat-Degraded"]
                     worker = resp.headers["X-Preheat-Worker"]
                     assert (await resp.json())["choices"][0]["finish_reason"] == "length"
+                await eventually(lambda: bool(_roots(exporter)), 10)
             async with http.get(url + "/metrics") as resp:
                 text = await resp.text()
     name = mn.ROUTER_DEGRADED + "_total"
@@ -166,7 +171,13 @@ async def test_a_request_its_passthrough_pool_cannot_take_goes_to_the_fallback_p
         (s.labels[mn.LABEL_POOL], s.labels[mn.LABEL_STEP]): s.value
         for s in parse_samples(text, only=(name,))
     }
+    (root,) = [
+        r for r in _roots(exporter) if (r.attributes or {}).get("gen_ai.request.max_tokens") == 5
+    ]
+    assert root.attributes is not None
+    assert root.attributes["dev.preheat.outcome"] == "ok"
     if small_serves_openai:
+        assert root.attributes["dev.preheat.fallback_pool"] == "small"
         assert (step, worker) == ("fallback-pool; pool=small", "small-1")
         sent = json.loads(small_api.bodies[0])
         assert (sent["model"], sent["max_tokens"]) == (SMALL, 5)
@@ -177,3 +188,8 @@ async def test_a_request_its_passthrough_pool_cannot_take_goes_to_the_fallback_p
         assert json.loads(big_api.bodies[1])["max_tokens"] == 2
         assert small_api.bodies == []
         assert got == {("big", "clamp-output"): 1}
+        assert "dev.preheat.fallback_pool" not in root.attributes
+
+
+def _roots(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name == "router.request"]

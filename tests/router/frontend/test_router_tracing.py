@@ -5,7 +5,6 @@ records nothing. Spans go to an in-memory exporter (the OTLP path: tests/tracing
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -18,16 +17,6 @@ from opentelemetry.trace import StatusCode
 
 from preheat.core.routing.admission import AdmissionConfig
 from preheat.process.tracing import Tracing, setup_tracing
-
-
-@pytest.fixture
-def traced() -> Iterator[tuple[Tracing, InMemorySpanExporter]]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing = Tracing(provider, "preheat.test")
-    yield tracing, exporter
-    tracing.shutdown()
 
 
 def named(spans: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
