@@ -218,3 +218,28 @@ def test_late_with_pods_coming_that_cover_the_rate_asks_for_no_more() -> None:
     assert dec.recommendation == 4
     dec, _ = decide(ctx(0.0, _late(0.0, 4000.0, rate), desired=2))  # type: ignore[arg-type]
     assert dec.active == 3
+
+
+def test_the_chunk_terms_are_the_engine_cost_models() -> None:
+    """u(T) at every knot, the attention term and the step a lone chunk pays, within 1%
+    of the engine's fit (the core cannot import the engine; proposal 0014)."""
+    engine = CostModel.default()
+    for tokens, ms in engine.chunk_token_knots:
+        assert COST.token_ms(tokens) == pytest.approx(ms, rel=0.01)
+    assert COST.attn_ms_per_token2 == pytest.approx(engine.attn_ms_per_token2, rel=0.01)
+    assert COST.step_fixed_ms == pytest.approx(engine.step_fixed_ms, rel=0.01)
+    for new, cached in [(128, 0), (700, 300), (2048, 4096), (6000, 0)]:
+        chunk = engine.step_ms([(new, cached)], 32, 32 * 1500) - engine.decode_step_ms(32, 1500)
+        assert COST.added_ms(new, cached) == pytest.approx(chunk, rel=0.02)
+
+
+@settings(max_examples=60, deadline=None)
+@given(mixes, st.floats(0, 1), st.floats(1.0, 4.0))
+def test_cached_tokens_never_lower_and_longer_outputs_never_raise_the_rate(
+    mix: Mix, cached_share: float, longer: float
+) -> None:
+    rate = pod_rate(COST, mix, 2_000.0, 99.0)
+    cached = replace(mix, cached_tokens=mix.prompt_tokens * cached_share)
+    assert pod_rate(COST, cached, 2_000.0, 99.0) >= rate * (1 - 1e-6)
+    more_out = replace(mix, output_tokens=mix.output_tokens * longer)
+    assert pod_rate(COST, more_out, 2_000.0, 99.0) <= rate * (1 + 1e-6)

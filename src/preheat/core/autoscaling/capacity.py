@@ -2,25 +2,31 @@
 
 Feedback from observed percentiles says how late the pool already is; it cannot say how
 many pods a rate needs. This module estimates that from the engine's costs, the way the
-router predicts a TTFT (``preheat.engine.costmodel.CostModel``: prefill time of the
-uncached prompt tokens, decode step time ``a + b * batch + c * kv_tokens``).
+engine builds a step (``preheat.engine.costmodel.CostModel``, docs/proposals/0012 and 0014):
+under chunked prefill one step runs the batch's decodes and rides the waiting prompts'
+prefill chunks on it, ``step = decode_step(B) + added(chunks)``, and every decoding
+sequence advances one token in every step, prefill or not.
 
-One pod under continuous batching (vLLM's scheduler: every step runs the batch's decodes
-and the waiting prompts' prefills together), arrival rate ``lam`` (req/s), mean prompt
-``P`` tokens (``C`` of them cached), mean output ``O`` tokens:
+One pod, arrival rate ``lam`` (req/s), mean prompt ``P`` tokens (``C`` of them cached, ``N
+= P - C`` prefilled), mean output ``O`` tokens, decode context ``X = P + O / 2``:
 
-- a decode-only step of ``B`` sequences takes ``s(B) = a + b * B + c * B * (P + O / 2)``;
-  a step with a prefill takes the prefill's time plus the decodes riding along:
-  ``S = prefill(P - C) + b * B + c * B * (P + O / 2)``;
-- the prefill share of the GPU's time is ``u = lam * S``; decodes advance in the rest, so a
-  request decodes for ``O * s(B) / (1 - u)`` and ``B = lam * O * s(B) / (1 - u)`` sequences
-  decode at once (Little's law, solved by fixed-point iteration);
-- TTFT at percentile ``q``: the step in flight, the request's own prefill, and the queue of
-  prefills ahead of it, whose tail is taken as an M/M/1 queue's (Poisson arrivals):
-  ``ttft_q = s(B) + S + S * ln(u / (1 - q)) / (1 - u)`` when ``u > 1 - q``, else
-  ``s(B) + S``; saturated (infinite) when ``u >= 1``, when ``B`` passes ``max_batch`` or
-  when ``B * (P + O)`` passes the KV cache.
+- a request's prefill work ``w = N * u(N) + k * N * (C + N)``: what its chunks add to the
+  steps they ride in (:meth:`ServiceCost.added_ms`), the attention term at the mean of
+  exponentially distributed prompts (``E[N^2] = 2 N^2``: the mean is all the mix says);
+- its decode work ``O * e``, ``e = b + c * X`` (what one more sequence adds to a step);
+- the utilisation ``rho = lam * (w + O * e)``: the added time's share of the GPU; the rest
+  is the steps' fixed part ``a``, so a step takes ``s = a / (1 - rho)`` and ``B = lam * O *
+  s`` sequences decode at once (Little's law);
+- TTFT at percentile ``q``: the step in flight ``s``, the decode part of the request's own
+  step ``decode_step(B)``, and its prefill's sojourn in an M/M/1 queue of prefills (work
+  ``w``, exponential: prompts' sizes have a coefficient of variation near 1 on the Azure
+  conv and Mooncake traces) on a GPU busy ``rho`` of the time: ``w * ln(1 / (1 - q)) / (1 -
+  rho)``;
+- saturated (infinite) when ``rho >= 1``, when ``B`` passes ``max_batch`` or when ``B * (P +
+  O)`` passes the KV cache.
 
+Held against the sim engine's measured rate, on the Azure conv and Mooncake conversation
+request sizes, by ``tests/bench/test_pod_capacity.py`` (within 15%).
 """
 
 from __future__ import annotations
@@ -33,26 +39,28 @@ from preheat.core.autoscaling.types import Mix
 __all__ = ["ServiceCost", "combine", "pod_rate", "predicted_ttft_ms", "replicas_for"]
 
 
-def _state(cost: ServiceCost, mix: Mix, lam: float) -> tuple[float, float, float] | None:
-    """(decoding batch B, decode step ms, prefill step ms S) at ``lam`` req/s; None:
-    saturated."""
+def _work(cost: ServiceCost, mix: Mix) -> tuple[float, float, float]:
+    """(prefill work w, decode work per token e, decode context X) of the mean request."""
+    new = max(0.0, mix.prompt_tokens - mix.cached_tokens)
+    cached = max(0.0, min(mix.cached_tokens, mix.prompt_tokens))
+    # added_ms charges k * N * (C + N / 2); exponential prompts' mean is k * N * (C + N)
+    attn = cost.scale * cost.attn_ms_per_token2 * new * new / 2.0
+    w = cost.added_ms(new, cached) + attn
     context = mix.prompt_tokens + mix.output_tokens / 2.0
-    prefill = cost.prefill_ms(max(0.0, mix.prompt_tokens - mix.cached_tokens))
-    b = 1.0
-    for _ in range(60):
-        big_s = prefill + cost.ride_ms(b, context)
-        u = lam * big_s / 1000.0
-        if u >= 1.0:
-            return None
-        nxt = lam * mix.output_tokens * cost.step_ms(b, context) / 1000.0 / (1.0 - u)
-        nxt = max(1.0, nxt)
-        if nxt > cost.max_batch or nxt * (mix.prompt_tokens + mix.output_tokens) > cost.kv_tokens:
-            return None
-        if abs(nxt - b) < 1e-4:
-            b = nxt
-            break
-        b = nxt
-    return b, cost.step_ms(b, context), prefill + cost.ride_ms(b, context)
+    return w, cost.token_step_ms(context), context
+
+
+def _state(cost: ServiceCost, mix: Mix, lam: float) -> tuple[float, float, float] | None:
+    """(decoding batch B, step ms s, utilisation rho) at ``lam`` req/s; None: saturated."""
+    w, e, _ = _work(cost, mix)
+    rho = lam * (w + mix.output_tokens * e) / 1000.0
+    if rho >= 1.0:
+        return None
+    step = cost.scale * cost.step_ms0 / (1.0 - rho)
+    batch = lam * mix.output_tokens * step / 1000.0
+    if batch > cost.max_batch or batch * (mix.prompt_tokens + mix.output_tokens) > cost.kv_tokens:
+        return None
+    return batch, step, rho
 
 
 def predicted_ttft_ms(cost: ServiceCost, mix: Mix, lam: float, percentile: float) -> float:
@@ -60,15 +68,11 @@ def predicted_ttft_ms(cost: ServiceCost, mix: Mix, lam: float, percentile: float
     st = _state(cost, mix, lam)
     if st is None:
         return math.inf
-    _, step, big_s = st
-    u = lam * big_s / 1000.0
-    if u >= 1.0:
-        return math.inf
-    t0 = step + big_s
+    batch, step, rho = st
+    w, _, context = _work(cost, mix)
     tail = 1.0 - percentile / 100.0
-    if u <= tail or tail <= 0:
-        return t0
-    return t0 + big_s * math.log(u / tail) / (1.0 - u)
+    own = w * math.log(1.0 / tail) / (1.0 - rho) if 0.0 < tail < 1.0 else w
+    return step + cost.step_ms(max(1.0, batch), context) + own
 
 
 def pod_rate(
@@ -80,7 +84,7 @@ def pod_rate(
 ) -> float:
     """The highest arrival rate (req/s) one pod takes with its TTFT percentile within
     ``target_ms`` and at most ``max_utilization`` of the rate that saturates it (the
-    prefill share reaching 1, or the decoding batch outgrowing the batch or the KV cache);
+    utilisation reaching 1, or the decoding batch outgrowing the batch or the KV cache);
     0: not even one request (the prefill alone exceeds the target).
 
     The headroom: near saturation the decoding batch, and with it the step time and the
@@ -105,7 +109,7 @@ def _ok(
     cost: ServiceCost, mix: Mix, lam: float, target: float, pct: float, max_util: float
 ) -> bool:
     st = _state(cost, mix, lam)
-    if st is None or lam * st[2] / 1000.0 > max_util:
+    if st is None or st[2] > max_util:
         return False
     if max_util > 0 and math.isinf(predicted_ttft_ms(cost, mix, lam / max_util, pct)):
         return False  # within max_util of saturation
