@@ -23,6 +23,8 @@ GOOD: dict[str, Any] = {
     "tenants": [
         {"name": "demo", "requestsPerSecond": 1, "requestBurst": 2},
         {"name": "etl", "tokensPerMinute": 60000, "defaultClass": "batch"},
+        {"name": "acme", "weight": 3},
+        {"name": "*", "requestsPerSecond": 50, "weight": 0.5},
     ],
 }
 
@@ -45,6 +47,9 @@ def test_a_good_traffic_section_becomes_the_pools_frozen_classes_and_round_trips
     demo = t.quota("demo")
     assert demo is not None
     assert (demo.requests_per_s, demo.request_depth) == (1, 2)
+    # weights: the entry's, the '*' entry's for an unlisted tenant, else 1
+    assert (t.weight("acme"), t.weight("demo"), t.weight("someone-else")) == (3.0, 1.0, 0.5)
+    assert parse_traffic({"classes": [{"name": "a", "ttftMs": 1}]})[0].weight("acme") == 1.0
     again, problems = parse_traffic(traffic_mapping(t))
     assert problems == []
     assert again == t
@@ -69,6 +74,8 @@ def test_every_problem_of_a_bad_traffic_section_is_listed_at_once() -> None:
             {"name": "demo", "requestBurst": 2, "defaultClass": "silver"},
             {"name": "demo", "requestsPerSecond": 1},
             {"name": "idle"},
+            {"name": "zero", "weight": 0},
+            {"name": "huge", "weight": 5000, "requestsPerSecond": 1},
         ],
     }
     spec, problems = validate_spec(_spec(bad))
@@ -83,7 +90,9 @@ def test_every_problem_of_a_bad_traffic_section_is_listed_at_once() -> None:
         "traffic.tenants[0].defaultClass 'silver' is not one of the classes (a)",
         "traffic.tenants[0]: requestBurst needs requestsPerSecond",
         "traffic.tenants[1]: tenant 'demo' is listed more than once",
-        "traffic.tenants[2]: set requestsPerSecond, tokensPerMinute or defaultClass",
+        "traffic.tenants[2]: set requestsPerSecond, tokensPerMinute, weight or defaultClass",
+        "traffic.tenants[3].weight: input should be greater than 0 (got 0)",
+        "traffic.tenants[4].weight: input should be less than or equal to 1000 (got 5000)",
     ):
         assert expected in text, f"missing {expected!r} in:\n{text}"
     # the router's parser says the same
@@ -99,6 +108,7 @@ def test_the_crd_carries_the_traffic_schema() -> None:
     assert {"priority", "sheddable", "degrade", "maxQueue"} <= set(klass["properties"])
     tenant = traffic["properties"]["tenants"]["items"]["properties"]
     assert {"requestsPerSecond", "requestBurst", "tokensPerMinute", "tokenBurst"} <= set(tenant)
+    assert (tenant["weight"]["minimum"], tenant["weight"]["exclusiveMinimum"]) == (0, True)
 
 
 def test_the_response_cache_is_off_unless_enabled_and_round_trips() -> None:

@@ -16,6 +16,7 @@ routing settings), its validation (every problem at once) and the frozen interna
         - {name: standard, ttftMs: 2000}
       tenants:
         - {name: demo, requestsPerSecond: 1, requestBurst: 2}
+        - {name: acme, requestsPerSecond: 20, weight: 3}
         - {name: "*", requestsPerSecond: 50, tokensPerMinute: 2000000}
 """
 
@@ -136,6 +137,14 @@ class TenantSpec(_Model):
     default_class: str = Field(
         default="", max_length=63, description="The class of its requests that name none."
     )
+    weight: float | None = Field(
+        default=None,
+        gt=0,
+        le=1000,
+        description="Its share of a busy pool relative to other tenants (the fair share of "
+        "the in-flight bound and the turns in the router's wait queue are proportional to "
+        "it); default 1. For '*': each unlisted tenant's.",
+    )
 
 
 class ResponseCacheSpec(_Model):
@@ -217,10 +226,12 @@ def cross_problems(raw: Mapping[str, Any], where: str = "traffic") -> list[str]:
             rate, burst = t.get(rate_key), t.get(burst_key)
             if burst is not None and rate is None:
                 problems.append(f"{where}.tenants[{i}]: {burst_key} needs {rate_key}")
-        limited = any(t.get(k) is not None for k in ("requestsPerSecond", "tokensPerMinute"))
+        limited = any(
+            t.get(k) is not None for k in ("requestsPerSecond", "tokensPerMinute", "weight")
+        )
         if not limited and not (isinstance(dc, str) and dc):
             problems.append(
-                f"{where}.tenants[{i}]: set requestsPerSecond, tokensPerMinute or "
+                f"{where}.tenants[{i}]: set requestsPerSecond, tokensPerMinute, weight or "
                 "defaultClass (an entry with none does nothing)"
             )
     return problems
@@ -252,6 +263,7 @@ def to_traffic(spec: TrafficSpec) -> Traffic:
                 tokens_per_min=t.tokens_per_minute or 0.0,
                 token_burst=t.token_burst or 0.0,
                 default_class=t.default_class,
+                weight=t.weight if t.weight is not None else 1.0,
             )
             for t in spec.tenants
         ),
@@ -340,6 +352,8 @@ def traffic_mapping(t: Traffic) -> dict[str, Any]:
                 entry[key] = v
         if q.default_class:
             entry["defaultClass"] = q.default_class
+        if q.weight != 1.0:
+            entry["weight"] = q.weight
         tenants.append(entry)
     out: dict[str, Any] = {"classes": classes, "tenants": tenants}
     if t.default_class:

@@ -50,6 +50,13 @@ class TenantQuota:
     tokens_per_min: float = 0.0  # prompt + max output tokens, reconciled at the end
     token_burst: float = 0.0  # 0: tokens_per_min (one minute's worth)
     default_class: str = ""  # "" = the pool's default class
+    # its share of a busy pool (fair shares) and of the router's wait queue (fair
+    # queuing) relative to other tenants'; > 0
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.weight < float("inf"):
+            raise ValueError(f"tenant {self.name!r}: weight must be > 0, got {self.weight}")
 
     @property
     def request_depth(self) -> float:
@@ -95,6 +102,12 @@ class Traffic:
         if q is None:
             q = self._tenants.get(ANY_TENANT)
         return q
+
+    def weight(self, tenant: str) -> float:
+        """The tenant's weight for fair shares and fair queuing: its entry's (or the ``*``
+        entry's, each unlisted tenant on its own); 1 without a table or an entry."""
+        q = self.quota(tenant) if self.tenants else None
+        return q.weight if q is not None else 1.0
 
     def check_tenant(self, tenant: str) -> None:
         """``UnknownClass`` for a named tenant the table does not list (with no ``*``)."""
