@@ -1,6 +1,7 @@
 """The router's wait queue by class (issue 18, item 2): while no endpoint is routable,
-held requests leave by class priority then deadline, and a class's bound keeps a batch
-flood from taking the places interactive requests need."""
+held requests leave by class priority, then by tenants' turns (item 3: fair queuing by
+weight), then deadline, and a class's bound keeps a batch flood from taking the places
+interactive requests need."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import grpc
 import pytest
 from frontendkit import eventually, gen, router, workers
 
-from preheat.core.traffic.classes import Traffic, TrafficClass
+from preheat.core.traffic.classes import TenantQuota, Traffic, TrafficClass
 from preheat.router.app import RouterConfig, RouterServer
 from preheat.router.endpoints import StaticDiscovery
 
@@ -65,5 +66,74 @@ async def test_held_requests_leave_by_priority_then_deadline_not_arrival() -> No
             disc.set_endpoints([ws[0].endpoint])
             await asyncio.wait_for(asyncio.gather(*tasks), 15)
             assert order == ["early-deadline", "late-deadline", "batch-1", "batch-2"]
+        finally:
+            await asyncio.wait_for(server.stop(), 20)
+
+
+FAIR = Traffic(
+    classes=(
+        TrafficClass(name="interactive", ttft_ms=60_000, priority=0),
+        TrafficClass(name="standard", ttft_ms=60_000, priority=1),
+    ),
+    default_class="standard",
+    tenants=(TenantQuota(name="*", requests_per_s=1000), TenantQuota(name="gold", weight=2.0)),
+)
+
+
+async def test_a_small_tenant_is_not_held_behind_a_big_tenants_burst_of_its_class() -> None:
+    # issue 18 item 3: held requests of one class leave by tenants' turns (fair queuing),
+    # while a higher class still leaves first
+    async with workers([{"id": "late"}]) as ws:
+        disc = StaticDiscovery([])
+        config = RouterConfig(refresh_interval_s=0.1, queue_timeout_s=15, traffic=FAIR)
+        server = RouterServer(disc, config)
+        await server.start()
+        try:
+            d = server.dispatcher
+            order: list[str] = []
+
+            async def route(name: str, tenant: str, klass: str = "standard") -> None:
+                prep = d.prepare(gen(name, 2, slo_class=klass), tenant=tenant)
+                await d.decide(prep, record=False)
+                order.append(name)
+
+            tasks = []
+            arrivals = [(f"big-{i}", "big", "standard") for i in range(5)]
+            arrivals += [("small", "small", "standard"), ("big-urgent", "big", "interactive")]
+            for n, (name, tenant, klass) in enumerate(arrivals, start=1):
+                tasks.append(asyncio.create_task(route(name, tenant, klass)))
+                await eventually(lambda n=n: d._waiting == n, 5)  # held in this order
+            disc.set_endpoints([ws[0].endpoint])
+            await asyncio.wait_for(asyncio.gather(*tasks), 15)
+            assert order[0] == "big-urgent"  # the higher class first, whoever sent it
+            assert order[1:3] == ["big-0", "small"]  # then turns: small goes 2nd, not 6th
+            assert order[3:] == ["big-1", "big-2", "big-3", "big-4"]
+        finally:
+            await asyncio.wait_for(server.stop(), 20)
+
+
+async def test_a_tenant_of_weight_two_gets_two_turns_to_anothers_one() -> None:
+    async with workers([{"id": "late"}]) as ws:
+        disc = StaticDiscovery([])
+        config = RouterConfig(refresh_interval_s=0.1, queue_timeout_s=15, traffic=FAIR)
+        server = RouterServer(disc, config)
+        await server.start()
+        try:
+            d = server.dispatcher
+            order: list[str] = []
+
+            async def route(tenant: str) -> None:
+                prep = d.prepare(gen("hi", 2), tenant=tenant)
+                await d.decide(prep, record=False)
+                order.append(tenant)
+
+            tasks = []
+            for n, tenant in enumerate(["plain"] * 4 + ["gold"] * 4, start=1):
+                tasks.append(asyncio.create_task(route(tenant)))
+                await eventually(lambda n=n: d._waiting == n, 5)
+            disc.set_endpoints([ws[0].endpoint])
+            await asyncio.wait_for(asyncio.gather(*tasks), 15)
+            assert order[:6].count("gold") == 4  # tags gold 0, .5, 1, 1.5; plain 0, 1, 2
+            assert order == ["plain", "gold", "gold", "plain", "gold", "gold", "plain", "plain"]
         finally:
             await asyncio.wait_for(server.stop(), 20)

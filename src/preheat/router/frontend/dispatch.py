@@ -230,6 +230,9 @@ class Dispatcher:
         self._held: dict[int, lanes.Held] = {}
         self._held_by_class: dict[str, int] = {}
         self._held_seq = 0
+        self._turns = lanes.NO_TURNS  # fair queuing over tenants (core.traffic.lanes)
+        self._next: tuple[lanes.Held, float] | None = None  # the head and its tag (cached)
+        self._next_stale = False  # _held, _retrying or _turns changed since _next was made
         self._retrying: set[int] = set()  # held retries (they wait for another endpoint)
         self._turn = asyncio.Event()  # set (and replaced) whenever a held request leaves
         self._in_flight = 0  # generate() calls admitted and not finished
@@ -439,13 +442,15 @@ class Dispatcher:
         """The snapshot (less ``exclude``) once it has an endpoint: waits in the bounded
         queue if needed, e.g. for a standby being promoted after the only endpoint failed.
         Waiting requests leave in :func:`preheat.core.traffic.lanes.serve_order` (class
-        priority, then earliest deadline), each class within its own bound."""
+        priority, then tenants by turns (fair queuing by weight), then earliest deadline),
+        each class within its own bound."""
         self._refuse_if_draining()
         endpoints = self._routable(exclude)
         if endpoints and self._head() is None:
             return endpoints
         klass = prep.klass if prep is not None else None
         name = klass.name if klass is not None else ""
+        tenant = prep.request.cache_salt if prep is not None else lanes.ANONYMOUS
         bound = (klass.max_queue if klass is not None else 0) or self.config.max_queue
         if self._waiting >= self.config.max_queue or not lanes.may_wait(
             self._held_by_class, name, bound
@@ -471,17 +476,24 @@ class Dispatcher:
             else math.inf,
             arrival=loop.time(),
             klass=name,
+            tenant=tenant,
+            weight=self.config.traffic.weight(tenant),
         )
         self._held[me.key] = me
         if exclude:  # a retry waits for an endpoint it has not tried: not in the order
             self._retrying.add(me.key)
+        self._next_stale = True
         self._held_by_class[name] = self._held_by_class.get(name, 0) + 1
         self._waiting += 1
         held = self.metrics.queue_depth.labels(*self.metrics.series)
         held.inc()
         try:
             while True:
-                if endpoints and (bool(exclude) or self._head() == me.key):
+                if endpoints and exclude:
+                    return endpoints
+                if endpoints and self._head() == me.key:
+                    assert self._next is not None
+                    self._turns = lanes.served(self._turns, me, self._next[1])
                     return endpoints
                 remaining = limit - loop.time()
                 if remaining <= 0:
@@ -496,6 +508,8 @@ class Dispatcher:
         finally:
             del self._held[me.key]
             self._retrying.discard(me.key)
+            self._turns = lanes.settle(self._turns, self._held.values())
+            self._next_stale = True
             self._held_by_class[name] -= 1
             self._waiting -= 1
             held.dec()
@@ -503,9 +517,13 @@ class Dispatcher:
             turn.set()  # the next one in order may go
 
     def _head(self) -> int | None:
-        """The key of the held request served next (None: none waits in the order)."""
-        waiting = [h for k, h in self._held.items() if k not in self._retrying]
-        return min(waiting, key=lanes.order_key).key if waiting else None
+        """The key of the held request served next (None: none waits in the order); worked
+        out once per change of the queue, not once per waiter woken."""
+        if self._next_stale:
+            waiting = [h for k, h in self._held.items() if k not in self._retrying]
+            self._next = lanes.head(waiting, self._turns)
+            self._next_stale = False
+        return self._next[0].key if self._next is not None else None
 
     async def _wait_changed_or_drain(
         self, timeout_s: float, turn: asyncio.Event | None = None
@@ -739,7 +757,8 @@ class Dispatcher:
             for t in [t for t, at in seen.items() if now - at > fairness.ACTIVE_WINDOW_S]:
                 del seen[t]
         limit = self.in_flight_limit
-        verdict = fairness.admit(tenant, self._tenant_held, seen, limit, now)
+        traffic = self.config.traffic
+        verdict = fairness.admit(tenant, self._tenant_held, seen, limit, now, weight=traffic.weight)
         seen[tenant] = now
         if verdict.admitted:
             return
