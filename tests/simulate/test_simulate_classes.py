@@ -12,9 +12,20 @@ from typing import Any
 import pytest
 
 from preheat.core.pool import PoolConfig
+from preheat.core.routing.baselines import SchedulerState
+from preheat.core.routing.config import SchedulerConfig
+from preheat.core.routing.scheduler import schedule
+from preheat.core.routing.types import PrefillCost, RouteDecision, RoutingContext
 from preheat.report.record import read_meta
 from preheat.report.summary import Quantiles, summarize
-from preheat.simulate import SimOptions, engine_config, pool_config, simulate, spec_document
+from preheat.simulate import (
+    SimOptions,
+    Startup,
+    engine_config,
+    pool_config,
+    simulate,
+    spec_document,
+)
 from preheat.workload.traces import TraceRequest
 
 INTERACTIVE_MS, BATCH_MS = 2000.0, 60000.0
@@ -152,3 +163,35 @@ def test_cli_prints_and_records_the_class_table(
     meta = read_meta(out_dir)
     assert meta is not None
     assert meta.class_ttft_ms == {"interactive": INTERACTIVE_MS, "batch": BATCH_MS}
+
+
+def test_held_requests_leave_the_router_by_class_priority_not_arrival() -> None:
+    # a pool at zero holds every request at the router until its first pod is active;
+    # then they leave in the live router's order (core.traffic.lanes): interactive first
+    # though the batch ones came first (the trace names no tenant: one anonymous tenant)
+    spec: dict[str, Any] = {
+        "model": {"name": "m"},
+        "engine": {"kind": "sim"},
+        "replicas": {"min": 0, "max": 1, "desired": 0},
+        "autoscaling": {"objectives": [{"signal": "queueDepth", "perReplica": 4}]},
+        "traffic": _traffic(),
+    }
+    pool = pool_config(spec_document("z", spec))
+    rows = [(i * 0.1, "batch") for i in range(6)] + [(0.6 + i * 0.1, "") for i in range(3)]
+    trace = [
+        TraceRequest(arrival_s=t, input_tokens=64, output_tokens=4, slo_class=k, index=i)
+        for i, (t, k) in enumerate(rows)
+    ]
+    routed: list[str] = []
+
+    def route(
+        ctx: RoutingContext, cfg: SchedulerConfig, cost: PrefillCost, state: SchedulerState
+    ) -> tuple[RouteDecision, SchedulerState]:
+        routed.append(ctx.request.request_id)
+        return schedule(ctx, cfg, cost, state)
+
+    fast = Startup(image_pull_s=1.0, load_s=1.0, warmup_s=1.0, promote_s=0.5)
+    run, _ = simulate(pool, trace, SimOptions(startup=fast, autoscale_interval_s=2.0, route=route))
+    assert {r.outcome for r in run.requests} == {"ok"}
+    assert min(r.ttft_ms for r in run.requests) > 1000  # all were held, none went at once
+    assert routed == [f"req-{i}" for i in (6, 7, 8, 0, 1, 2, 3, 4, 5)]

@@ -58,6 +58,7 @@ from preheat.core.routing.baselines import SchedulerState
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.history import PrefixHistory
 from preheat.core.routing.types import Endpoint, RequestInfo, RoutingContext
+from preheat.core.traffic import lanes
 from preheat.core.traffic.classes import PRIORITY_STANDARD, UnknownClass
 from preheat.engine.base import EngineRequest, Sampling
 from preheat.engine.costmodel import CostModel
@@ -102,6 +103,7 @@ class _Req:
     last_at: float | None = None
     itl: list[list[float]] = field(default_factory=list)  # [ms, count] runs
     held_since: float | None = None  # waiting at the router for an endpoint
+    lane: lanes.Held | None = None  # its place in the router's wait queue while held
     done: bool = False
     # its traffic class (the trace's ``slo_class``, else the pool's default; "" none) and
     # the engine priority it runs at (the class's; standard without one)
@@ -180,7 +182,10 @@ class _Router:
     changed: set[str] = field(default_factory=set)  # pods whose entry must be rebuilt
     state: SchedulerState = field(default_factory=SchedulerState)
     history: PrefixHistory | None = None
-    held: deque[_Req] = field(default_factory=deque)
+    # the wait queue (no routable endpoint), by key; it leaves in the live router's
+    # order (core.traffic.lanes: class priority, tenants' turns, deadline, arrival)
+    held: dict[int, _Req] = field(default_factory=dict)
+    held_seq: int = 0
 
 
 @dataclass
@@ -509,9 +514,7 @@ class _World:
             if len(router.held) >= self.options.max_queue:
                 self._fail(req, "rejected", "RESOURCE_EXHAUSTED: router queue full")
                 return
-            req.held_since = self.now
-            router.held.append(req)
-            self.push(self.now + self.options.queue_timeout_s, _TIMEOUT, req)
+            self._hold(router, req)
             return
         assert req.info is not None
         history = router.history
@@ -594,12 +597,40 @@ class _World:
             return
         self.route(req)
 
+    def _hold(self, router: _Router, req: _Req) -> None:
+        """Holds ``req`` in the router's wait queue until an endpoint is routable (or its
+        queue timeout), as the live router's ``Dispatcher._wait_routable`` does. The trace
+        names no tenant: every request queues as the anonymous one."""
+        klass = self.pool.traffic.get(req.klass) if req.klass else None
+        target = self.options.ttft_deadline_ms  # sent with the request: it wins, as live
+        if target is None and klass is not None:
+            target = klass.ttft_ms
+        router.held_seq += 1
+        req.lane = lanes.Held(
+            key=router.held_seq,
+            priority=req.priority,
+            deadline=lanes.deadline_of(req.trace.arrival_s, target),
+            arrival=self.now,
+            klass=req.klass,
+        )
+        req.held_since = self.now
+        router.held[req.lane.key] = req
+        self.push(self.now + self.options.queue_timeout_s, _TIMEOUT, req)
+
     def _flush_held(self) -> None:
+        """Routes every held request of a router that has a routable endpoint again, in
+        the live router's order (``lanes.serve_order``: class priority first, never FIFO
+        across classes). The whole queue leaves at once, so fair queuing's turns start
+        afresh each time (``lanes.NO_TURNS``), as the live router's do once its queue
+        empties."""
         for router in self.routers.values():
             if not router.held or not self._snapshot(router):
                 continue
-            held, router.held = router.held, deque()
-            for req in held:
+            held, router.held = router.held, {}
+            lanes_of = [r.lane for r in held.values() if r.lane is not None]
+            for h in lanes.serve_order(lanes_of, lanes.NO_TURNS):
+                req = held[h.key]
+                req.lane = None
                 if not req.done:
                     req.held_since = None
                     self.route(req)
@@ -608,8 +639,9 @@ class _World:
         if req.done or req.held_since is None:
             return
         router = self.routers[req.region]
-        if req in router.held:
-            router.held.remove(req)
+        if req.lane is not None:
+            router.held.pop(req.lane.key, None)
+            req.lane = None
         self._fail(
             req,
             "error",
