@@ -50,3 +50,47 @@ async def test_a_tenant_at_its_fair_share_of_a_busy_pool_waits_and_another_is_se
             for call in calls:
                 with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
                     await call.code()
+
+
+async def test_a_tenants_weight_sets_its_fair_share_of_a_busy_pool() -> None:
+    weighted = Traffic(
+        tenants=(
+            TenantQuota(name="*", requests_per_s=1000),
+            TenantQuota(name="gold", requests_per_s=1000, weight=3.0),
+        )
+    )
+    async with (
+        workers([{"id": "w-1", "engine": {"time_scale": 1.0}}]) as ws,
+        router(
+            [w.endpoint for w in ws],
+            traffic=weighted,
+            tenant_header="x-tenant",
+            admission=AdmissionConfig(max_in_flight=8),
+        ) as r,
+    ):
+        calm = (("x-tenant", "calm"),)
+        gold = (("x-tenant", "gold"),)
+        calls = []
+        try:
+            # calm holds 3 and gold 4 of the 8 slots: the pool is busy
+            for k, who in enumerate([calm] * 3 + [gold] * 4):
+                call = r.inference.Generate(gen(f"long {k}", 3000), metadata=who, timeout=30)
+                assert (await asyncio.wait_for(call.read(), 10)).request_id
+                calls.append(call)
+            # gold's share is 3:1 (5 of 8; equal weights would refuse it at 4 of 8) ...
+            chunks = await r.generate(gen("gold again", 2), metadata=gold)
+            assert chunks[-1].usage.completion_tokens == 2
+            # ... and calm's is what is left (equal weights would admit its 4th)
+            with pytest.raises(grpc.aio.AioRpcError) as ei:
+                await r.generate(gen("calm again", 2), metadata=calm)
+            assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            # (its share is 3, or 2 while gold's last request is still being released)
+            assert "tenant 'calm' holds 3 of the pool's 8 requests in flight" in (
+                ei.value.details() or ""
+            )
+        finally:
+            for call in calls:
+                call.cancel()
+            for call in calls:
+                with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                    await call.code()
