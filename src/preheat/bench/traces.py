@@ -4,7 +4,8 @@
 - ``burst.jsonl``: the burst generator's trace (:mod:`preheat.workload.bursts`, the
   autoscaling part's defaults: 24 ServeGen windows of 20 s, mean 24 req/s);
 - ``diurnal.jsonl``: a day of ServeGen ``language/m-large`` (:mod:`preheat.workload.diurnal`)
-  with its peak at ``--diurnal-peak-rps``, each 10-minute window replayed in
+  with its peak at ``--diurnal-peak-rps`` (400 req/s by default: about 16 simulated H100s at
+  TTFT <= 500 ms, the size issue 17 asks of the peak), each 10-minute window replayed in
   ``--diurnal-window-s`` seconds (600: a 24-hour replay), Azure conv request sizes;
   ``diurnal-schedule.json``: the day before, same scale (``--schedule`` for the
   ``scheduled`` policy).
@@ -28,7 +29,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--burst-mean-rps", type=float, default=24.0)
     p.add_argument("--burst-window-s", type=float, default=20.0)
     p.add_argument("--burst-windows", type=int, default=24)
-    p.add_argument("--diurnal-peak-rps", type=float, default=200.0)
+    p.add_argument(
+        "--diurnal-peak-rps",
+        type=float,
+        default=400.0,
+        help=(
+            "the day's busiest 10-min window, req/s (default 400: issue 17 asks for a peak "
+            "that needs about 16 GPUs; on the sim engine of proposal 0012 a pool of "
+            "simulated H100s serves about 25 req/s per pod of Azure conv sizes at TTFT "
+            "<= 500 ms, 8 fixed pods 99.7%% of a day peaking at 200, so 400 needs about 16: "
+            "checked in docs/benchmarks.md, *Diurnal*)"
+        ),
+    )
     p.add_argument("--diurnal-window-s", type=float, default=600.0)
     p.add_argument("--diurnal-day", type=int, default=1)
     p.add_argument("--diurnal-workload", default="language/m-large")
