@@ -55,14 +55,17 @@ def run_pod(
     percentile: float = 99.0,
     seed: int = 0,
     cost: CostModel | None = None,
+    pods: int = 1,
 ) -> PodRun:
-    """Replay ``trace``'s requests (from the first, wrapping around) at ``rate`` req/s,
-    Poisson, for ``seconds`` on one simulated pod; TTFT percentile of those arriving after
-    ``warmup_s``."""
-    if rate <= 0 or seconds <= warmup_s or not trace:
-        raise ValueError("rate > 0, seconds > warmup_s and a non-empty trace are needed")
+    """Replay ``trace``'s requests (from the first, wrapping around) at ``rate`` req/s per
+    pod, Poisson, for ``seconds`` on ``pods`` simulated pods; TTFT percentile of those
+    arriving after ``warmup_s``. With several pods each request goes to the pod with the
+    fewest waiting requests, then the fewest running (a stand-in for the router's least
+    predicted TTFT)."""
+    if rate <= 0 or seconds <= warmup_s or not trace or pods < 1:
+        raise ValueError("rate > 0, seconds > warmup_s, pods >= 1 and a non-empty trace are needed")
     sim = SimConfig()
-    core = SimCore(sim.core_config(), cost or CostModel.default())
+    cores = [SimCore(sim.core_config(), cost or CostModel.default()) for _ in range(pods)]
     namer = BlockNamer(sim.block_size)
     rng = random.Random(seed)
     arrivals: dict[str, float] = {}
@@ -72,12 +75,17 @@ def run_pod(
     cached: dict[str, int] = {}
     t, i = 0.0, 0
     while True:
-        t += rng.expovariate(rate)
+        t += rng.expovariate(rate * pods)
         if t >= seconds:
             break
         req = trace[i % len(trace)]
         rid = f"r{i}"
         i += 1
+        if pods > 1:
+            for c in cores:
+                out = c.advance(t)
+                _note(out.runs, out.finishes, firsts, cached)
+        core = min(cores, key=lambda c: (c.num_waiting, c.num_running))
         out = core.add(
             EngineRequest(
                 rid,
@@ -94,8 +102,9 @@ def run_pod(
             measured.append(rid)
     # let the measured requests get their first token (bounded: a saturated pod never does)
     horizon = seconds + 60.0
-    out = core.advance(horizon)
-    _note(out.runs, out.finishes, firsts, cached)
+    for core in cores:
+        out = core.advance(horizon)
+        _note(out.runs, out.finishes, firsts, cached)
     ttfts = sorted(
         (firsts[r] - arrivals[r]) * 1000.0 if r in firsts else math.inf for r in measured
     )
@@ -137,16 +146,17 @@ def saturating_rate(
     lo: float = 0.5,
     hi: float = 200.0,
     rel: float = 0.02,
+    pods: int = 1,
 ) -> tuple[float, PodRun]:
     """The highest rate (within ``rel``) at which one pod's TTFT percentile is within
     ``target_ms``, by bisection on :func:`run_pod` (same seed: the same arrivals, scaled),
     and the run at that rate."""
-    best = run_pod(trace, lo, seconds=seconds, percentile=percentile, seed=seed)
+    best = run_pod(trace, lo, seconds=seconds, percentile=percentile, seed=seed, pods=pods)
     if best.ttft_ms > target_ms:
         return 0.0, best
     while hi / lo > 1.0 + rel:
         mid = math.sqrt(lo * hi)
-        got = run_pod(trace, mid, seconds=seconds, percentile=percentile, seed=seed)
+        got = run_pod(trace, mid, seconds=seconds, percentile=percentile, seed=seed, pods=pods)
         if got.ttft_ms <= target_ms:
             lo, best = mid, got
         else:
@@ -164,6 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=300.0, help="replay length per run")
     ap.add_argument("--max-input-tokens", type=int, default=30_000)
     ap.add_argument("--hi", type=float, default=64.0, help="highest rate tried (req/s)")
+    ap.add_argument(
+        "--pods", type=int, default=1, help="pods sharing the arrivals (rates are per pod)"
+    )
     args = ap.parse_args(argv)
     trace = load_trace(args.trace, TraceOptions(max_input_tokens=args.max_input_tokens))
     for target in args.target_ms:
@@ -174,12 +187,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             seconds=args.seconds,
             lo=min(0.1, args.hi / 4),
             hi=args.hi,
+            pods=args.pods,
         )
         mix = Mix(run.requests, run.prompt_tokens, run.cached_tokens, run.output_tokens)
         est = pod_rate(ServiceCost(), mix, target, args.percentile)
         ratio = f"{est / rate:.2f}" if rate > 0 else "-"
         print(
-            f"p{args.percentile:g} <= {target:g} ms: simulated pod {rate:.3f} req/s, "
+            f"p{args.percentile:g} <= {target:g} ms, {args.pods} pod(s): simulated "
+            f"{rate:.3f} req/s per pod, "
             f"estimate {est:.3f} (x{ratio}); mean prompt {run.prompt_tokens:.0f}, cached "
             f"{run.cached_tokens:.0f}, output {run.output_tokens:.0f}"
         )
