@@ -86,3 +86,16 @@ def test_the_pod_run_sees_the_mix_and_a_rising_ttft() -> None:
     assert 100 < fast.output_tokens < 500
     with pytest.raises(ValueError, match="rate > 0"):
         run_pod(trace, 0.0)
+
+
+@pytest.mark.needs_shared(AZURE)
+def test_pods_sharing_the_arrivals_queue_less_than_one_pod_at_the_same_rate_per_pod() -> None:
+    """``pods``: the rate is per pod; the arrivals go to the least busy pod, so a pool's
+    tail is shorter than one pod's at the same load per pod (proposal 0015)."""
+    trace = _trace("azure")
+    alone = run_pod(trace, 15.0, seconds=120.0)
+    pooled = run_pod(trace, 15.0, seconds=120.0, pods=4)
+    assert pooled.requests == pytest.approx(4 * alone.requests, rel=0.1)
+    assert pooled.ttft_ms < alone.ttft_ms
+    with pytest.raises(ValueError, match="pods >= 1"):
+        run_pod(trace, 1.0, pods=0)
