@@ -104,13 +104,14 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
-import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from preheat.core.piecewise import linear
 
 # Where the packaged copy of the measurement lives (a copy of
 # /work/shared/calibration/llama8b_h100_costs.json, measured 2026-11-22 on one H100).
@@ -205,16 +206,6 @@ def _lstsq(rows: Sequence[Sequence[float]], ys: Sequence[float]) -> list[float]:
 
 def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs)
-
-
-def _interp(knots: Sequence[tuple[float, float]], x: float) -> float:
-    """Piecewise-linear through ``knots``, constant beyond the first and the last."""
-    if x <= knots[0][0]:
-        return knots[0][1]
-    for (x0, y0), (x1, y1) in itertools.pairwise(knots):
-        if x <= x1:
-            return y0 + (x - x0) * (y1 - y0) / (x1 - x0)
-    return knots[-1][1]
 
 
 def _decode_rows(
@@ -337,7 +328,7 @@ class LeverCosts:
         }
         fixed = _mean(
             [
-                ms - verify[(b, 0)] - b * k * _interp(knots, b * k) / 1000.0
+                ms - verify[(b, 0)] - b * k * linear(knots, b * k) / 1000.0
                 for (b, k), ms in verify.items()
                 if k > 0
             ]
@@ -362,7 +353,7 @@ class LeverCosts:
 
     def token_ms(self, tokens: float) -> float:
         """ms per extra token through the linear layers when ``tokens`` ride one step."""
-        return _interp(self.token_us_knots, tokens) / 1000.0
+        return linear(self.token_us_knots, tokens) / 1000.0
 
     def draft_step_ms(self, method: str, batch: int) -> float:
         """One draft step for ``batch`` sequences (``ngram``: a CPU lookup, 0)."""
@@ -543,7 +534,7 @@ class CostModel:
             (n, (ms - fixed - k * n * n / 2) / (n * base._token_ms(n))) for n, ms in prefill
         )
         xs = sorted({x for x, _ in base.chunk_token_knots} | {n for n, _ in prefill})
-        knots = tuple((x, base._token_ms(x) * _interp(ratios, x)) for x in xs)
+        knots = tuple((x, base._token_ms(x) * linear(ratios, x)) for x in xs)
         fields: dict[str, Any] = {
             "chunk_token_knots": knots,
             "attn_ms_per_token2": k,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
+
+from preheat.core.piecewise import linear
 
 __all__ = ["ServiceCost"]
 
@@ -52,13 +53,7 @@ class ServiceCost:
 
     def token_ms(self, tokens: float) -> float:
         """u(T): ms per prefill token (before ``scale``)."""
-        ks = self.token_knots
-        if tokens <= ks[0][0]:
-            return ks[0][1]
-        for (x0, y0), (x1, y1) in itertools.pairwise(ks):
-            if tokens <= x1:
-                return y0 + (tokens - x0) * (y1 - y0) / (x1 - x0)
-        return ks[-1][1]
+        return linear(self.token_knots, tokens)
 
     def added_ms(self, new_tokens: float, cached_tokens: float = 0.0) -> float:
         """What prefilling ``new_tokens`` on ``cached_tokens`` adds to a step."""
