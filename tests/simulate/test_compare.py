@@ -238,6 +238,6 @@ def test_the_benchmarks_pool_file_is_the_autoscaling_parts_pool() -> None:
 
     path = Path(__file__).resolve().parents[2] / "src/preheat/bench/autoscaling-pool.yaml"
     cfg = pool_config(read_pool(path))
-    ref = _autoscaling_pool(2, 0, 300.0, 99.0, concurrency=68.0)
+    ref = _autoscaling_pool(2, 0, 300.0, 99.0)
     assert cfg.autoscaling == ref.autoscaling
     assert cfg.replicas == ref.replicas

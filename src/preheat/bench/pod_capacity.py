@@ -190,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pods=args.pods,
         )
         mix = Mix(run.requests, run.prompt_tokens, run.cached_tokens, run.output_tokens)
-        est = pod_rate(ServiceCost(), mix, target, args.percentile)
+        est = pod_rate(ServiceCost(), mix, target, args.percentile, pods=args.pods)
         ratio = f"{est / rate:.2f}" if rate > 0 else "-"
         print(
             f"p{args.percentile:g} <= {target:g} ms, {args.pods} pod(s): simulated "

@@ -134,9 +134,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument(
         "--preheat-concurrency",
         type=float,
-        default=PER_POD_SLOTS,
-        help="preheat's concurrency objective, requests in flight per active replica (0: "
-        f"none); default {PER_POD_SLOTS:g}, the per-pod capacity the HPA baseline calls 100%%",
+        default=0.0,
+        help="preheat's concurrency objective, requests in flight per active replica (0, "
+        "the default: none; a pod of the recalibrated engine runs 54-160 at its TTFT "
+        "objective, above the HPA baseline's 68 slots: docs/proposals/0015)",
     )
     a.add_argument(
         "--ablate-concurrency",

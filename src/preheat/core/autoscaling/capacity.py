@@ -25,8 +25,15 @@ One pod, arrival rate ``lam`` (req/s), mean prompt ``P`` tokens (``C`` of them c
 - saturated (infinite) when ``rho >= 1``, when ``B`` passes ``max_batch`` or when ``B * (P +
   O)`` passes the KV cache.
 
+A pool of ``n`` pods behind the router (proposal 0015): each pod at ``lam / n``, and the
+prefills' sojourn that of one shared M/M/n queue instead of ``n`` lone pods' M/M/1 tails.
+The router sends a request to the pod that will start it soonest (least predicted TTFT,
+immediate dispatch by work), which waits exactly as a central first-come queue of ``n``
+servers does: a request waits only when every pod is busy, and then for the first to free
+(Erlang C). Equal to the lone pod at ``n = 1``, never longer than it.
+
 Held against the sim engine's measured rate, on the Azure conv and Mooncake conversation
-request sizes, by ``tests/bench/test_pod_capacity.py`` (within 15%).
+request sizes, by ``tests/bench/test_pod_capacity.py`` (within 15%, one pod and a pool).
 """
 
 from __future__ import annotations
@@ -36,7 +43,16 @@ import math
 from preheat.core.autoscaling.cost import ServiceCost
 from preheat.core.autoscaling.types import Mix
 
-__all__ = ["ServiceCost", "combine", "pod_rate", "predicted_ttft_ms", "replicas_for"]
+__all__ = [
+    "ServiceCost",
+    "combine",
+    "in_flight",
+    "pod_rate",
+    "predicted_ttft_ms",
+    "replicas_for",
+    "replicas_for_concurrency",
+    "sojourn_ms",
+]
 
 
 def _work(cost: ServiceCost, mix: Mix) -> tuple[float, float, float]:
@@ -63,15 +79,68 @@ def _state(cost: ServiceCost, mix: Mix, lam: float) -> tuple[float, float, float
     return batch, step, rho
 
 
-def predicted_ttft_ms(cost: ServiceCost, mix: Mix, lam: float, percentile: float) -> float:
-    """TTFT at ``percentile`` (0-100) on one pod at ``lam`` req/s (inf: saturated)."""
-    st = _state(cost, mix, lam)
+def erlang_c(servers: int, offered: float) -> float:
+    """The probability that an arrival waits in an M/M/``servers`` queue offered ``offered``
+    Erlangs (``servers * rho``); 1 at or past saturation."""
+    if offered <= 0:
+        return 0.0
+    if offered >= servers:
+        return 1.0
+    blocked = 1.0  # Erlang B by its recurrence: stable for any size
+    for k in range(1, servers + 1):
+        blocked = offered * blocked / (k + offered * blocked)
+    return servers * blocked / (servers - offered * (1.0 - blocked))
+
+
+def sojourn_ms(work_ms: float, rho: float, servers: int, percentile: float) -> float:
+    """The ``percentile`` (0-100) of a prefill's sojourn (wait and its own work) in a shared
+    queue of ``servers`` pods, each busy ``rho`` of the time, works exponential with mean
+    ``work_ms``: ``P(T > t) = (1 - C) e^(-mu t) + C P(W' + S > t)``, ``C`` Erlang C, the
+    wait given waiting exponential at ``theta = servers * mu * (1 - rho)``. One server: the
+    M/M/1 sojourn ``work_ms * ln(1 / tail) / (1 - rho)``, in closed form."""
+    tail = 1.0 - percentile / 100.0
+    if work_ms <= 0:
+        return 0.0
+    if rho >= 1.0:
+        return math.inf
+    if not 0.0 < tail < 1.0:
+        return work_ms
+    if servers <= 1:
+        return work_ms * math.log(1.0 / tail) / (1.0 - rho)
+    mu = 1.0 / work_ms
+    theta = servers * mu * (1.0 - rho)
+    c = erlang_c(servers, servers * rho)
+
+    def over(t: float) -> float:  # P(T > t)
+        if abs(mu - theta) < 1e-12 * mu:
+            both = (1.0 + mu * t) * math.exp(-mu * t)
+        else:
+            both = (mu * math.exp(-theta * t) - theta * math.exp(-mu * t)) / (mu - theta)
+        return (1.0 - c) * math.exp(-mu * t) + c * both
+
+    lo, hi = 0.0, work_ms * math.log(1.0 / tail) / (1.0 - rho)  # the lone pod's: an upper bound
+    if over(hi) > tail:  # rounding at the bound
+        return hi
+    for _ in range(60):
+        mid = (lo + hi) / 2.0
+        if over(mid) > tail:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def predicted_ttft_ms(
+    cost: ServiceCost, mix: Mix, lam: float, percentile: float, pods: int = 1
+) -> float:
+    """TTFT at ``percentile`` (0-100) on a pool of ``pods`` sharing ``lam`` req/s (inf:
+    saturated)."""
+    st = _state(cost, mix, lam / max(1, pods))
     if st is None:
         return math.inf
     batch, step, rho = st
     w, _, context = _work(cost, mix)
-    tail = 1.0 - percentile / 100.0
-    own = w * math.log(1.0 / tail) / (1.0 - rho) if 0.0 < tail < 1.0 else w
+    own = sojourn_ms(w, rho, pods, percentile)
     return step + cost.step_ms(max(1.0, batch), context) + own
 
 
@@ -81,11 +150,12 @@ def pod_rate(
     target_ms: float,
     percentile: float,
     max_utilization: float = 0.9,
+    pods: int = 1,
 ) -> float:
-    """The highest arrival rate (req/s) one pod takes with its TTFT percentile within
-    ``target_ms`` and at most ``max_utilization`` of the rate that saturates it (the
-    utilisation reaching 1, or the decoding batch outgrowing the batch or the KV cache);
-    0: not even one request (the prefill alone exceeds the target).
+    """The highest arrival rate (req/s) per pod of a pool of ``pods`` with its TTFT
+    percentile within ``target_ms`` and each pod at most ``max_utilization`` of the rate
+    that saturates it (the utilisation reaching 1, or the decoding batch outgrowing the
+    batch or the KV cache); 0: not even one request (the prefill alone exceeds the target).
 
     The headroom: near saturation the decoding batch, and with it the step time and the
     TTFT, climbs steeply (the model's p99 at 400 and 500 ms differs by a few percent of
@@ -94,11 +164,11 @@ def pod_rate(
     if predicted_ttft_ms(cost, mix, 1e-9, percentile) > target_ms:
         return 0.0
     lo, hi = 0.0, 1.0
-    while _ok(cost, mix, hi, target_ms, percentile, max_utilization) and hi < 1e6:
+    while _ok(cost, mix, hi * pods, pods, target_ms, percentile, max_utilization) and hi < 1e6:
         lo, hi = hi, hi * 2.0
     for _ in range(40):
         mid = (lo + hi) / 2.0
-        if _ok(cost, mix, mid, target_ms, percentile, max_utilization):
+        if _ok(cost, mix, mid * pods, pods, target_ms, percentile, max_utilization):
             lo = mid
         else:
             hi = mid
@@ -106,14 +176,22 @@ def pod_rate(
 
 
 def _ok(
-    cost: ServiceCost, mix: Mix, lam: float, target: float, pct: float, max_util: float
+    cost: ServiceCost,
+    mix: Mix,
+    lam: float,
+    pods: int,
+    target: float,
+    pct: float,
+    max_util: float = 0.9,
 ) -> bool:
-    st = _state(cost, mix, lam)
+    """``pods`` meet the target at ``lam`` req/s in all, each within ``max_util`` of
+    saturation."""
+    st = _state(cost, mix, lam / pods)
     if st is None or st[2] > max_util:
         return False
-    if max_util > 0 and math.isinf(predicted_ttft_ms(cost, mix, lam / max_util, pct)):
+    if max_util > 0 and math.isinf(predicted_ttft_ms(cost, mix, lam / max_util, pct, pods)):
         return False  # within max_util of saturation
-    return predicted_ttft_ms(cost, mix, lam, pct) <= target
+    return predicted_ttft_ms(cost, mix, lam, pct, pods) <= target
 
 
 def replicas_for(
@@ -124,14 +202,54 @@ def replicas_for(
     percentile: float,
     highest: int,
 ) -> int | None:
-    """Pods the arrival rate needs to meet the TTFT objective (at most ``highest``);
-    None: no estimate (no rate, or nothing finished to learn the mix from)."""
+    """Pods the arrival rate needs to meet the TTFT objective (at most ``highest``): the
+    smallest pool that meets it, sharing the rate (proposal 0015); no more than the rate
+    over one lone pod's rate, since a shared queue waits no longer than lone ones. None:
+    no estimate (no rate, or nothing finished to learn the mix from)."""
     if arrival_rate <= 0 or mix.requests <= 0:
         return None
     per_pod = pod_rate(cost, mix, target_ms, percentile)
     if per_pod <= 0:
         return highest
-    return max(1, min(highest, math.ceil(round(arrival_rate / per_pod, 9))))
+    lone = max(1, min(highest, math.ceil(round(arrival_rate / per_pod, 9))))
+    for n in range(1, lone):
+        if _ok(cost, mix, arrival_rate, n, target_ms, percentile):
+            return n
+    return lone
+
+
+def in_flight(cost: ServiceCost, mix: Mix, lam: float, pods: int) -> float:
+    """Requests in flight per pod (decoding, and waiting or prefilling) on ``pods`` sharing
+    ``lam`` req/s, by Little's law: ``B`` decoding plus the arrivals of one mean prefill
+    sojourn and the step it waits on; inf: saturated."""
+    per_pod = lam / max(1, pods)
+    st = _state(cost, mix, per_pod)
+    if st is None:
+        return math.inf
+    batch, step, rho = st
+    w, _, _ = _work(cost, mix)
+    wait = erlang_c(pods, pods * rho) * w / (pods * (1.0 - rho))
+    return batch + per_pod * (step + w + wait) / 1000.0
+
+
+def replicas_for_concurrency(
+    arrival_rate: float,
+    cost: ServiceCost,
+    mix: Mix,
+    per_replica: float,
+    lowest: int,
+    highest: int,
+) -> int | None:
+    """The smallest pool, from ``lowest`` (the TTFT estimate's) up to ``highest``, whose
+    pods each run at most ``per_replica`` requests at the arrival rate (a concurrency
+    objective's model: what a pod runs at that rate, not a lateness to correct). None: no
+    estimate."""
+    if arrival_rate <= 0 or mix.requests <= 0 or per_replica <= 0:
+        return None
+    for n in range(max(1, lowest), highest + 1):
+        if in_flight(cost, mix, arrival_rate, n) <= per_replica:
+            return n
+    return highest
 
 
 def combine(
@@ -142,6 +260,7 @@ def combine(
     desired: int,
     late: bool,
     persistent: bool,
+    under: bool = False,
 ) -> int | None:
     """An objective's replicas from the model and its feedback.
 
@@ -151,7 +270,13 @@ def combine(
     ``late``: the observation is over its target beyond tolerance; ``persistent``: the pool
     has been late, with the model saying the serving pods suffice, for a whole window.
 
-    - Not late: the larger of the two (feedback's scale-down goes no lower than the model).
+    - Under its target (``under``): the model. The observation agrees the pods suffice, and
+      the model says how many do; feedback that would hold more (a percentile read off a
+      histogram whose bucket spans the target reads near the bucket's top on any pool
+      size, proposal 0015) is not taken over it. If the model is short, the pool becomes
+      late and the rules below correct it.
+    - Not late, over its target within tolerance: the larger of the two (feedback's
+      scale-down goes no lower than the model).
     - Late, with pods coming that cover the model (``desired > serving``, ``desired >=
       model``): no more than ``desired``. A backlog's latency and queue ask for many times
       the pods, which arrive after it has cleared; the pods already coming clear it.
@@ -169,7 +294,7 @@ def combine(
     if feedback is None:
         return model
     if not late:
-        return max(model, feedback)
+        return model if under else max(model, feedback)
     coming = desired > serving and desired >= model
     if coming or model > serving or not persistent:
         return max(model, min(feedback, desired))

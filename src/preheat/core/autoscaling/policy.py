@@ -40,12 +40,14 @@ from preheat.core.autoscaling import (
     standby,
     zero,
 )
+from preheat.core.autoscaling.cost import ServiceCost
 from preheat.core.autoscaling.forecast import Forecast, Outlook
 from preheat.core.autoscaling.types import (
     Cause,
     Context,
     Decision,
     Direction,
+    Mix,
     PolicyState,
     Signals,
     SignalValue,
@@ -327,9 +329,19 @@ def _with_capacity(
     if model is None:
         return views, "", None
     desired, tol = ctx.replicas.desired, ctx.autoscaling.tolerance
+    # each objective's model: the TTFT estimate, and for a concurrency objective the pods
+    # that keep what a pod runs at this rate within its target (a target below that is
+    # sized for, not read as lateness the estimate does not explain)
+    models = [
+        _objective_model(v.objective, model, rate, cost, mix, ctx.replicas.max) for v in views
+    ]
     late = [v.ratio is not None and v.ratio > 1.0 + tol for v in views]
-    coming = desired > serving and desired >= model
-    unexplained = any(late) and not coming and model <= serving
+    under = [v.ratio is not None and v.ratio <= 1.0 for v in views]
+    coming = [desired > serving and desired >= m for m in models]
+    unexplained = any(
+        is_late and not c and m <= serving
+        for is_late, c, m in zip(late, coming, models, strict=True)
+    )
     since = ctx.state.late_since if unexplained else None
     if unexplained and since is None:
         since = ctx.now
@@ -338,24 +350,43 @@ def _with_capacity(
         replace(
             v,
             replicas=capacity.combine(
-                model,
+                m,
                 v.replicas,
                 serving=serving,
                 desired=desired,
                 late=is_late,
                 persistent=persistent,
+                under=is_under,
             ),
         )
-        for v, is_late in zip(views, late, strict=True)
+        for v, m, is_late, is_under in zip(views, models, late, under, strict=True)
     ]
     note = (
         f"capacity: {rate:.1f} req/s of {mix.prompt_tokens:.0f} prompt "
         f"({mix.cached_tokens:.0f} cached) / {mix.output_tokens:.0f} output tokens "
         f"needs {model}"
     )
+    for v, m in zip(views, models, strict=True):
+        if m > model:
+            runs = capacity.in_flight(cost, mix, rate, model)
+            note = (
+                f"{note}; concurrency {v.objective.target:g}/replica is under the {runs:.0f} "
+                f"a pod runs at this rate: needs {m}"
+            )
     if unexplained and not persistent:
         note = f"{note}; late with {serving} serving, more than the rate needs: waiting a window"
     return out, note, since
+
+
+def _objective_model(
+    obj: Objective, model: int, rate: float, cost: ServiceCost, mix: Mix, highest: int
+) -> int:
+    """The capacity estimate for one objective: the TTFT estimate, or for a concurrency
+    objective the pods (no fewer) each running at most its target at ``rate``."""
+    if obj.signal is not Signal.CONCURRENCY:
+        return model
+    need = capacity.replicas_for_concurrency(rate, cost, mix, obj.target, model, highest)
+    return model if need is None else need
 
 
 def _why_hold(
