@@ -369,3 +369,22 @@ def test_under_its_target_the_pool_sizes_down_to_the_estimate() -> None:
     over = replace(sig, values=(replace(sig.values[0], value=260.0),))
     dec, _ = decide(ctx(0.0, over, desired=28, max_=32, cfg=cfg))
     assert dec.active == 28
+
+
+def test_a_late_reading_over_many_requests_corrects_the_estimate_at_once() -> None:
+    """The window's wait is for noise: a p95 of 100 requests is its 5 slowest. Over 1,000
+    requests (50 beyond the percentile) the same lateness is sure, and the estimate is
+    corrected now (to 2 x 1 = 2 here, feedback asking for 6): a climb does not wait 30 s
+    more before its pods are started."""
+    sig = replace(
+        signals(0.0, 4000.0, requests=1000.0),
+        demand=Demand(arrival_rate=1.0, refused_rate=0.0, window_s=60.0),
+        mix=AZURE,
+    )
+    dec, state = decide(ctx(0.0, sig, desired=1))
+    assert dec.active == 2
+    assert "slow requests: corrected" in dec.reason
+    assert state.late_since == 0.0
+    noisy, _ = decide(ctx(0.0, _late(0.0, 4000.0, 1.0), desired=1))  # type: ignore[arg-type]
+    assert noisy.active == 1
+    assert "waiting a window" in noisy.reason

@@ -345,7 +345,13 @@ def _with_capacity(
     since = ctx.state.late_since if unexplained else None
     if unexplained and since is None:
         since = ctx.now
-    persistent = since is not None and ctx.now - since >= ctx.autoscaling.window_s
+    # a latency percentile with enough observations beyond it is not one or two slow
+    # requests: the estimate is corrected now, not a window later (a climb does not wait)
+    sure = any(
+        is_late and not c and m <= serving and _tail_observed(ctx, v.objective) >= SURE_TAIL
+        for v, is_late, c, m in zip(views, late, coming, models, strict=True)
+    )
+    persistent = since is not None and (sure or ctx.now - since >= ctx.autoscaling.window_s)
     out = [
         replace(
             v,
@@ -375,7 +381,23 @@ def _with_capacity(
             )
     if unexplained and not persistent:
         note = f"{note}; late with {serving} serving, more than the rate needs: waiting a window"
+    elif since is not None and sure and ctx.now - since < ctx.autoscaling.window_s:
+        note = f"{note}; late with {serving} serving over {SURE_TAIL:g}+ slow requests: corrected"
     return out, note, since
+
+
+#: Observations beyond a late latency percentile that make the reading sure, not noise (a
+#: p99 over 200 requests is its 2 slowest; over 1,000, its 10 slowest).
+SURE_TAIL = 10.0
+
+
+def _tail_observed(ctx: Context, obj: Objective) -> float:
+    """How many of the window's observations lie beyond a latency objective's percentile
+    (0 for other signals)."""
+    if not obj.signal.is_latency:
+        return 0.0
+    sv = ctx.signals.find(obj)
+    return 0.0 if sv is None else sv.samples * (1.0 - obj.percentile / 100.0)
 
 
 def _objective_model(
