@@ -22,6 +22,7 @@ TINY = [
     "--geo-gpus", "3",
     "--geo-requests", "90",
     "--decode-requests", "60",
+    "--preheat-concurrency", "68",  # the default is none; the ablation row needs one
 ]  # fmt: skip
 
 
