@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 
 import pytest
 
 from preheat.report.record import (
     REQUESTS_FILE,
+    ReplicaSample,
     RequestOutcome,
     Run,
     RunFormatError,
     RunMeta,
     RunWriter,
+    ScaleEvent,
+    _dump,
     read_run,
     write_run,
 )
@@ -76,3 +81,26 @@ def test_itl_runs_must_be_pairs_of_numbers(tmp_path: Path) -> None:
     )
     with pytest.raises(RunFormatError, match="field 'itl_runs_ms'"):
         read_run(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        RequestOutcome(
+            "r",
+            1.5,
+            "ok",
+            ttft_ms=12.0,
+            itl_runs_ms=[[7.5, 3.0], [8.0, 1.0]],
+            stages_ms={"queue": 1.0, "prefill": 11.0},
+        ),
+        ScaleEvent(2.0, "scale_up", reason="why", pool="p", from_replicas=1, to_replicas=2),
+        ReplicaSample(3.0, active=2, standby=1),
+    ],
+)
+def test_a_record_line_is_what_asdict_gives(record: object) -> None:
+    """The JSON line is written from the fields without asdict's deep copy: the same
+    object, and every field a JSON value (a nested dataclass would need asdict again)."""
+    assert json.loads(_dump(record)) == asdict(record)  # type: ignore[call-overload]
+    for f in fields(record):  # type: ignore[arg-type]
+        assert not is_dataclass(getattr(record, f.name))

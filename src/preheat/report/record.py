@@ -207,7 +207,11 @@ def _from_dict(cls: type[T], data: dict[str, Any]) -> T:
 
 
 def _dump(obj: object) -> str:
-    return json.dumps(asdict(obj), separators=(",", ":"))  # type: ignore[call-overload]
+    """One record as a JSON line. The records' fields are JSON values already (numbers,
+    strings, lists, dicts; no nested dataclass), so a shallow mapping is what ``asdict``
+    gives, without its deep copy of every ITL run (a fifth of a long simulation's time)."""
+    row = {f.name: getattr(obj, f.name) for f in fields(obj)}  # type: ignore[arg-type]
+    return json.dumps(row, separators=(",", ":"))
 
 
 RUN_FILES = (REQUESTS_FILE, EVENTS_FILE, REPLICAS_FILE)
