@@ -24,15 +24,29 @@ async def test_client_cancel_mid_stream_frees_the_sequence_in_the_sim() -> None:
 
 
 async def test_grpc_deadline_aborts_in_the_sim() -> None:
+    """The client's deadline passes mid-generation (200 tokens at 5x an H100's step take
+    about 8 s; the deadline is 2 s, and the first token is read before it, so a loaded
+    machine cannot let it pass before the worker has the request)."""
     engine = make_sim_engine(time_scale=5.0)
     async with running_worker(engine) as c:
+        call = c.inference.Generate(gen_request(max_tokens=200), timeout=2.0)
+        await call.read()
+
+        async def drain() -> None:
+            while await call.read() is not grpc.aio.EOF:
+                pass
+
         with pytest.raises(grpc.aio.AioRpcError) as exc:
-            await c.generate(gen_request(max_tokens=200), timeout=0.3)
+            await drain()
         assert exc.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         await eventually(lambda: engine.stats().num_running == 0 and not c.server.in_flight)
-        async with c.http.get(c.http_url + "/metrics") as resp:
-            text = await resp.text()
-        assert 'preheat_worker_requests_total{outcome="deadline"} 1.0' in text
+
+        async def counted() -> bool:
+            async with c.http.get(c.http_url + "/metrics") as resp:
+                text = await resp.text()
+            return 'preheat_worker_requests_total{outcome="deadline"} 1.0' in text
+
+        await eventually(counted)
 
 
 async def test_cancel_closes_the_engine_stream() -> None:
