@@ -64,13 +64,10 @@ def bound(need: Sequence[int], step_s: float, cfg: AutoscalingConfig, start: int
         now = i * step_s
         history = stabilize.record(state.history, now, n, horizon)
         target = stabilize.stabilized(history, now, current, cfg)
-        up = target > current
-        if target != current and limits.cooldown_left(state, now, cfg, up) <= 0:
-            moved = limits.step_limited(current, target, cfg)
-            state = PolicyState(history=history, last_scale_at=now)
-            current = moved
-        else:
-            state = PolicyState(history=history, last_scale_at=state.last_scale_at)
+        scaled_at = state.last_scale_at
+        if target != current and limits.cooldown_left(state, now, cfg, target > current) <= 0:
+            current, scaled_at = limits.step_limited(current, target, cfg), now
+        state = PolicyState(history=history, last_scale_at=scaled_at)
         ruled += current * step_s
     return Bound(
         ideal_pod_s=sum(need) * step_s,

@@ -338,18 +338,20 @@ def _with_capacity(
     late = [v.ratio is not None and v.ratio > 1.0 + tol for v in views]
     under = [v.ratio is not None and v.ratio <= 1.0 for v in views]
     coming = [desired > serving and desired >= m for m in models]
-    unexplained = any(
+    # late although its model says the serving pods suffice (and none are coming)
+    unexplained_at = [
         is_late and not c and m <= serving
         for is_late, c, m in zip(late, coming, models, strict=True)
-    )
+    ]
+    unexplained = any(unexplained_at)
     since = ctx.state.late_since if unexplained else None
     if unexplained and since is None:
         since = ctx.now
     # a latency percentile with enough observations beyond it is not one or two slow
     # requests: the estimate is corrected now, not a window later (a climb does not wait)
     sure = any(
-        is_late and not c and m <= serving and _tail_observed(ctx, v.objective) >= SURE_TAIL
-        for v, is_late, c, m in zip(views, late, coming, models, strict=True)
+        u and _tail_observed(ctx, v.objective) >= SURE_TAIL
+        for v, u in zip(views, unexplained_at, strict=True)
     )
     persistent = since is not None and (sure or ctx.now - since >= ctx.autoscaling.window_s)
     out = [
