@@ -9,13 +9,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from preheat.core.autoscaling import Demand, Mix, PolicyTuning, ServiceCost, decide
+from preheat.core.autoscaling import (
+    Demand,
+    Mix,
+    PolicyState,
+    PolicyTuning,
+    ServiceCost,
+    Signals,
+    decide,
+)
 from preheat.core.autoscaling.capacity import (
     combine,
     erlang_c,
     in_flight,
     pod_rate,
     predicted_ttft_ms,
+    reachable_ms,
     replicas_for,
     replicas_for_concurrency,
     sojourn_ms,
@@ -388,3 +397,80 @@ def test_a_late_reading_over_many_requests_corrects_the_estimate_at_once() -> No
     noisy, _ = decide(ctx(0.0, _late(0.0, 4000.0, 1.0), desired=1))  # type: ignore[arg-type]
     assert noisy.active == 1
     assert "waiting a window" in noisy.reason
+
+
+#: the Mooncake conversation trace's mix over a 30-s window of its replay (7,973 prompt
+#: tokens, 2,498 of them cached, 303 output): the model's p99 floor is 956 ms
+MOONCAKE = Mix(requests=60, prompt_tokens=7973, cached_tokens=2498, output_tokens=303)
+
+
+def test_a_target_under_what_an_idle_pod_does_is_sized_for_that_floor() -> None:
+    """p99 800 ms on long prompts: no pool meets it (the p99 prompt's own prefill is over
+    it), and sizing for it asked for every pod allowed. The estimate sizes for the floor
+    plus the slack instead: a few pods for 2 req/s, not 32."""
+    floor = predicted_ttft_ms(COST, MOONCAKE, 1e-9, 99.0)
+    assert floor > 800.0
+    assert replicas_for(2.0, COST, MOONCAKE, 800.0, 99.0, highest=32) == 32  # the old ask
+    goal = reachable_ms(COST, MOONCAKE, 800.0, 99.0, 0.1)
+    assert goal == pytest.approx(floor * 1.1)
+    need = replicas_for(2.0, COST, MOONCAKE, goal, 99.0, highest=32)
+    assert need is not None
+    assert 1 <= need <= 4
+    assert reachable_ms(COST, MOONCAKE, 800.0, 99.0, 0.0) == pytest.approx(floor * 1.05)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    prompt=st.floats(50.0, 40_000.0),
+    target=st.floats(10.0, 10_000.0),
+    pct=st.sampled_from([50.0, 90.0, 95.0, 99.0]),
+    slack=st.floats(0.0, 0.5),
+)
+def test_the_reachable_target_is_the_target_unless_under_the_floor(
+    prompt: float, target: float, pct: float, slack: float
+) -> None:
+    """Never under the target; the target itself whenever it clears the floor and slack;
+    and always a target some rate meets (so the estimate is never every pod allowed)."""
+    mix = replace(AZURE, prompt_tokens=prompt)
+    goal = reachable_ms(COST, mix, target, pct, slack)
+    floor = predicted_ttft_ms(COST, mix, 1e-9, pct)
+    assert goal >= target
+    if target >= floor * (1.0 + max(0.05, slack)):
+        assert goal == target
+    assert pod_rate(COST, mix, goal, pct) > 0.0
+
+
+def test_a_target_no_pod_count_meets_does_not_grow_the_pool_to_its_max() -> None:
+    """Late at p99 2.4 s against 800 ms on long prompts at 2 req/s, window after window.
+    The reason says the target is under the floor; the estimate asks for a few pods, the
+    feedback corrects it to twice that at most; and once late for a whole window, panic
+    (2x the target) is not entered: it would only hold the pool's size for good."""
+    p99 = Objective(Signal.TTFT, 99.0, 800.0)
+    cfg = config(objectives=(p99,), panic=(True, 2.0, 10.0), window_s=30.0)
+
+    def sig(now: float) -> Signals:
+        base = signals(now, 2400.0, requests=60.0)
+        vals = tuple(replace(v, percentile=99.0) for v in base.values)
+        return replace(
+            base,
+            values=vals,
+            demand=Demand(arrival_rate=2.0, refused_rate=0.0, window_s=30.0),
+            mix=MOONCAKE,
+        )
+
+    state = PolicyState()
+    desired = 2
+    actives: list[int] = []
+    panics: list[bool] = []
+    for i in range(40):
+        now = 15.0 * i
+        dec, state = decide(ctx(now, sig(now), desired=desired, max_=32, cfg=cfg, state=state))
+        assert "is under what an idle pod does at this mix" in dec.reason
+        desired = dec.active
+        actives.append(dec.active)
+        panics.append(dec.panic)
+    goal = reachable_ms(COST, MOONCAKE, 800.0, 99.0, 0.1)
+    need = replicas_for(2.0, COST, MOONCAKE, goal, 99.0, highest=32)
+    assert need is not None
+    assert max(actives) <= 2 * need < 32
+    assert not any(panics[4:])  # late for a window (30 s): no panic from then on

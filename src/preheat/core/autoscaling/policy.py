@@ -171,6 +171,16 @@ def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
     fed_back, _ = recommend.combine(views)  # the feedback alone
     predicted, forecast_state, outlook = _forecast(ctx)
     views, model_note, late_since = _with_capacity(ctx, views, serving, predicted)
+    if fired is not None and late_since is not None and now - late_since >= cfg.window_s:
+        # late for a whole window with the pods the estimate says the rate needs: the
+        # feedback's correction is bounded by the estimate (capacity.combine), and panic
+        # would add only its hold on scale-down, for good where more pods do not bring the
+        # percentile down (a target under what the prompts' own prefill takes)
+        fired = None
+        panic_until = panic.panic_until(st.panic_until, now, cfg.panic, False)
+        panicking = panic_until is not None and now < panic_until
+        calm = "late for a window with the pods the rate needs: no panic"
+        model_note = f"{model_note}; {calm}" if model_note else calm
     if predicted is not None and outlook is not None:
         said = outlook.describe()
         model_note = f"{model_note}; {said}" if model_note else said
@@ -219,6 +229,8 @@ def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
             f"panic: {recommend.describe(fobj, fval)} >= {cfg.panic.threshold:g}x "
             f"{recommend.describe_target(fobj)}"
         )
+        if model_note:  # what the estimate said stays in the reason
+            head = f"{head}; {model_note}"
     if refused is not None:
         said = demand.describe(refused)
         if refusals_drive:
@@ -317,18 +329,23 @@ def _with_capacity(
     if cost is None or mix is None or seen is None or seen.arrival_rate <= 0:
         return views, "", None
     rate = max(seen.arrival_rate, predicted or 0.0)
+    desired, tol = ctx.replicas.desired, ctx.autoscaling.tolerance
     model: int | None = None
+    floors: list[str] = []  # TTFT targets under what an idle pod does at this mix
     for v in views:
         obj = v.objective
         if obj.signal is Signal.TTFT:
-            need = capacity.replicas_for(
-                rate, cost, mix, obj.target, obj.percentile, ctx.replicas.max
-            )
+            goal = capacity.reachable_ms(cost, mix, obj.target, obj.percentile, tol)
+            if goal > obj.target:
+                floors.append(
+                    f"ttft p{obj.percentile:g} {obj.target:g} ms is under what an idle pod "
+                    f"does at this mix: sized for {goal:.0f} ms"
+                )
+            need = capacity.replicas_for(rate, cost, mix, goal, obj.percentile, ctx.replicas.max)
             if need is not None:
                 model = need if model is None else max(model, need)
     if model is None:
         return views, "", None
-    desired, tol = ctx.replicas.desired, ctx.autoscaling.tolerance
     # each objective's model: the TTFT estimate, and for a concurrency objective the pods
     # that keep what a pod runs at this rate within its target (a target below that is
     # sized for, not read as lateness the estimate does not explain)
@@ -374,6 +391,8 @@ def _with_capacity(
         f"({mix.cached_tokens:.0f} cached) / {mix.output_tokens:.0f} output tokens "
         f"needs {model}"
     )
+    for said in floors:
+        note = f"{note} ({said})"
     for v, m in zip(views, models, strict=True):
         if m > model:
             runs = capacity.in_flight(cost, mix, rate, model)
