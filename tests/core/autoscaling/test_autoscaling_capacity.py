@@ -21,6 +21,7 @@ from preheat.core.autoscaling import (
 from preheat.core.autoscaling.capacity import (
     combine,
     erlang_c,
+    idle_floor_ms,
     in_flight,
     pod_rate,
     predicted_ttft_ms,
@@ -408,7 +409,7 @@ def test_a_target_under_what_an_idle_pod_does_is_sized_for_that_floor() -> None:
     """p99 800 ms on long prompts: no pool meets it (the p99 prompt's own prefill is over
     it), and sizing for it asked for every pod allowed. The estimate sizes for the floor
     plus the slack instead: a few pods for 2 req/s, not 32."""
-    floor = predicted_ttft_ms(COST, MOONCAKE, 1e-9, 99.0)
+    floor = idle_floor_ms(COST, MOONCAKE, 99.0)
     assert floor > 800.0
     assert replicas_for(2.0, COST, MOONCAKE, 800.0, 99.0, highest=32) == 32  # the old ask
     goal = reachable_ms(COST, MOONCAKE, 800.0, 99.0, 0.1)
@@ -433,7 +434,7 @@ def test_the_reachable_target_is_the_target_unless_under_the_floor(
     and always a target some rate meets (so the estimate is never every pod allowed)."""
     mix = replace(AZURE, prompt_tokens=prompt)
     goal = reachable_ms(COST, mix, target, pct, slack)
-    floor = predicted_ttft_ms(COST, mix, 1e-9, pct)
+    floor = idle_floor_ms(COST, mix, pct)
     assert goal >= target
     if target >= floor * (1.0 + max(0.05, slack)):
         assert goal == target

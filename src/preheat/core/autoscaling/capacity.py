@@ -46,6 +46,7 @@ from preheat.core.autoscaling.types import Mix
 __all__ = [
     "ServiceCost",
     "combine",
+    "idle_floor_ms",
     "in_flight",
     "pod_rate",
     "predicted_ttft_ms",
@@ -145,16 +146,21 @@ def predicted_ttft_ms(
     return step + cost.step_ms(max(1.0, batch), context) + own
 
 
+def idle_floor_ms(cost: ServiceCost, mix: Mix, percentile: float) -> float:
+    """TTFT at ``percentile`` on an idle pod (no load): the percentile's own prefill and
+    step, the least any pool of any size gives this mix."""
+    return predicted_ttft_ms(cost, mix, 1e-9, percentile)
+
+
 def reachable_ms(
     cost: ServiceCost, mix: Mix, target_ms: float, percentile: float, slack: float
 ) -> float:
     """The TTFT target the estimate sizes for: the larger of ``target_ms`` and the floor no
-    pool goes under (the percentile's own prefill and step on an idle pod,
-    :func:`predicted_ttft_ms` at no load) plus ``slack`` of it (at least 5%). More pods
+    pool goes under (:func:`idle_floor_ms`) plus ``slack`` of it (at least 5%). More pods
     bring a pool's TTFT towards that floor, never under it; sizing for a target at or
     under it asked for every pod ``replicas.max`` allows (32 pods for 2 req/s of the
     Mooncake conversation trace at p99 800 ms, where the model's floor is 956 ms)."""
-    floor = predicted_ttft_ms(cost, mix, 1e-9, percentile)
+    floor = idle_floor_ms(cost, mix, percentile)
     if math.isinf(floor):
         return target_ms
     return max(target_ms, floor * (1.0 + max(0.05, slack)))
@@ -177,7 +183,7 @@ def pod_rate(
     TTFT, climbs steeply (the model's p99 at 400 and 500 ms differs by a few percent of
     the rate), so a pool sized at the knee is saturated by the first rate a little over
     the window's mean."""
-    if predicted_ttft_ms(cost, mix, 1e-9, percentile) > target_ms:
+    if idle_floor_ms(cost, mix, percentile) > target_ms:
         return 0.0
     lo, hi = 0.0, 1.0
     while _ok(cost, mix, hi * pods, pods, target_ms, percentile, max_utilization) and hi < 1e6:

@@ -159,8 +159,6 @@ def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
 
     # 3. panic: from the worse of the window and the short window.
     fired = panic.triggered(cfg.panic, observed)
-    panic_until = panic.panic_until(st.panic_until, now, cfg.panic, fired is not None)
-    panicking = panic_until is not None and (fired is not None or now < panic_until)
     if fired is not None:
         observed = [
             (o, replace(sv, value=panic.worst(sv)) if o.signal.is_latency else sv)
@@ -177,10 +175,10 @@ def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
         # would add only its hold on scale-down, for good where more pods do not bring the
         # percentile down (a target under what the prompts' own prefill takes)
         fired = None
-        panic_until = panic.panic_until(st.panic_until, now, cfg.panic, False)
-        panicking = panic_until is not None and now < panic_until
         calm = "late for a window with the pods the rate needs: no panic"
         model_note = f"{model_note}; {calm}" if model_note else calm
+    panic_until = panic.panic_until(st.panic_until, now, cfg.panic, fired is not None)
+    panicking = panic_until is not None and (fired is not None or now < panic_until)
     if predicted is not None and outlook is not None:
         said = outlook.describe()
         model_note = f"{model_note}; {said}" if model_note else said
