@@ -253,7 +253,7 @@ class LocalPool:
         self.startup_budget_s = float(
             options.startup_budget_s or startup_failure_threshold(self.config, BuildOptions(), 1)
         )
-        self.control = ControlState.new_pool()
+        self.control = ControlState()
         self.tuning = PolicyTuning(stale_after_s=options.stale_after_s)
         self.decision: Decision | None = None
         self.signals = Signals()

@@ -12,9 +12,7 @@ first evaluation after a restart.
 
 from __future__ import annotations
 
-import datetime
 import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -129,8 +127,8 @@ class Autoscaler:
     ) -> None:
         """A pool's first evaluation in this process: the policy goes on from the history
         its status kept (the scale-down window and cooldowns a restart would lose). Without
-        one, a pool created less than a scale-down window ago is new to any policy (no
-        window before to hold); any other holds its size for a window (proposal 0007)."""
+        one, the pool holds its size for a window, a new pool as a restarted one (proposal
+        0007)."""
         if loop.control.decided is not None:
             return
         meta = pool.get("metadata") or {}
@@ -143,18 +141,6 @@ class Autoscaler:
             log.info("autoscaler_history_restored pool=%s/%s recommendations=%d since_s=%.0f",
                      meta.get("namespace"), meta.get("name"), len(policy.history),
                      now - (policy.since if policy.since is not None else now))  # fmt: skip
-            return
-        age = wall - created_s(meta)
-        if 0 <= age < config.scale_down.stabilization_s:
-            loop.control = ControlState.new_pool()
-
-
-def created_s(meta: Mapping[str, Any]) -> float:
-    """``metadata.creationTimestamp`` in seconds since the epoch (-inf: none or unreadable)."""
-    try:
-        return datetime.datetime.fromisoformat(str(meta["creationTimestamp"])).timestamp()
-    except (KeyError, ValueError):
-        return -math.inf
 
 
 __all__ = ["Autoscaler", "PoolLoop"]

@@ -252,7 +252,7 @@ class _World:
         self.events: list[ScaleEvent] = []
         self.samples: list[ReplicaSample] = []
         self.desired = pool.replicas.desired
-        self.control = ControlState.new_pool()
+        self.control = ControlState()
         # each evaluation's forecast error (the forecast runs with predictive off too)
         self.forecast_errors: list[float] = []
         zones = pool.topology.zones or ("zone-a",)

@@ -105,16 +105,17 @@ def test_a_restored_policy_holds_and_releases_as_the_uninterrupted_one() -> None
     assert fresh_down >= 210.0 + 300.0 > down
 
 
-def test_a_pool_seen_from_its_creation_has_no_unseen_window_to_hold() -> None:
-    """Proposal 0007's hold is for a policy that may have lost the pool's history; a
-    driver that saw the pool from its creation (the simulator, preheat up, the operator on
-    a pool created less than a window ago) has nothing before to hold."""
+def test_a_new_pool_holds_its_starting_size_for_one_scale_down_window() -> None:
+    """Proposal 0007, revised twice: a policy without history (a new pool, or a restart
+    that lost it) holds the starting size until it has seen one whole scale-down window; a
+    first window far under target is not the pool's steady state (the diurnal day's first
+    30 s said 14 of 16 pods, and the climb after it cost 2,300 misses)."""
     cfg = config(down=(300.0, 0.0, 4))
-    lost = Driver(cfg=cfg, desired=4)
-    new = Driver(cfg=cfg, desired=4, state=PolicyState(seen_from_creation=True))
-    for d in (lost, new):
-        d.tick(0.0, signals(0.0, 100.0), active=4)  # far under target: asks for 1
-    assert lost.desired == 4
-    assert "window began at start-up" in lost.decisions[0][1].reason
-    assert new.desired == 1
-    assert new.decisions[0][1].cause is Cause.SCALE_DOWN
+    d = Driver(cfg=cfg, desired=4)
+    for t in (0.0, 100.0, 200.0, 299.0):
+        d.tick(t, signals(t, 100.0), active=4)  # far under target: asks for 1
+        assert d.desired == 4
+    assert all("window began at start-up" in dec.reason for _, dec in d.decisions)
+    d.tick(300.0, signals(300.0, 100.0), active=4)
+    assert d.desired == 1
+    assert d.decisions[-1][1].cause is Cause.SCALE_DOWN

@@ -17,8 +17,8 @@ The pipeline, each step a small module of its own:
    ``A / (A - R)``);
 3. :mod:`~.panic`: far past a latency target -> scale up now, never down for a while;
 4. :mod:`~.stabilize`: per-direction windows over the recommendation history (the part
-   before the first evaluation holds the current size unless the driver saw the pool
-   from its creation, ``PolicyState.seen_from_creation``);
+   before the first evaluation holds the current size: after a restart that lost the
+   history, and on a new pool, whose starting size holds for one scale-down window);
 5. warming credit: what the pool is already converging to (``replicas.desired``, pods
    warming or being promoted) covers a recommendation computed from the serving pods;
 6. :mod:`~.limits`: cooldowns, max step, bounds; :mod:`~.zero`: scale-to-zero and wake;
@@ -248,8 +248,7 @@ def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
         return _scale(ctx, base, target, Cause.WAKE, "requests arrived at zero; waking", rec)
 
     # 4. stabilization (panic: the latest recommendation, up only).
-    unseen_from = None if st.seen_from_creation else since
-    target = stabilize.stabilized(history, now, current, cfg, since=unseen_from)
+    target = stabilize.stabilized(history, now, current, cfg, since=since)
     if panicking:
         target = max(current, rec if fired is not None else target)
     target = limits.bounded(target, lowest, reps.max)
@@ -281,7 +280,7 @@ def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
 
     # hold: say what kept it.
     # the window's unseen part alone kept it (what was seen would have scaled down)
-    unseen_hold = stabilize.unseen(now, unseen_from, cfg) and (
+    unseen_hold = stabilize.unseen(now, since, cfg) and (
         stabilize.down_recommendation(history, now, cfg) < current
     )
     cause, reason = _why_hold(ctx, rec, raw, driver, head, panicking, lowest, unseen_hold)

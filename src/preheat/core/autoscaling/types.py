@@ -173,11 +173,9 @@ class PolicyState:
     panic_until: float | None = None
     idle_since: float | None = None
     # the first evaluation (this process's start, or the pool's): the scale-down window
-    # before it was not seen, and an unseen window holds the current size...
+    # before it was not seen, and an unseen window holds the current size (a new pool's
+    # starting size too: proposal 0007, revised twice)
     since: float | None = None
-    # ...unless the policy has seen the pool from its creation (the driver says so: a new
-    # pool, the simulator's, preheat up's): there was no window before to hold
-    seen_from_creation: bool = False
     # (time, active pods serving) at each evaluation that had the routers' demand figures,
     # over the demand window: the pods that served (and refused) what the window counted
     serving: tuple[tuple[float, int], ...] = ()

@@ -63,12 +63,6 @@ class ControlState:
     policy: PolicyState = field(default_factory=PolicyState)
     decided: int | None = None  # the active count of the last decision (None: none yet)
 
-    @classmethod
-    def new_pool(cls) -> ControlState:
-        """The state for a pool the policy sees from its creation: no scale-down window
-        before its first evaluation to hold (``PolicyState.seen_from_creation``)."""
-        return cls(policy=PolicyState(seen_from_creation=True))
-
 
 def signal_query(autoscaling: AutoscalingConfig) -> SignalQuery:
     """The one query every driver's metric source answers for a pool."""
