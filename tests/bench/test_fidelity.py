@@ -8,6 +8,7 @@ replays one after another, each live value the median over them: see
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,8 @@ async def test_live_and_simulated_agree_within_ten_percent(tmp_path: Path) -> No
         f"sim {r.simulated:.3f} ({100 * r.error:.1f}%)"
         for r in rows
     )
+    # a loaded machine slows the live side only: say how loaded it was
+    report += f"; 1-min load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     assert [r.metric for r in rows if r.error > BOUND] == [], report
     # the scenario exercises the prefix cache, not an empty one
     hit = next(r for r in rows if r.metric == "cache hit rate")
