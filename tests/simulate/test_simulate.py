@@ -389,3 +389,29 @@ def test_cli_prints_the_latency_budget_of_the_simulated_stages(
     rows = {line.split()[0] for line in out.splitlines() if line.startswith("    ")}
     assert {"router", "network", "queue", "prefill", "decode"} <= rows
     assert "TTFT tail (slowest 5%" in out
+
+
+def test_a_new_pool_holds_its_starting_size_for_one_scale_down_window() -> None:
+    """The simulator's pool, like the operator's and preheat up's, is new at t=0: its
+    starting size (``replicas.desired``) holds until the policy has seen one whole
+    scale-down window, however far under target the first windows are (proposal 0007,
+    revised twice; before, a pool seen from its creation scaled down on its first)."""
+    spec: dict[str, Any] = {
+        "model": {"name": "m"},
+        "engine": {"kind": "sim"},
+        "replicas": {"min": 1, "max": 4, "desired": 3},
+        "autoscaling": {
+            "objectives": [{"signal": "ttft", "percentile": 95, "targetMs": 500}],
+            "scaleDown": {"stabilization": "60s", "cooldown": "5s", "maxStep": 4},
+        },
+    }
+    pool = pool_config(spec_document("p", spec))
+    trace = _trace(300, rate=2.0)  # 150 s of light load: one pod is plenty
+    run, _ = simulate(pool, trace, SimOptions(autoscale_interval_s=5.0))
+    downs = [e for e in run.events if e.kind == "scale_down"]
+    assert downs, [e.kind for e in run.events]
+    assert downs[0].t_s >= 60.0, downs[0]
+    assert downs[0].from_replicas == 3
+    held = [s for s in run.replicas if s.t_s < 60.0]
+    assert held
+    assert all(s.active == 3 for s in held)
