@@ -268,17 +268,20 @@ def compare(lives: list[Run], sim: Run) -> list[Row]:
             f"no finished requests to compare (live {[len(lt) for lt in lts]}, simulated {len(st)})"
         )
     return [
-        Row(
-            "TTFT p50 (ms)",
-            tuple(sample_quantile(0.5, lt) for lt in lts),
-            sample_quantile(0.5, st),
-        ),
-        Row(
-            "TTFT p95 (ms)",
-            tuple(sample_quantile(0.95, lt) for lt in lts),
-            sample_quantile(0.95, st),
-        ),
+        *_quantile_rows("TTFT", lts, st),
         Row("cache hit rate", tuple(_hit(live) for live in lives), _hit(sim)),
+    ]
+
+
+def _quantile_rows(name: str, live: list[list[float]], simulated: list[float]) -> list[Row]:
+    """``name`` p50 and p95: each live replay's quantile, and the simulator's."""
+    return [
+        Row(
+            f"{name} p{round(100 * q)} (ms)",
+            tuple(sample_quantile(q, xs) for xs in live),
+            sample_quantile(q, simulated),
+        )
+        for q in (0.5, 0.95)
     ]
 
 
@@ -300,17 +303,7 @@ def engine_rows(lives: list[Run], sim: Run) -> list[Row]:
     so = _sim_stages(sim, "route", "network")
     if not (lives and all(le) and all(lo) and se and so):
         return []
-    rows: list[Row] = []
-    for name, live, simulated in (("engine TTFT", le, se), ("outside the engine", lo, so)):
-        for q in (0.5, 0.95):
-            rows.append(
-                Row(
-                    f"{name} p{round(100 * q)} (ms)",
-                    tuple(sample_quantile(q, x) for x in live),
-                    sample_quantile(q, simulated),
-                )
-            )
-    return rows
+    return [*_quantile_rows("engine TTFT", le, se), *_quantile_rows("outside the engine", lo, so)]
 
 
 def render(rows: list[Row], sc: Scenario, lives: list[Run], sim: Run, wall_s: float) -> str:

@@ -131,16 +131,17 @@ class Autoscaler:
         0007)."""
         if loop.control.decided is not None:
             return
-        meta = pool.get("metadata") or {}
         memory = policy_history.from_status(pool.get("status"))
-        policy = loop.control.policy
-        if memory is not None:
-            policy = restore(policy, memory, now, wall, config)
-        if policy is not loop.control.policy:
-            loop.control = replace(loop.control, policy=policy)
-            log.info("autoscaler_history_restored pool=%s/%s recommendations=%d since_s=%.0f",
-                     meta.get("namespace"), meta.get("name"), len(policy.history),
-                     now - (policy.since if policy.since is not None else now))  # fmt: skip
+        if memory is None:
+            return
+        policy = restore(loop.control.policy, memory, now, wall, config)
+        if policy is loop.control.policy:  # nothing remembered is still in the windows
+            return
+        loop.control = replace(loop.control, policy=policy)
+        meta = pool.get("metadata") or {}
+        log.info("autoscaler_history_restored pool=%s/%s recommendations=%d since_s=%.0f",
+                 meta.get("namespace"), meta.get("name"), len(policy.history),
+                 now - (policy.since if policy.since is not None else now))  # fmt: skip
 
 
 __all__ = ["Autoscaler", "PoolLoop"]
