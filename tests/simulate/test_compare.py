@@ -143,6 +143,20 @@ def test_summary_says_cost_at_target_and_where_ours_is_not_left_of_a_baseline() 
     assert "| hpa | x | 99.90% | 2.50 | 0.83 | yes |" in table
 
 
+def test_summary_cautions_when_the_size_under_the_hindsight_best_was_not_run() -> None:
+    pts = [
+        Point("preheat", "a", 0.995, 13.0, 300.0),
+        Point("fixed", "14 pods", 0.981, 14.0, 14.0),
+        Point("fixed", "16 pods", 0.997, 16.0, 16.0),
+    ]
+    lines = summary_lines(pts, 0.99)
+    assert lines[0].startswith("hindsight-best fixed pool: 16 pods")
+    assert lines[1].startswith("CAUTION: 15 pods not run")
+    assert "--knob fixed=15" in lines[1]
+    with_15 = [*pts, Point("fixed", "15 pods", 0.985, 15.0, 15.0)]
+    assert not any(line.startswith("CAUTION") for line in summary_lines(with_15, 0.99))
+
+
 def _files(tmp_path: Path) -> tuple[Path, Path]:
     pool = tmp_path / "pool.yaml"
     pool.write_text(

@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from preheat.simulate.pareto import Point, cheapest_at, front, hindsight_fixed, uncovered
+from preheat.simulate.pareto import (
+    Point,
+    cheapest_at,
+    front,
+    hindsight_fixed,
+    uncovered,
+    unrun_fixed_below,
+)
 
 
 def P(policy: str, att: float, gpu_h: float, setting: str = "") -> Point:
@@ -53,6 +60,32 @@ def test_hindsight_fixed_is_the_cheapest_fixed_pool_reaching_the_target(
 
 def test_hindsight_fixed_without_fixed_points_is_none() -> None:
     assert hindsight_fixed([P("hpa", 1.0, 1.0)], 0.99) is None
+
+
+def F(pods: int, att: float) -> Point:
+    """A fixed pool of ``pods`` over one hour."""
+    return Point("fixed", f"{pods} pods", att, float(pods), float(pods))
+
+
+@pytest.mark.parametrize(
+    ("pool", "expected"),
+    [
+        # swept in steps of two: 16 is the best of the sizes run, 15 was never tried
+        ((F(14, 0.981), F(16, 0.9966), F(18, 0.9986)), 15),
+        # 15 was run and misses: 16 is the cheapest size that reaches 99%
+        ((F(14, 0.981), F(15, 0.985), F(16, 0.9966)), None),
+        # the best is one pod: nothing smaller
+        ((F(1, 0.999), F(2, 1.0)), None),
+        # none reaches 99%: the reference is the one that attains most, not a cost
+        ((F(4, 0.95), F(6, 0.97)), None),
+        # a size unknown (points read from elsewhere): no claim
+        ((Point("fixed", "16 pods", 0.995, 16.0),), None),
+    ],
+)
+def test_unrun_fixed_below_names_the_size_under_the_reference_that_was_not_tried(
+    pool: tuple[Point, ...], expected: int | None
+) -> None:
+    assert unrun_fixed_below([P("preheat", 0.999, 9.0), *pool], 0.99) == expected
 
 
 def test_cheapest_at_reads_a_policy_cost_at_an_attainment() -> None:

@@ -46,7 +46,14 @@ from typing import Any
 from preheat.core.autoscaling import Context, Decision, PolicyState
 from preheat.core.autoscaling.baselines import Hpa, Keda, Kpa, Scheduled
 from preheat.simulate.options import SimInputError
-from preheat.simulate.pareto import Point, cheapest_at, front, hindsight_fixed, uncovered
+from preheat.simulate.pareto import (
+    Point,
+    cheapest_at,
+    front,
+    hindsight_fixed,
+    uncovered,
+    unrun_fixed_below,
+)
 from preheat.workload.diurnal import WINDOWS_PER_HOUR, hourly_schedule
 
 __all__ = [
@@ -313,6 +320,13 @@ def summary_lines(points: Sequence[Point], target: float, ours: str = "preheat")
             f"hindsight-best fixed pool: {ref.setting} ({_pct(ref.attainment)} on "
             f"{ref.gpu_hours:.2f} GPU-h; {met} {_pct(target)})"
         )
+        below = unrun_fixed_below(points, target)
+        if below is not None:
+            lines.append(
+                f"CAUTION: {below} pod{'' if below == 1 else 's'} not run: the hindsight-best "
+                f"is only the best of the sizes run, and every 'x hindsight fixed' ratio may "
+                f"be flattering (add --knob fixed={below})"
+            )
     policies = list(dict.fromkeys(p.policy for p in points))
     for name in policies:
         mine = [p for p in points if p.policy == name]

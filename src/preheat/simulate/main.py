@@ -502,7 +502,7 @@ def _compare(
     for st, r in zip(runs, results, strict=True):
         s = summarize(r.run)
         gpu_h = float(r.run.meta.extra.get("gpu_hours", r.stats.gpu_seconds / 3600.0))
-        points.append(Point(st.policy, st.setting, s.ttft_attainment or 0.0, gpu_h))
+        points.append(Point(st.policy, st.setting, s.ttft_attainment or 0.0, gpu_h, st.value))
     target = args.target_attainment
     lines = compare.summary_lines(points, target)
     table = compare.table_markdown(points, target)

@@ -10,6 +10,9 @@ within the SLO (``attainment``, 0..1) and the GPU-hours the pool held. Up-left i
 - :func:`hindsight_fixed`: the reference an SRE would have picked knowing the whole trace:
   the cheapest fixed pool that reaches the attainment, else the fixed pool that attains
   most;
+- :func:`unrun_fixed_below`: the fixed size just under the hindsight-best one when that
+  size was not run (the reference is then only the best *of the sizes run*: a sweep in
+  steps of two can make it a pod too large, and every ratio to it too flattering);
 - :func:`uncovered`: the points of a baseline that ours does not reach at no more cost
   (empty: our curve is at or left of theirs at every attainment they reach).
 """
@@ -19,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Point", "cheapest_at", "front", "hindsight_fixed", "uncovered"]
+__all__ = ["Point", "cheapest_at", "front", "hindsight_fixed", "uncovered", "unrun_fixed_below"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class Point:
     setting: str  # the knob's value as shown ("48/pod", "4 pods")
     attainment: float  # share of all requests within the SLO, 0..1
     gpu_hours: float
+    knob: float | None = None  # the knob's value (a fixed pool: its size); None: unknown
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.attainment <= 1.0:
@@ -76,6 +80,23 @@ def hindsight_fixed(points: Iterable[Point], attainment: float) -> Point | None:
     if best is not None:
         return best
     return max(fixed, key=lambda p: (p.attainment, -p.gpu_hours))
+
+
+def unrun_fixed_below(points: Iterable[Point], attainment: float) -> int | None:
+    """The pool size one under the hindsight-best fixed pool when no fixed point of that
+    size was run and the best one reaches ``attainment`` (so the smaller pool might too, for
+    less); None when the reference is known to be the cheapest size (the size under it was
+    run, it is one pod, it does not reach the attainment, or its size is unknown)."""
+    pts = list(points)
+    ref = hindsight_fixed(pts, attainment)
+    if ref is None or ref.knob is None or ref.attainment < attainment:
+        return None
+    below = int(ref.knob) - 1
+    if below < 1:
+        return None
+    if any(p.policy == "fixed" and p.knob is not None and int(p.knob) == below for p in pts):
+        return None
+    return below
 
 
 def uncovered(ours: Sequence[Point], theirs: Iterable[Point]) -> list[Point]:
