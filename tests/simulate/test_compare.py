@@ -255,3 +255,28 @@ def test_the_benchmarks_pool_file_is_the_autoscaling_parts_pool() -> None:
     ref = _autoscaling_pool(2, 0, 300.0, 99.0)
     assert cfg.autoscaling == ref.autoscaling
     assert cfg.replicas == ref.replicas
+
+
+def test_cli_compare_runs_the_fixed_sizes_its_sweep_skipped_under_the_hindsight_best(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Swept at 3 pods only, where one pod reaches the target on this light trace: the
+    reference is found by bisecting 0..3 (1 pod), not left at 3."""
+    from preheat.cli import main
+
+    pool, trace = _files(tmp_path)
+    out = tmp_path / "cmp"
+    rc = main(
+        [
+            "simulate", "--pool", str(pool), "--trace", str(trace), "--out", str(out),
+            "--compare", "fixed", "--knob", "fixed=3", "--jobs", "1",
+        ]
+    )  # fmt: skip
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "also running 1 pod (the gap under it)" in text
+    assert "hindsight-best fixed pool: 1 pod " in text
+    assert "CAUTION" not in text
+    doc = json.loads((out / "compare.json").read_text())
+    assert [(p["setting"], p["knob"]) for p in doc["points"]] == [("1 pod", 1.0), ("3 pods", 3.0)]
+    assert (out / "fixed_1_pod").is_dir()

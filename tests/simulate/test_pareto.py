@@ -12,6 +12,7 @@ from preheat.simulate.pareto import (
     cheapest_at,
     front,
     hindsight_fixed,
+    next_fixed_probe,
     uncovered,
     unrun_fixed_below,
 )
@@ -86,6 +87,25 @@ def test_unrun_fixed_below_names_the_size_under_the_reference_that_was_not_tried
     pool: tuple[Point, ...], expected: int | None
 ) -> None:
     assert unrun_fixed_below([P("preheat", 0.999, 9.0), *pool], 0.99) == expected
+
+
+@pytest.mark.parametrize(
+    ("pool", "expected"),
+    [
+        ((F(14, 0.981), F(16, 0.9966), F(18, 0.9986)), 15),  # the gap 14..16
+        ((F(12, 0.95), F(16, 0.9966)), 14),  # bisect 12..16
+        ((F(12, 0.95), F(14, 0.98), F(16, 0.9966)), 15),  # then 14..16
+        ((F(14, 0.981), F(15, 0.985), F(16, 0.9966)), None),  # 15 misses: 16 is exact
+        ((F(4, 0.995),), 2),  # nothing misses: bisect 0..4
+        ((F(1, 0.999), F(2, 1.0)), None),  # one pod: nothing smaller
+        ((F(4, 0.95), F(6, 0.97)), None),  # none reaches the target
+        ((Point("fixed", "16 pods", 0.995, 16.0),), None),  # size unknown
+    ],
+)
+def test_next_fixed_probe_bisects_the_gap_under_the_hindsight_best(
+    pool: tuple[Point, ...], expected: int | None
+) -> None:
+    assert next_fixed_probe([P("preheat", 0.999, 9.0), *pool], 0.99) == expected
 
 
 def test_cheapest_at_reads_a_policy_cost_at_an_attainment() -> None:

@@ -23,7 +23,9 @@ and its knob change (:func:`settings` says how each becomes pool overrides and a
     the knob, the requests per second one pod takes; default 8, 10, 12, 14, 16.
 ``fixed``
     the pool's size (``min = max = desired``, no standby, no autoscaling); default 1, 2,
-    3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32 up to ``replicas.max``.
+    3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32 up to ``replicas.max``; the CLI then runs the
+    sizes skipped under the hindsight-best one
+    (:func:`~preheat.simulate.pareto.next_fixed_probe`).
 
 The baselines keep the pool's ``replicas`` (min, max, warm standby) and read the gauges
 they read upstream (``in_flight``, the pool's ``queueDepth``; the latter is added to the

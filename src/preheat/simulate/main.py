@@ -45,7 +45,7 @@ from preheat.simulate.options import (
     pool_config,
     read_pool,
 )
-from preheat.simulate.pareto import Point
+from preheat.simulate.pareto import Point, next_fixed_probe
 from preheat.simulate.world import SimStats, simulate
 from preheat.workload.superpose import superpose
 from preheat.workload.traceargs import add_trace_arguments, read_requests, trace_options
@@ -472,8 +472,8 @@ def _compare(
         slo_ms = compare.slo_of(spec, args.ttft_objective_ms)
         schedule = compare.read_schedule(args.schedule) if args.schedule else None
         runs = compare.settings(policies, knobs, spec, slo_ms, schedule)
-        jobs = []
-        for st in runs:
+
+        def job(st: compare.Setting) -> _Job:
             ov = (*overrides, *st.overrides)
             pool_config(pool, ov)  # every problem before any work
             opts = replace(
@@ -485,30 +485,52 @@ def _compare(
             )
             if st.interval_s is not None:
                 opts = replace(opts, autoscale_interval_s=st.interval_s)
-            jobs.append(_Job(st.label, args.pool, ov, opts, out / _slug(st.label), False))
+            return _Job(st.label, args.pool, ov, opts, out / _slug(st.label), False)
+
+        jobs = [job(st) for st in runs]
     except PreheatError as e:
         return _fail(str(e))
     n_jobs = args.jobs or min(len(jobs), os.cpu_count() or 1)
     t0 = time.perf_counter()
     print(f"comparing {len(jobs)} runs ({', '.join(policies)}) on {n_jobs} processes")
+    target = args.target_attainment
+    from preheat.report.summary import summarize
+
+    def point(st: compare.Setting, r: _Result) -> Point:
+        s = summarize(r.run)
+        gpu_h = float(r.run.meta.extra.get("gpu_hours", r.stats.gpu_seconds / 3600.0))
+        return Point(st.policy, st.setting, s.ttft_attainment or 0.0, gpu_h, st.value)
+
     try:
         results = _run_all(jobs, trace, n_jobs)
+        points = [point(st, r) for st, r in zip(runs, results, strict=True)]
+        # the hindsight-best fixed pool is the cheapest size reaching the target, not only
+        # the cheapest of the sizes swept: bisect the gap under it (a run or two)
+        while (size := next_fixed_probe(points, target)) is not None:
+            (st,) = compare.settings(("fixed",), {"fixed": (float(size),)}, spec, slo_ms, None)
+            pods = f"{size} pod{'s' * (size != 1)}"
+            print(f"hindsight-best fixed pool: also running {pods} (the gap under it)")
+            (r,) = _run_all([job(st)], trace, 1)
+            runs.append(st)
+            results.append(r)
+            points.append(point(st, r))
     except PreheatError as e:
         return _fail(str(e))
     wall = time.perf_counter() - t0
-    from preheat.report.summary import summarize
-
-    points = []
-    for st, r in zip(runs, results, strict=True):
-        s = summarize(r.run)
-        gpu_h = float(r.run.meta.extra.get("gpu_hours", r.stats.gpu_seconds / 3600.0))
-        points.append(Point(st.policy, st.setting, s.ttft_attainment or 0.0, gpu_h, st.value))
-    target = args.target_attainment
+    # in the order asked, a policy's rows together, the fixed pools by size
+    first = {st.policy: i for i, st in reversed(list(enumerate(runs)))}
+    order = sorted(
+        range(len(runs)),
+        key=lambda i: (first[runs[i].policy], runs[i].value if runs[i].policy == "fixed" else i),
+    )
+    runs = [runs[i] for i in order]
+    results = [results[i] for i in order]
+    points = [points[i] for i in order]
     lines = compare.summary_lines(points, target)
     table = compare.table_markdown(points, target)
     head = (
         f"SIMULATED comparison on {args.trace} ({len(trace)} requests); SLO: TTFT <= "
-        f"{slo_ms:g} ms (attainment counts every request); {len(jobs)} runs in {wall:.0f} s wall"
+        f"{slo_ms:g} ms (attainment counts every request); {len(results)} runs in {wall:.0f} s wall"
     )
     print(head)
     print(table)

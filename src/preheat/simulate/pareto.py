@@ -13,6 +13,8 @@ within the SLO (``attainment``, 0..1) and the GPU-hours the pool held. Up-left i
 - :func:`unrun_fixed_below`: the fixed size just under the hindsight-best one when that
   size was not run (the reference is then only the best *of the sizes run*: a sweep in
   steps of two can make it a pod too large, and every ratio to it too flattering);
+- :func:`next_fixed_probe`: the fixed size to run next to find the cheapest one reaching the
+  attainment (bisection between the largest size run that misses it and the reference);
 - :func:`uncovered`: the points of a baseline that ours does not reach at no more cost
   (empty: our curve is at or left of theirs at every attainment they reach).
 """
@@ -22,7 +24,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Point", "cheapest_at", "front", "hindsight_fixed", "uncovered", "unrun_fixed_below"]
+__all__ = [
+    "Point",
+    "cheapest_at",
+    "front",
+    "hindsight_fixed",
+    "next_fixed_probe",
+    "uncovered",
+    "unrun_fixed_below",
+]
 
 
 @dataclass(frozen=True)
@@ -97,6 +107,32 @@ def unrun_fixed_below(points: Iterable[Point], attainment: float) -> int | None:
     if any(p.policy == "fixed" and p.knob is not None and int(p.knob) == below for p in pts):
         return None
     return below
+
+
+def next_fixed_probe(points: Iterable[Point], attainment: float) -> int | None:
+    """The fixed pool size to simulate next so that the hindsight-best fixed pool is the
+    cheapest size reaching ``attainment``, not only the cheapest of the sizes swept: the
+    middle of the gap between the largest size run that misses it (0 if none) and the
+    reference. None when there is no gap (the size under the reference was run and misses,
+    or the reference is one pod), no fixed size reaches the attainment, or a size is unknown.
+    Assumes a larger pool attains no less (bisection: about log2(gap) runs)."""
+    pts = list(points)
+    ref = hindsight_fixed(pts, attainment)
+    if ref is None or ref.knob is None or ref.attainment < attainment:
+        return None
+    hi = int(ref.knob)
+    misses = [
+        int(p.knob)
+        for p in pts
+        if p.policy == "fixed"
+        and p.knob is not None
+        and p.attainment < attainment
+        and int(p.knob) < hi
+    ]
+    lo = max(misses, default=0)
+    if hi - lo <= 1:
+        return None
+    return (lo + hi) // 2
 
 
 def uncovered(ours: Sequence[Point], theirs: Iterable[Point]) -> list[Point]:
