@@ -376,3 +376,28 @@ def test_random_workloads_finish_everything_and_free_all_blocks(scenario: int) -
     assert core.kv_cache_usage == 0.0
     assert (core.num_running, core.num_waiting) == (0, 0)
     assert len(core.cached_blocks()) <= cfg.num_gpu_blocks
+
+
+def test_step_rhythm_gives_the_last_step_boundary_and_the_step_in_progress() -> None:
+    core = SimCore(CoreConfig(), COST)
+    assert core.step_rhythm(0.0) is None  # idle: no step in progress
+    core.add(req("a", range(64), max_tokens=50), 0.0)
+    run_all_until = core.next_event_time()  # the prefill step's end: the first token
+    assert run_all_until is not None
+    em = core.advance(run_all_until)
+    first = token_times(em, "a")[0]
+    assert core.step_rhythm(first) is None  # not planned yet: a driver asks for the next
+    assert core.next_event_time() is not None  # event after each change, which plans it
+    rhythm = core.step_rhythm(first + 0.0001)
+    assert rhythm is not None
+    end, dt = rhythm
+    assert end == pytest.approx(first)
+    assert dt == pytest.approx(COST.decode_step_ms(1, 65) / 1000.0, rel=0.05)
+    # two and a half steps later: the boundary two steps on, the same step (nothing changed)
+    later = core.step_rhythm(first + 2.5 * dt)
+    assert later is not None
+    assert later[0] == pytest.approx(first + 2 * dt)
+    assert later[1] == pytest.approx(dt)
+    # asking plans and commits nothing: the tokens still come at the same times
+    em2 = core.advance(first + 5 * dt + 1e-9)
+    assert token_times(em2, "a")[0] == pytest.approx(first + dt)

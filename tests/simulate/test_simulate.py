@@ -14,8 +14,12 @@ from preheat.api.poolfile import PoolFileError
 from preheat.core import autoscaling as core_autoscaling
 from preheat.core.autoscaling import Context, Decision, PolicyState
 from preheat.core.pool import PoolConfig
+from preheat.core.routing.baselines import SchedulerState
+from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.plugins import registry
 from preheat.core.routing.plugins.base import ScoreInput
+from preheat.core.routing.scheduler import schedule
+from preheat.core.routing.types import PrefillCost, RouteDecision, RoutingContext
 from preheat.report.record import count_outcomes, read_run, write_run
 from preheat.simulate import (
     SimInputError,
@@ -415,3 +419,44 @@ def test_a_new_pool_holds_its_starting_size_for_one_scale_down_window() -> None:
     held = [s for s in run.replicas if s.t_s < 60.0]
     assert held
     assert all(s.active == 3 for s in held)
+
+
+def test_the_simulated_router_sees_the_step_clocks_the_live_one_reads_from_tokens() -> None:
+    # one pod decoding a long request; later arrivals see its step clock: the last step
+    # boundary (as its token reaches the router), the step, and the lag the live router
+    # measures (its TTFT less the engine's: the router's overhead and one RTT)
+    trace = [
+        TraceRequest(arrival_s=0.0, input_tokens=64, output_tokens=400, index=0),
+        *(
+            TraceRequest(arrival_s=0.5 + 0.0013 * i, input_tokens=64, output_tokens=4, index=i)
+            for i in range(1, 4)
+        ),
+    ]
+    seen: list[RoutingContext] = []
+
+    def route(
+        ctx: RoutingContext, cfg: SchedulerConfig, cost: PrefillCost, state: SchedulerState
+    ) -> tuple[RouteDecision, SchedulerState]:
+        seen.append(ctx)
+        return schedule(ctx, cfg, cost, state)
+
+    for on in (True, False):
+        seen.clear()
+        opts = SimOptions(routing=SchedulerConfig(step_clock=on), route=route)
+        run, _ = simulate(_pool(min=1, max=1), trace, opts)
+        assert count_outcomes(run.requests)["ok"] == 4
+        assert seen[0].step_clocks == {}  # nothing decoding yet
+        if not on:
+            assert all(ctx.step_clocks == {} for ctx in seen)
+            continue
+        net = opts.network
+        clocks = [ctx.step_clocks[ctx.endpoints[0].id] for ctx in seen[1:]]
+        for ctx, c in zip(seen[1:], clocks, strict=True):
+            assert c.last_token_at <= ctx.now < c.last_token_at + c.step_ms / 1000.0
+            assert 7.0 < c.step_ms < 9.0  # one sequence's decode step
+            assert c.lag_ms == pytest.approx(net.router_overhead_ms + net.local_ms)
+        # the same rhythm seen at three moments: boundaries a whole number of steps apart
+        step_s = clocks[0].step_ms / 1000.0
+        for c in clocks[1:]:
+            k = (c.last_token_at - clocks[0].last_token_at) / step_s
+            assert k == pytest.approx(round(k), abs=1e-6)

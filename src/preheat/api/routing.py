@@ -85,6 +85,7 @@ class RoutingConfigSpec(_Spec):
     )
     running_seq_ms: float = _ms(_D.running_seq_ms)
     step_residual: float = Field(default=_D.step_residual, ge=0.0, le=1.0, allow_inf_nan=False)
+    step_clock: bool = _D.step_clock
     slot_wait_ms: float = _ms(_D.slot_wait_ms)
     chunk_tokens: int = Field(default=_D.chunk_tokens, ge=1, le=1 << 20)
     chunk_shared_ms: float = _ms(_D.chunk_shared_ms)
@@ -150,6 +151,7 @@ class RoutingConfigSpec(_Spec):
             typical_prompt_alpha=self.typical_prompt_alpha,
             running_seq_ms=self.running_seq_ms,
             step_residual=self.step_residual,
+            step_clock=self.step_clock,
             slot_wait_ms=self.slot_wait_ms,
             chunk_tokens=self.chunk_tokens,
             chunk_shared_ms=self.chunk_shared_ms,

@@ -434,6 +434,17 @@ class SimCore:
         plan = self._ensure_plan()
         return None if plan is None else plan.start + plan.dt
 
+    def step_rhythm(self, at: float) -> tuple[float, float] | None:
+        """``(end, dt)``: the last step boundary at or before ``at`` (s) and the length of
+        the step then in progress, as the tokens streamed from this engine show them; None
+        when no step is planned. It plans and commits nothing (a driver that asked
+        :meth:`next_event_time` after its last change has the plan in place)."""
+        plan = self._plan
+        if plan is None or plan.dt <= 0:
+            return None
+        k = min(plan.n, max(0, math.floor((at - plan.start) / plan.dt + 1e-9)))
+        return plan.start + k * plan.dt, plan.dt
+
     def next_event_time(self) -> float | None:
         """End of the current plan: the next change of batch composition, or None."""
         plan = self._ensure_plan()

@@ -57,7 +57,7 @@ from preheat.core.routing import scheduler as core_scheduler
 from preheat.core.routing.baselines import SchedulerState
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.history import PrefixHistory
-from preheat.core.routing.types import Endpoint, RequestInfo, RoutingContext
+from preheat.core.routing.types import Endpoint, RequestInfo, RoutingContext, StepClock
 from preheat.core.traffic import lanes
 from preheat.core.traffic.classes import PRIORITY_STANDARD, UnknownClass
 from preheat.engine.base import EngineRequest, Sampling
@@ -524,6 +524,7 @@ class _World:
             endpoints=endpoints,
             history_matches=history.match(req.hashes, self.now) if history is not None else {},
             region_rtt_ms={},
+            step_clocks=self._step_clocks(router, endpoints),
         )
         route = self.options.route if self.options.route is not None else core_scheduler.schedule
         decision, router.state = route(ctx, self.routing, self.cost, router.state)
@@ -547,6 +548,30 @@ class _World:
         self.push(
             self.now + (self.options.network.router_overhead_ms + rtt / 2) / 1000.0, _DELIVER, req
         )
+
+    def _step_clocks(
+        self, router: _Router, endpoints: tuple[Endpoint, ...]
+    ) -> dict[str, StepClock]:
+        """The router's step clocks (``RoutingContext.step_clocks``): for each endpoint it
+        streams from, the engine's step boundaries as its tokens reach the router (each
+        ``rtt / 2`` after the engine's step ends) and the lag the live router measures (its
+        TTFT less the engine's: the router's overhead and one RTT)."""
+        if not self.routing.step_clock:
+            return {}
+        out: dict[str, StepClock] = {}
+        net = self.options.network
+        for e in endpoints:
+            if e.decoding <= 0:
+                continue
+            core = self.pods[e.id].core
+            if core is None:
+                continue
+            rtt = net.rtt_ms(router.region, e.region)
+            rhythm = core.step_rhythm(self.now - rtt / 2000.0)
+            if rhythm is not None:
+                end, dt = rhythm
+                out[e.id] = StepClock(end + rtt / 2000.0, dt * 1000.0, net.router_overhead_ms + rtt)
+        return out
 
     def deliver(self, req: _Req) -> None:
         pod = req.pod

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from preheat.core.routing.types import Endpoint, RequestInfo, RoutingContext
+from preheat.core.routing.types import Endpoint, RequestInfo, RoutingContext, StepClock
 
 NOW = 1000.0
 
@@ -100,6 +100,7 @@ def make_ctx(
     history: Mapping[str, int] | None = None,
     region_rtt_ms: Mapping[str, Mapping[str, float]] | None = None,
     now: float = NOW,
+    step_clocks: Mapping[str, StepClock] | None = None,
 ) -> RoutingContext:
     return RoutingContext(
         now=now,
@@ -107,6 +108,7 @@ def make_ctx(
         endpoints=tuple(endpoints),
         history_matches=dict(history or {}),
         region_rtt_ms=dict(region_rtt_ms or {}),
+        step_clocks=dict(step_clocks or {}),
     )
 
 

@@ -98,6 +98,10 @@ class SchedulerConfig:
     #: queue term differs by half a decode step (``chunk_shared_ms`` + the decoding
     #: sequences' share, ``decode_seq_ms`` and ``decode_kv_ms_per_token`` each).
     step_residual: float = 0.5
+    #: queue: where this router streams from an endpoint, predict the wait for the step in
+    #: progress from the step boundaries its tokens show (``RoutingContext.step_clocks``)
+    #: instead of ``step_residual`` of a step; off: always the average.
+    step_clock: bool = True
     #: ms to wait for a free sequence slot, per request beyond ``max_num_seqs``.
     slot_wait_ms: float = 50.0
     #: decode-interference: most prompt tokens one engine step prefills (vLLM's

@@ -103,7 +103,14 @@ def predict_ttft_ms(
     uncached prompt, plus ``stale_penalty_ms`` when its metrics are stale."""
     t = (
         rtt_ms(endpoint, ctx, config)
-        + queue_wait_ms(endpoint, cost, config, priority=ctx.request.priority)
+        + queue_wait_ms(
+            endpoint,
+            cost,
+            config,
+            priority=ctx.request.priority,
+            clock=ctx.step_clocks.get(endpoint.id),
+            now=ctx.now,
+        )
         + prefill_ms(endpoint, ctx, cost)
     )
     if is_stale(endpoint, ctx.now, config.staleness_s):

@@ -79,6 +79,26 @@ class RequestInfo:
     priority: int = 1
 
 
+@dataclass(frozen=True, slots=True)
+class StepClock:
+    """An engine's step rhythm as this router sees it in the tokens it streams from it.
+
+    An engine emits one token per decoding sequence at the end of every step, so the
+    token frames a router receives mark the engine's step boundaries: ``last_token_at``
+    (router clock, seconds) is when the latest one arrived, ``step_ms`` the engine's step
+    (the inter-token latency this router observes there), and ``lag_ms`` the request's trip
+    to the engine plus the token's trip back (the router's TTFT of a request less the
+    engine's own: RTT and both ends' processing). A request sent at ``now`` reaches the
+    engine ``lag_ms`` after the step boundary phase that ``now`` shows here, so it waits
+    ``step_ms - ((now - last_token_at) * 1000 + lag_ms) mod step_ms`` for the step in
+    progress to end (``plugins/queue.py``).
+    """
+
+    last_token_at: float
+    step_ms: float
+    lag_ms: float = 0.0
+
+
 @dataclass(frozen=True)
 class RoutingContext:
     now: float
@@ -89,6 +109,10 @@ class RoutingContext:
     history_matches: Mapping[str, int] = field(default_factory=dict)
     # region -> region -> RTT ms, for endpoints without a measured rtt_ms
     region_rtt_ms: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # endpoint id -> its engine's step rhythm from the tokens this router streams from it
+    # (only endpoints it streams from; read-only: the router passes its live map, which
+    # changes only between decisions)
+    step_clocks: Mapping[str, StepClock] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

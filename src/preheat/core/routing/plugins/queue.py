@@ -20,13 +20,30 @@ Formula, for endpoint p::
                + residual
 
 ``residual``: the engine step in progress. A request that reaches an engine which is
-decoding waits for the current step to end before its prefill is scheduled (on average half
-a step: ``step_residual`` 0.5); an idle engine starts it at once. ``decoding`` is this
-router's own count of requests streaming from the endpoint (fresh; the engine's
-``num_running`` is as old as the last refresh), ``context`` a typical sequence's context
-(the typical prompt plus half of ``typical_output_tokens``); ``chunk_shared_ms``,
+decoding waits for the current step to end before its prefill is scheduled; an idle engine
+starts it at once. Where this router streams from the endpoint it sees the engine's step
+boundaries in the tokens (``RoutingContext.step_clocks``, :class:`StepClock`), so it
+predicts that wait from the phase::
+
+    elapsed  = (now - last_token_at) * 1000 + lag_ms    (where the request lands in the step)
+    residual = step_ms - elapsed mod step_ms            (clock known and fresh)
+
+Fresh: the last token arrived at most two steps ago (tokens come every step while the
+engine decodes; a longer silence is a longer step in progress, a prefill chunk, or a stalled
+stream, whose phase is not known) and ``step_clock`` is on. Otherwise the step's phase is
+unknown and the request waits half of it on average (``step_residual`` 0.5) of
+``step = chunk_shared_ms + decoding * (decode_seq_ms + decode_kv_ms_per_token * context)``.
+``decoding`` is this router's own count of requests streaming from the endpoint (fresh; the
+engine's ``num_running`` is as old as the last refresh), ``context`` a typical sequence's
+context (the typical prompt plus half of ``typical_output_tokens``); ``chunk_shared_ms``,
 ``decode_seq_ms`` and ``decode_kv_ms_per_token`` are the cost model's decode step (see
 ``decode.py``). With a prefill ahead, waiting for the step is part of ``per_req``.
+
+Why the phase: between endpoints that are equally loaded, the one whose step is about to
+end starts the prefill up to a whole step sooner (7.8 ms for the calibrated H100's decode
+step, against a 10-17 ms prefill of a 512-token prompt). Simulated on vLLM's
+``prefix_repetition`` workload (3 GPUs, 5 req/s) it took TTFT p50 from 17.0 to 16.3 ms
+(docs/benchmarks.md, *decode interference*).
 
 Priority (``RequestInfo.priority``, lower first, vLLM's convention): an engine running
 ``--scheduling-policy priority`` schedules its waiting queue by (priority, arrival), so only
@@ -49,11 +66,11 @@ square. That over-steered away from cached endpoints (measured on the Mooncake s
 workload, docs/benchmarks.md: hit rate 9-11% -> 11-12%, TTFT p95 ahead of every baseline).
 
 Inputs: ``num_waiting``, ``waiting_by_priority``, ``in_flight``, ``in_flight_by_priority``,
-``num_running``, ``decoding``, ``max_num_seqs``, ``observed_ttft_ms`` of the endpoint; the
-request's ``priority``; the cost model. Parameters (``SchedulerConfig``):
+``num_running``, ``decoding``, ``max_num_seqs``, ``observed_ttft_ms`` of the endpoint; its
+step clock; the request's ``priority``; the cost model. Parameters (``SchedulerConfig``):
 ``typical_prompt_tokens`` (1024), ``slot_wait_ms`` (50), ``running_seq_ms`` (0.05),
-``step_residual`` (0.5), ``chunk_shared_ms``, ``decode_seq_ms``, ``decode_kv_ms_per_token``,
-``typical_output_tokens``.
+``step_residual`` (0.5), ``step_clock`` (on), ``chunk_shared_ms``, ``decode_seq_ms``,
+``decode_kv_ms_per_token``, ``typical_output_tokens``.
 """
 
 from __future__ import annotations
@@ -62,15 +79,41 @@ from collections.abc import Mapping
 
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.plugins.base import ScoreInput
-from preheat.core.routing.types import Endpoint, PrefillCost
+from preheat.core.routing.types import Endpoint, PrefillCost, StepClock
+
+#: a step clock is fresh while its last token is at most this many steps old
+CLOCK_FRESH_STEPS = 2.0
 
 
-def step_residual_ms(endpoint: Endpoint, config: SchedulerConfig, typical_tokens: float) -> float:
+def phase_residual_ms(clock: StepClock, now: float) -> float | None:
+    """The wait (ms) for the engine's step in progress to end, for a request sent at
+    ``now``, from its step clock; None when the clock is not fresh (see the module doc)."""
+    step = clock.step_ms
+    if not step > 0:
+        return None
+    elapsed = (now - clock.last_token_at) * 1000.0
+    if not 0.0 <= elapsed <= CLOCK_FRESH_STEPS * step:
+        return None
+    return step - (elapsed + max(0.0, clock.lag_ms)) % step
+
+
+def step_residual_ms(
+    endpoint: Endpoint,
+    config: SchedulerConfig,
+    typical_tokens: float,
+    clock: StepClock | None = None,
+    now: float = 0.0,
+) -> float:
     """``residual`` of the formula: the wait for the decode step in progress (0 when this
-    router has nothing decoding on the endpoint)."""
+    router has nothing decoding on the endpoint), from ``clock`` (the endpoint's step clock
+    as of ``now``) when it is fresh, else half a step on average."""
     decoding = max(0, endpoint.decoding)
     if decoding == 0:
         return 0.0
+    if clock is not None and config.step_clock:
+        r = phase_residual_ms(clock, now)
+        if r is not None:
+            return r
     context = max(0.0, typical_tokens) + max(0, config.typical_output_tokens) / 2
     per_seq = config.decode_seq_ms + config.decode_kv_ms_per_token * context
     return config.step_residual * (config.chunk_shared_ms + decoding * per_seq)
@@ -99,16 +142,19 @@ def queue_wait_ms(
     typical_ms: float | None = None,
     typical_tokens: float | None = None,
     priority: int | None = None,
+    clock: StepClock | None = None,
+    now: float = 0.0,
 ) -> float:
     """The formula above for one endpoint (``typical_ms``: the typical prefill, if known;
     ``typical_tokens``: its prompt tokens, default ``typical_prompt_tokens``; ``priority``:
-    the request's, None for every waiting request)."""
+    the request's, None for every waiting request; ``clock``: the endpoint's step clock as
+    of ``now``, None: unknown)."""
     ahead = requests_ahead(endpoint, priority)
     running = max(0, endpoint.num_running)
     residual = 0.0
     if ahead == 0:
         tokens = config.typical_prompt_tokens if typical_tokens is None else typical_tokens
-        residual = step_residual_ms(endpoint, config, tokens)
+        residual = step_residual_ms(endpoint, config, tokens, clock, now)
         if running < endpoint.max_num_seqs:
             return running * config.running_seq_ms + residual
     per_req = (
@@ -131,8 +177,11 @@ class Queue:
     def score(self, inp: ScoreInput) -> Mapping[str, float]:
         tokens = inp.typical_tokens
         typical = inp.cost.prefill_ms(max(1, round(tokens)), 0)
-        prio = inp.ctx.request.priority
+        ctx = inp.ctx
+        prio, clocks, now = ctx.request.priority, ctx.step_clocks, ctx.now
         return {
-            e.id: queue_wait_ms(e, inp.cost, inp.config, typical, tokens, prio)
+            e.id: queue_wait_ms(
+                e, inp.cost, inp.config, typical, tokens, prio, clocks.get(e.id), now
+            )
             for e in inp.endpoints
         }
