@@ -32,3 +32,19 @@ async def test_decoding_counts_open_streams_until_they_end() -> None:
         await eventually(lambda: decoding(r, "w-1") == 1)
         calls[1].cancel()
         await eventually(lambda: decoding(r, "w-1") == 0)
+
+
+async def test_the_router_reads_the_engines_step_clock_from_the_tokens_it_streams() -> None:
+    # time scale 1: the calibrated decode step, about 7.8 ms per token for one sequence
+    spec = {"id": "w-1", "engine": {"time_scale": 1.0}}
+    async with workers([spec]) as ws, router([w.endpoint for w in ws]) as r:
+        assert r.server.store.step_clocks() == {}
+        chunks = await r.generate(gen(words(64, "a"), max_tokens=48))
+        assert sum(len(c.token_ids) for c in chunks) == 48
+        clock = r.server.store.step_clocks()["w-1"]
+        step = ws[0].server.engine.config.cost.decode_step_ms(1, 64 + 24)
+        # the router's view of the step: its inter-token latency, within a factor of two
+        # of the engine's (a loaded machine delays frames; their per-token gap averages out)
+        assert step / 2 <= clock.step_ms <= 2 * step
+        assert clock.lag_ms >= 0.0  # the trip there and back, from the worker's own TTFT
+        assert clock.last_token_at <= r.server.store.clock()

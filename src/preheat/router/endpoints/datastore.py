@@ -33,7 +33,7 @@ import grpc
 
 from preheat.core.promtext import ModelServerMetricNames
 from preheat.core.routing.history import PrefixHistory
-from preheat.core.routing.types import Endpoint
+from preheat.core.routing.types import Endpoint, StepClock
 from preheat.core.validation import ModelLimits
 from preheat.router.endpoints.cachewatch import watch_cache
 from preheat.router.endpoints.discovery import DiscoveredEndpoint, DiscoverySource
@@ -138,6 +138,9 @@ class EndpointStore:
         self._tg: asyncio.TaskGroup | None = None
         self._http: aiohttp.ClientSession | None = None
         self._pending_rtt: dict[str, float] = {}
+        # endpoint id -> its engine's step clock, from the tokens streamed from it
+        # (RoutingContext.step_clocks; entries change between decisions only)
+        self._clocks: dict[str, StepClock] = {}
 
     # --- running --------------------------------------------------------------------------
     async def run(self) -> None:
@@ -156,6 +159,7 @@ class EndpointStore:
             self._tg = None
             entries = list(self._entries.values())
             self._entries.clear()
+            self._clocks.clear()
             self._order = ()
             self._invalidate()
             for entry in entries:
@@ -169,6 +173,7 @@ class EndpointStore:
         wanted = {e.key: e for e in endpoints}
         for key in [k for k in self._entries if k not in wanted]:
             gone = self._entries.pop(key)
+            self._clocks.pop(key, None)
             log.info("endpoint removed", extra={"pool": self.pool, "endpoint": key})
             gone.cancel_tasks()
             self._tg.create_task(gone.close())
@@ -185,6 +190,7 @@ class EndpointStore:
                     entry.touch()
                 continue
             if entry is not None:  # same id, new address: a new endpoint
+                self._clocks.pop(key, None)
                 entry.cancel_tasks()
                 self._tg.create_task(entry.close())
             self._add(disc)
@@ -386,6 +392,31 @@ class EndpointStore:
         else:
             e.observed_ttft.update(observed_ms)
         e.touch()
+
+    def token(self, endpoint_id: str, itl_ms: float | None = None) -> None:
+        """A token frame arrived from the endpoint now; ``itl_ms``: its stream's gap to its
+        previous frame per token (None: the stream's first token). Keeps the endpoint's step
+        clock (:mod:`.stepclock`); touches no snapshot (a clock is not part of one)."""
+        e = self._entries.get(endpoint_id)
+        if e is not None and e.steps.token(self.clock(), itl_ms, e.rtt.value_ms):
+            clock = e.steps.clock()
+            if clock is not None:
+                self._clocks[endpoint_id] = clock
+
+    def upstream_lag(self, endpoint_id: str, lag_ms: float) -> None:
+        """A request's TTFT as this router saw it less the worker's own (ms): the trip to the
+        engine and back that the step clock's phase is shifted by."""
+        e = self._entries.get(endpoint_id)
+        if e is None or not lag_ms >= 0:
+            return
+        e.steps.lag_sample(lag_ms)
+        clock = e.steps.clock()
+        if clock is not None:
+            self._clocks[endpoint_id] = clock
+
+    def step_clocks(self) -> Mapping[str, StepClock]:
+        """Endpoint id -> its engine's step clock (read-only; the live map)."""
+        return self._clocks
 
     def request_done(self, endpoint_id: str) -> None:
         """A request that had its first token ended (finished, failed or cancelled): one

@@ -13,6 +13,7 @@ from preheat.core.routing.types import Endpoint
 from preheat.proto.preheat.v1 import worker_pb2
 from preheat.router.endpoints.discovery import DiscoveredEndpoint
 from preheat.router.endpoints.rtt import Ewma, RttEstimator
+from preheat.router.endpoints.stepclock import StepClockEstimator
 
 ACTIVE = worker_pb2.LIFECYCLE_STATE_ACTIVE
 
@@ -38,6 +39,7 @@ class EndpointEntry:
         self.channel = channel
         self.rtt = RttEstimator(rtt_alpha)
         self.observed_ttft = Ewma(rtt_alpha)
+        self.steps = StepClockEstimator(rtt_alpha)  # its engine's step rhythm, from tokens
         self.in_flight = 0
         # in_flight by the requests' engine priority (the queue term's "behind us")
         self.in_flight_by_priority: dict[int, int] = {}

@@ -636,6 +636,7 @@ class Dispatcher:
             endpoints=endpoints,
             history_matches=self._history_match(prep.info, now),
             region_rtt_ms=self.store.region_rtt_ms(),
+            step_clocks=self.store.step_clocks(),
         )
 
     # --- proxy ---------------------------------------------------------------------------
@@ -919,10 +920,17 @@ class Dispatcher:
                             st.finish_reason = chunk.finish_reason
                             if chunk.HasField("timing"):  # the router's stage, for the client
                                 chunk.timing.router_ms = (st.routed_at - prep.received_pc) * 1e3
+                                if attempt_first is not None and chunk.timing.ttft_ms > 0:
+                                    # the trip there and back: the step clock's phase shift
+                                    upstream_ms = (attempt_first - st.routed_at) * 1e3
+                                    self.store.upstream_lag(
+                                        ep.id, upstream_ms - chunk.timing.ttft_ms
+                                    )
                         n = len(chunk.token_ids)
                         first: float | None = None
                         if n or chunk.text:
                             now = perf_counter()
+                            itl: float | None = None
                             if attempt_first is None:
                                 attempt_first = st.first_token_at = first = now
                             elif n and st.last_token_at is not None:
@@ -931,6 +939,8 @@ class Dispatcher:
                                     itl_hist.observe(itl)
                             st.last_token_at = now
                             st.tokens += n
+                            # the engine's step boundaries, for the queue term's step clock
+                            self.store.token(ep.id, None if itl is None else itl * 1e3)
                         if chunk.HasField("usage"):
                             st.usage = chunk.usage
                         if buffered:

@@ -767,6 +767,8 @@ class Passthrough:
             now = perf_counter()
             st.first_token_at = st.last_token_at = now
             is_token = not ready.startswith(_ERROR_EVENT)
+            if is_token:
+                d.store.token(ep.id)  # a step boundary of its engine (the step clock)
             decision = st.decision
             assert decision is not None
             try:
@@ -807,7 +809,9 @@ class Passthrough:
         try:
             if error is None:
                 async with asyncio.timeout_at(deadline):
-                    tail, events = await self._forward(out, content, buf, tail, events, st, itl)
+                    tail, events = await self._forward(
+                        out, content, buf, tail, events, st, itl, ep.id
+                    )
         except _Broken as e:
             error = str(e)
         except TimeoutError:
@@ -837,9 +841,12 @@ class Passthrough:
         events: int,
         st: StreamStats,
         itl: Any,
+        endpoint_id: str,
     ) -> tuple[bytes, int]:
         """The forwarding loop of :meth:`_pump`; returns the last bytes written and the
-        events counted; ``_Broken`` when the upstream broke."""
+        events counted; ``_Broken`` when the upstream broke. Every read that completes
+        events is a step boundary of the worker's engine (``EndpointStore.token``)."""
+        store = self.dispatcher.store
         n_max = self.coalesce.max_tokens
         delay = self.coalesce.max_delay_s
         pending = b""
@@ -875,11 +882,15 @@ class Passthrough:
                     ready, buf = buf[: end + 2], buf[end + 2 :]
                     n = ready.count(b"\n\n")
                     now = perf_counter()
+                    gap_ms: float | None = None
                     if st.last_token_at is not None:
                         gap = (now - st.last_token_at) / n
                         for _ in range(n):
                             itl.observe(gap)
+                        if _USAGE not in ready and DONE not in ready:  # tokens only
+                            gap_ms = gap * 1e3
                     st.last_token_at = now
+                    store.token(endpoint_id, gap_ms)
                     events += n
                     if _USAGE in ready:
                         _read_usage_events(ready, st)
