@@ -43,6 +43,7 @@ from preheat.core.routing.config import DEFAULT_SCORERS
 from preheat.report.markdown import write_section
 
 DECODE = "decode-interference"
+NO_CLOCK = "noclock"  # preheat@noclock: the step clock off (stepClock: false)
 
 #: the client's entry point (the module has no ``__main__``; ``vllm bench serve`` is the
 #: console script, which the CPU build's distribution name breaks: see NOTES)
@@ -69,9 +70,10 @@ COLUMNS = (
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--policies",
-        default="preheat,preheat@0,round-robin,least-request",
+        default=f"preheat,preheat@{NO_CLOCK},round-robin,least-request",
         help="routing policies; preheat@W: preheat with the decode-interference scorer at "
-        "weight W (preheat@0: without it)",
+        f"weight W (preheat@0: without it); preheat@{NO_CLOCK}: preheat with the queue "
+        "term's step clock off (half a decode step on average)",
     )
     p.add_argument("--rates", default="5,8", help="request rates (req/s), comma-separated")
     p.add_argument("--rounds", type=int, default=3, help="runs of every policy at every rate")
@@ -266,21 +268,28 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _label(policy: str) -> str:
-    name, _, weight = policy.partition("@")
-    return f"{name}, {DECODE} weight {weight}" if weight else policy
+    name, _, variant = policy.partition("@")
+    if variant == NO_CLOCK:
+        return f"{name}, step clock off"
+    return f"{name}, {DECODE} weight {variant}" if variant else policy
 
 
 def _policy_args(policy: str, folder: Path) -> list[str]:
     """``--policy NAME``, or for ``preheat@W`` the preheat policy with the
-    ``decode-interference`` scorer at weight W (a routing config file in ``folder``)."""
-    name, _, weight = policy.partition("@")
-    if not weight:
+    ``decode-interference`` scorer at weight W, for ``preheat@noclock`` with the step clock
+    off (a routing config file in ``folder``)."""
+    name, _, variant = policy.partition("@")
+    if not variant:
         return ["--policy", name]
-    scorers = [
-        {"name": n, "weight": float(weight) if n == DECODE else w} for n, w in DEFAULT_SCORERS
-    ]
-    path = folder / f"routing-{name}-{weight}.json"
-    path.write_text(json.dumps({"policy": name, "scorers": scorers}))
+    config: dict[str, Any] = {"policy": name}
+    if variant == NO_CLOCK:
+        config["stepClock"] = False
+    else:
+        config["scorers"] = [
+            {"name": n, "weight": float(variant) if n == DECODE else w} for n, w in DEFAULT_SCORERS
+        ]
+    path = folder / f"routing-{name}-{variant}.json"
+    path.write_text(json.dumps(config))
     return ["--routing-config", str(path)]
 
 
@@ -330,8 +339,10 @@ def render(
         "(every run is printed by the command). TPOT: time per output token after the first; "
         "e2e: the whole request. Hit rate: the workers' prefix-cache hits / queries. "
         "Requests per worker: the most and fewest any worker served (median of the rounds). "
-        f"`preheat, {DECODE} weight 0`: the preheat policy without the new scorer (as "
-        "before it existed), for comparison.",
+        f"`preheat, {DECODE} weight W`: the preheat policy with that scorer at weight W "
+        "(0: without it); `preheat, step clock off`: the preheat policy whose queue term "
+        "waits half a decode step on average instead of reading the step's phase from the "
+        "streamed tokens (as before the step clock existed), for comparison.",
         "",
     ]
     ok = True
