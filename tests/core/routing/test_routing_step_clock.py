@@ -26,9 +26,11 @@ CFG = SchedulerConfig()
 TYPICAL = 1024.0
 
 
-def clock(ago_ms: float, step_ms: float = 8.0, lag_ms: float = 0.0) -> StepClock:
+def clock(
+    ago_ms: float, step_ms: float = 8.0, lag_ms: float = 0.0, error_ms: float | None = 0.0
+) -> StepClock:
     """A step clock whose last token arrived ``ago_ms`` before NOW."""
-    return StepClock(last_token_at=NOW - ago_ms / 1000.0, step_ms=step_ms, lag_ms=lag_ms)
+    return StepClock(NOW - ago_ms / 1000.0, step_ms, lag_ms, error_ms)
 
 
 @pytest.mark.parametrize(
@@ -71,6 +73,28 @@ def test_the_wait_is_never_more_than_a_step(ago: float, step: float, lag: float)
         assert 0.0 < r <= step + 1e-9
     else:
         assert r is None
+
+
+@pytest.mark.parametrize(
+    ("error_ms", "trusted"),
+    [
+        (0.0, True),  # exact (the simulator)
+        (8.0 / 6, True),  # a sixth of the step: the bound
+        (1.5, False),  # more: no better than half a step on average
+        (2.6, False),  # a guess misses by a third of the step
+        (None, False),  # not measured yet (a live router's first requests)
+    ],
+)
+def test_a_clock_is_used_only_while_its_predictions_hold(
+    error_ms: float | None, trusted: bool
+) -> None:
+    c = clock(1.0, error_ms=error_ms)
+    assert (phase_residual_ms(c, NOW) is not None) is trusted
+    # the router still predicts with it, to measure its error
+    assert phase_residual_ms(c, NOW, untrusted=True) == pytest.approx(7.0)
+    busy = make_endpoint("w-0", decoding=2)
+    expected = 7.0 if trusted else step_residual_ms(busy, CFG, TYPICAL)
+    assert step_residual_ms(busy, CFG, TYPICAL, c, NOW) == pytest.approx(expected)
 
 
 def test_the_clock_replaces_the_average_only_where_it_is_known_and_fresh() -> None:

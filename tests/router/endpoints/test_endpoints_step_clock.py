@@ -60,6 +60,23 @@ def test_a_measured_lag_replaces_the_rtt() -> None:
     assert c.lag_ms == pytest.approx(1.0)
 
 
+def test_the_error_of_its_predictions_is_kept_with_the_clock() -> None:
+    est = StepClockEstimator(0.5)
+    est.token(1.0, itl_ms=8.0)
+    c = est.clock()
+    assert c is not None
+    assert c.error_ms is None  # not measured: the scheduler does not trust it yet
+    est.error_sample(-2.0)  # waited 2 ms less than predicted
+    est.error_sample(1.0)
+    c = est.clock()
+    assert c is not None
+    assert c.error_ms == pytest.approx(1.5)
+    est.token(1.008, itl_ms=8.0)  # kept across steps
+    c = est.clock()
+    assert c is not None
+    assert c.error_ms == pytest.approx(1.5)
+
+
 async def test_the_store_keeps_a_clock_per_endpoint_and_forgets_unknown_ids() -> None:
     t = [100.0]
     async with sim_workers(1) as workers:
@@ -77,5 +94,10 @@ async def test_the_store_keeps_a_clock_per_endpoint_and_forgets_unknown_ids() ->
             assert store.step_clocks()["w-0"].lag_ms == 3.0
             store.upstream_lag("w-0", float("nan"))  # ignored
             assert store.step_clocks()["w-0"].lag_ms == 3.0
+            assert store.step_clocks()["w-0"].error_ms is None
+            store.step_error("w-0", -0.5)
+            assert store.step_clocks()["w-0"].error_ms == 0.5
+            store.step_error("w-0", float("nan"))  # ignored
+            assert store.step_clocks()["w-0"].error_ms == 0.5
             store.token("nope", itl_ms=8.0)  # unknown ids are ignored
             assert set(store.step_clocks()) == {"w-0"}

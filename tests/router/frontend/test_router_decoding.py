@@ -48,3 +48,13 @@ async def test_the_router_reads_the_engines_step_clock_from_the_tokens_it_stream
         assert step / 2 <= clock.step_ms <= 2 * step
         assert clock.lag_ms >= 0.0  # the trip there and back, from the worker's own TTFT
         assert clock.last_token_at <= r.server.store.clock()
+        assert clock.error_ms is None  # nothing was sent there while it decoded
+        # a request sent while a long one decodes there: the clock predicted its wait for
+        # the step in progress, and the worker's queue time says how far it missed
+        long = r.inference.Generate(gen(words(64, "b"), 400), timeout=20)
+        await asyncio.wait_for(long.read(), 10)
+        await r.generate(gen(words(64, "c"), max_tokens=4))
+        long.cancel()
+        error = r.server.store.step_clocks()["w-1"].error_ms
+        assert error is not None
+        assert 0.0 <= error <= 2 * clock.step_ms  # a wait is at most a step (and the lag's noise)

@@ -93,10 +93,11 @@ class SchedulerConfig:
     running_seq_ms: float = 0.05
     #: queue: share of the engine step in progress a new request waits for, on average,
     #: before its prefill can start, when this router has requests decoding on the endpoint
-    #: and none waiting for a first token (arrivals are independent of the step's phase: half
-    #: of it). An idle engine starts at once; so between an idle and a decoding endpoint the
-    #: queue term differs by half a decode step (``chunk_shared_ms`` + the decoding
-    #: sequences' share, ``decode_seq_ms`` and ``decode_kv_ms_per_token`` each).
+    #: and none waiting for a first token, where the step's phase is not known
+    #: (``step_clock``; arrivals are independent of the phase: half of it). An idle engine
+    #: starts at once; so between an idle and a decoding endpoint the queue term differs by
+    #: half a decode step (``chunk_shared_ms`` + the decoding sequences' share,
+    #: ``decode_seq_ms`` and ``decode_kv_ms_per_token`` each).
     step_residual: float = 0.5
     #: queue: where this router streams from an endpoint, predict the wait for the step in
     #: progress from the step boundaries its tokens show (``RoutingContext.step_clocks``)

@@ -91,12 +91,15 @@ class StepClock:
     engine's own: RTT and both ends' processing). A request sent at ``now`` reaches the
     engine ``lag_ms`` after the step boundary phase that ``now`` shows here, so it waits
     ``step_ms - ((now - last_token_at) * 1000 + lag_ms) mod step_ms`` for the step in
-    progress to end (``plugins/queue.py``).
+    progress to end (``plugins/queue.py``). ``error_ms`` is how far such predictions missed
+    the waits the engine then reported, on average (None: not measured yet); a clock that
+    misses by more than a sixth of a step is not used (a guess misses by a third).
     """
 
     last_token_at: float
     step_ms: float
     lag_ms: float = 0.0
+    error_ms: float | None = 0.0
 
 
 @dataclass(frozen=True)

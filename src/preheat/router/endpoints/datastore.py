@@ -414,6 +414,17 @@ class EndpointStore:
         if clock is not None:
             self._clocks[endpoint_id] = clock
 
+    def step_error(self, endpoint_id: str, error_ms: float) -> None:
+        """How far the endpoint's step clock missed one request's wait for the step in
+        progress (the worker's ``queue_ms`` less the prediction, ms)."""
+        e = self._entries.get(endpoint_id)
+        if e is None or error_ms != error_ms:  # NaN
+            return
+        e.steps.error_sample(error_ms)
+        clock = e.steps.clock()
+        if clock is not None:
+            self._clocks[endpoint_id] = clock
+
     def step_clocks(self) -> Mapping[str, StepClock]:
         """Endpoint id -> its engine's step clock (read-only; the live map)."""
         return self._clocks

@@ -8,7 +8,10 @@ router receives from an endpoint arrive in bursts, one burst per step. The estim
 - the step's length: an EWMA of the inter-token latency of single streams (a frame's gap to
   the previous frame of the same request, per token);
 - the lag: an EWMA of the router's TTFT of a request less the engine's own (the request's
-  trip to the engine plus the first token's trip back: RTT and both ends' processing).
+  trip to the engine plus the first token's trip back: RTT and both ends' processing);
+- the error: an EWMA of how far the clock's prediction of a request's wait for the step in
+  progress missed the wait the worker reported (``Timing.queue_ms``); the scheduler uses
+  the clock only while it is small (``core/routing/plugins/queue.py``).
 
 :meth:`StepClockEstimator.clock` gives them as a :class:`~preheat.core.routing.types.StepClock`
 for the queue scorer (``core/routing/plugins/queue.py``), which predicts from it how long a
@@ -26,6 +29,7 @@ class StepClockEstimator:
     def __init__(self, alpha: float) -> None:
         self.step = Ewma(alpha)
         self.lag = Ewma(alpha)
+        self.error = Ewma(alpha)
         self._boundary: float | None = None
         self._clock: StepClock | None = None
 
@@ -42,7 +46,7 @@ class StepClockEstimator:
         if b is not None and 0.0 <= (at - b) * 1000.0 < step / 2:
             return False  # the same step's burst
         self._boundary = at
-        self._clock = StepClock(at, step, self._lag_ms(rtt_ms))
+        self._clock = StepClock(at, step, self._lag_ms(rtt_ms), self.error.value)
         return True
 
     def lag_sample(self, lag_ms: float) -> None:
@@ -50,7 +54,14 @@ class StepClockEstimator:
         self.lag.update(max(0.0, lag_ms))
         c = self._clock
         if c is not None and self.lag.value is not None:
-            self._clock = StepClock(c.last_token_at, c.step_ms, self.lag.value)
+            self._clock = StepClock(c.last_token_at, c.step_ms, self.lag.value, c.error_ms)
+
+    def error_sample(self, error_ms: float) -> None:
+        """How far one prediction of the wait for the step in progress missed (ms)."""
+        self.error.update(abs(error_ms))
+        c = self._clock
+        if c is not None:
+            self._clock = StepClock(c.last_token_at, c.step_ms, c.lag_ms, self.error.value)
 
     def clock(self) -> StepClock | None:
         """The latest boundary, step and lag; None before a step was measured."""

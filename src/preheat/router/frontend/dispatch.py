@@ -50,6 +50,7 @@ from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.routing import admission
 from preheat.core.routing.admission import AdmissionConfig, AdmissionInput, LimitState
 from preheat.core.routing.config import SchedulerConfig
+from preheat.core.routing.plugins.queue import phase_residual_ms, requests_ahead
 from preheat.core.routing.scheduler import SchedulerState, schedule
 from preheat.core.routing.types import (
     Endpoint,
@@ -189,6 +190,9 @@ class StreamStats:
     degraded: str = ""  # the degradation step taken (core.traffic.ladder), "" none
     clamped_from: int = 0  # max_tokens before a clamp-output step (0: not clamped)
     fallback_pool: str = ""  # the pool that served it (the fallback-pool step)
+    # the step clock's prediction of its wait for the step in progress on the endpoint it
+    # was sent to (ms; None: no clock, or a prefill of ours ahead), checked at its end
+    predicted_wait_ms: float | None = None
 
     def degraded_note(self) -> str:
         """``STEP[; max_tokens_asked=N][; pool=P]`` ("" when no step was taken): the HTTP
@@ -598,6 +602,8 @@ class Dispatcher:
         now = self._now()
         ctx = self._context(prep, endpoints, now)
         decision, self._state = schedule(ctx, self.scheduler_config, self.cost, self._state)
+        if stats is not None:
+            stats.predicted_wait_ms = _predicted_wait(ctx, decision)
         self.metrics.decisions.labels(*self.metrics.series, decision.reason).inc()
         if (
             decision.endpoint is None
@@ -920,12 +926,7 @@ class Dispatcher:
                             st.finish_reason = chunk.finish_reason
                             if chunk.HasField("timing"):  # the router's stage, for the client
                                 chunk.timing.router_ms = (st.routed_at - prep.received_pc) * 1e3
-                                if attempt_first is not None and chunk.timing.ttft_ms > 0:
-                                    # the trip there and back: the step clock's phase shift
-                                    upstream_ms = (attempt_first - st.routed_at) * 1e3
-                                    self.store.upstream_lag(
-                                        ep.id, upstream_ms - chunk.timing.ttft_ms
-                                    )
+                                self._check_clock(ep.id, st, attempt_first, chunk.timing)
                         n = len(chunk.token_ids)
                         first: float | None = None
                         if n or chunk.text:
@@ -1117,6 +1118,22 @@ class Dispatcher:
             and ep.tokenizer == self.tokenizer.name
         )
 
+    def _check_clock(
+        self,
+        endpoint_id: str,
+        st: StreamStats,
+        first: float | None,
+        timing: inference_pb2.Timing,
+    ) -> None:
+        """Feeds the endpoint's step clock from the worker's timing on the last chunk: the
+        trip there and back (this router's TTFT less the worker's) and how far the clock's
+        prediction of the wait for the step in progress missed the worker's queue time."""
+        if first is None or st.routed_at is None or not timing.ttft_ms > 0:
+            return
+        self.store.upstream_lag(endpoint_id, (first - st.routed_at) * 1e3 - timing.ttft_ms)
+        if st.predicted_wait_ms is not None:
+            self.store.step_error(endpoint_id, timing.queue_ms - st.predicted_wait_ms)
+
     def _on_first_token(
         self, prep: Prepared, st: StreamStats, ep: Endpoint, decision: RouteDecision, now: float
     ) -> None:
@@ -1256,3 +1273,14 @@ def _upstream_message(worker: str, code: ErrorCode, detail: str) -> str:
     if code in RETRYABLE:
         return f"worker {worker} could not take the request ({detail}); no other endpoint to try"
     return detail
+
+
+def _predicted_wait(ctx: RoutingContext, decision: RouteDecision) -> float | None:
+    """What the chosen endpoint's step clock predicts the request waits for the step in
+    progress (trusted or not: checking it is how it earns trust); None where the queue term
+    does not price that wait (no clock, nothing decoding, a prefill of ours ahead)."""
+    e = decision.endpoint
+    if e is None or e.decoding <= 0 or requests_ahead(e, ctx.request.priority) > 0:
+        return None
+    clock = ctx.step_clocks.get(e.id)
+    return None if clock is None else phase_residual_ms(clock, ctx.now, untrusted=True)
