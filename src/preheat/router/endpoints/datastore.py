@@ -399,28 +399,25 @@ class EndpointStore:
         clock (:mod:`.stepclock`); touches no snapshot (a clock is not part of one)."""
         e = self._entries.get(endpoint_id)
         if e is not None and e.steps.token(self.clock(), itl_ms, e.rtt.value_ms):
-            clock = e.steps.clock()
-            if clock is not None:
-                self._clocks[endpoint_id] = clock
+            self._publish_clock(endpoint_id, e)
 
     def upstream_lag(self, endpoint_id: str, lag_ms: float) -> None:
         """A request's TTFT as this router saw it less the worker's own (ms): the trip to the
         engine and back that the step clock's phase is shifted by."""
         e = self._entries.get(endpoint_id)
-        if e is None or not lag_ms >= 0:
-            return
-        e.steps.lag_sample(lag_ms)
-        clock = e.steps.clock()
-        if clock is not None:
-            self._clocks[endpoint_id] = clock
+        if e is not None and lag_ms >= 0:
+            e.steps.lag_sample(lag_ms)
+            self._publish_clock(endpoint_id, e)
 
     def step_error(self, endpoint_id: str, error_ms: float) -> None:
         """How far the endpoint's step clock missed one request's wait for the step in
         progress (the worker's ``queue_ms`` less the prediction, ms)."""
         e = self._entries.get(endpoint_id)
-        if e is None or error_ms != error_ms:  # NaN
-            return
-        e.steps.error_sample(error_ms)
+        if e is not None and error_ms == error_ms:  # not NaN
+            e.steps.error_sample(error_ms)
+            self._publish_clock(endpoint_id, e)
+
+    def _publish_clock(self, endpoint_id: str, e: EndpointEntry) -> None:
         clock = e.steps.clock()
         if clock is not None:
             self._clocks[endpoint_id] = clock

@@ -21,6 +21,8 @@ RTT stands in for it.
 
 from __future__ import annotations
 
+import dataclasses
+
 from preheat.core.routing.types import StepClock
 from preheat.router.endpoints.rtt import Ewma
 
@@ -51,20 +53,18 @@ class StepClockEstimator:
 
     def lag_sample(self, lag_ms: float) -> None:
         """The router's TTFT of a request less the engine's own (ms)."""
-        self.lag.update(max(0.0, lag_ms))
-        c = self._clock
-        if c is not None and self.lag.value is not None:
-            self._clock = StepClock(c.last_token_at, c.step_ms, self.lag.value, c.error_ms)
+        lag = self.lag.update(max(0.0, lag_ms))
+        if self._clock is not None:
+            self._clock = dataclasses.replace(self._clock, lag_ms=lag)
 
     def error_sample(self, error_ms: float) -> None:
         """How far one prediction of the wait for the step in progress missed (ms)."""
-        self.error.update(abs(error_ms))
-        c = self._clock
-        if c is not None:
-            self._clock = StepClock(c.last_token_at, c.step_ms, c.lag_ms, self.error.value)
+        error = self.error.update(abs(error_ms))
+        if self._clock is not None:
+            self._clock = dataclasses.replace(self._clock, error_ms=error)
 
     def clock(self) -> StepClock | None:
-        """The latest boundary, step and lag; None before a step was measured."""
+        """The latest boundary, step, lag and error; None before a step was measured."""
         return self._clock
 
     def _lag_ms(self, rtt_ms: float | None) -> float:
