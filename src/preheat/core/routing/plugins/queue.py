@@ -116,7 +116,7 @@ def step_residual_ms(
 ) -> float:
     """``residual`` of the formula: the wait for the decode step in progress (0 when this
     router has nothing decoding on the endpoint), from ``clock`` (the endpoint's step clock
-    as of ``now``) when it is fresh, else half a step on average."""
+    as of ``now``) when it is fresh and trusted, else half a step on average."""
     decoding = max(0, endpoint.decoding)
     if decoding == 0:
         return 0.0
