@@ -249,6 +249,12 @@ CEL_BAD: list[tuple[str, dict[str, Any], str, str]] = [
         "pod.env HF_TOKEN: set exactly one of value and valueFrom",
     ),
     (
+        "a forecast season under a minute",
+        {"autoscaling": {"predictive": {"period": "30s"}}},
+        "spec.autoscaling.predictive",
+        "autoscaling.predictive.period (30s) must be at least 1m",
+    ),
+    (
         "tp > gpus",
         {"engine": {"args": {"tensorParallelSize": 8}}, "resources": {"gpus": 4}},
         "spec",

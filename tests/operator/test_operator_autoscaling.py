@@ -29,7 +29,7 @@ from kmockkit import (
 )
 
 from preheat.autoscaler.source import SignalQuery
-from preheat.core.autoscaling import Signals, SignalValue
+from preheat.core.autoscaling import Demand, Signals, SignalValue
 from preheat.core.pool import Signal
 from preheat.operator.options import AutoscalerOptions
 
@@ -41,6 +41,7 @@ class FakeSource:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.ttft_ms = 100.0
+        self.arrival_rate: float | None = None  # the routers' arrival rate (None: none)
         self.stale = False
         self.reads = 0
         self.closed = False
@@ -56,7 +57,9 @@ class FakeSource:
             for o in query.objectives
             if o.signal is Signal.TTFT
         )
-        return Signals(values=values, observed_at=now, stale=False, requests=100.0, in_flight=4.0)
+        demand = None if self.arrival_rate is None else Demand(self.arrival_rate, 0.0, 60.0)
+        return Signals(values=values, observed_at=now, stale=False, requests=100.0,
+                       in_flight=4.0, demand=demand)  # fmt: skip
 
     async def close(self) -> None:
         self.closed = True
@@ -215,7 +218,8 @@ async def test_the_scale_down_window_survives_an_operator_restart(
 ) -> None:
     """Spike, lull, restart. The new operator goes on from the window the pool's status
     kept: it scales down when the spike's recommendations leave the 100 s window, not 100 s
-    after its own start (what it did when the history was only in memory)."""
+    after its own start (what it did when the history was only in memory). The arrival-rate
+    forecast goes on too (its season needs a whole day of history)."""
     clock = JumpClock()
     source = FakeSource(clock.monotonic)
     options = AutoscalerOptions(interval_s=0.2, source_factory=lambda _target: source,
@@ -223,6 +227,7 @@ async def test_the_scale_down_window_survives_an_operator_restart(
     spec = pool(scaleDown={"stabilization": "100s", "cooldown": "0s"})
     await create_pool(kube, spec)
     await add_pods(kube, NAMESPACE, NAME, 1, ready=True)
+    source.arrival_rate = 12.0
     first = await OperatorProcess(autoscaler=options).start()
     try:
         source.ttft_ms = 800.0  # 2x the target: 1 -> 2
@@ -238,12 +243,18 @@ async def test_the_scale_down_window_survives_an_operator_restart(
     kept = status(kube)["policyHistory"]
     assert [r["replicas"] for r in kept["recommendations"]][-2:] == [2, 1], kept
     assert kept["lastScaleDirection"] == "up"
+    learned = kept["forecast"]
+    assert learned["level"] == pytest.approx(12.0)
+    assert learned["periodSeconds"] == 86_400.0
 
     second = await OperatorProcess(autoscaler=options).start()
     try:
         reads = source.reads
         await eventually(lambda: source.reads >= reads + 3)
         assert desired(kube) == 2  # 20-odd s of the window left: still held
+        # the forecast went on from the one kept (a fresh one would start its history now)
+        assert status(kube)["policyHistory"]["forecast"]["since"] == learned["since"]
+        assert status(kube)["policyHistory"]["forecast"]["time"] > learned["time"]
         assert "window began at start-up" not in autoscaling_message(kube)
         clock.offset += 35.0  # the spike is out of the window; the new process is 35 s old
         await eventually(lambda: desired(kube) == 1)

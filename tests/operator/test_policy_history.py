@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from preheat.api.pool import InferencePoolStatus
 from preheat.core.autoscaling import Direction
+from preheat.core.autoscaling.forecast import Forecast
 from preheat.core.autoscaling.memory import Memory
 from preheat.operator.policy_history import FIELD, from_status, to_status
 
@@ -45,3 +46,32 @@ def test_a_status_without_or_with_an_unreadable_history_gives_none() -> None:
         "6 replicas",
     ):
         assert from_status({FIELD: bad}) is None, bad
+
+
+def test_the_forecast_round_trips_and_a_bad_one_makes_the_history_unreadable() -> None:
+    season = tuple(float(i) - 11.5 for i in range(24))
+    f = Forecast(t=WALL + 30.5, level=41.5, trend=0.002, season=season, since=WALL - 86_400.0,
+                 error=0.12, epoch=WALL - 3_600.0, base=48.0)  # fmt: skip
+    mem = Memory(WALL, ((WALL + 30.5, 3),), forecast=f, forecast_period_s=86_400.0)
+    doc = to_status(mem)
+    assert doc["forecast"] == {
+        "time": "2027-01-15T08:00:30.500Z",
+        "since": "2027-01-14T08:00:00.000Z",
+        "seasonStart": "2027-01-15T07:00:00.000Z",
+        "periodSeconds": 86_400.0,
+        "level": 41.5,
+        "trend": 0.002,
+        "base": 48.0,
+        "season": list(season),
+        "error": 0.12,
+    }
+    InferencePoolStatus.model_validate({FIELD: doc})  # the CRD's status schema takes it
+    assert from_status({FIELD: doc}) == mem
+    for bad in (
+        {**doc["forecast"], "level": "high"},
+        {**doc["forecast"], "season": 3.0},
+        {**doc["forecast"], "trend": float("nan")},
+        {**doc["forecast"], "periodSeconds": None},
+        {k: v for k, v in doc["forecast"].items() if k != "seasonStart"},
+    ):
+        assert from_status({FIELD: {**doc, "forecast": bad}}) is None, bad

@@ -460,3 +460,55 @@ def test_the_simulated_router_sees_the_step_clocks_the_live_one_reads_from_token
         for c in clocks[1:]:
             k = (c.last_token_at - clocks[0].last_token_at) / step_s
             assert k == pytest.approx(round(k), abs=1e-6)
+
+
+def test_a_forecast_history_lets_the_first_evaluations_see_the_rise_it_learned() -> None:
+    """``SimOptions.forecast_history`` (``--forecast-history``): the policy's forecast
+    starts having learned the days before, with the pool's season
+    (``autoscaling.predictive.period``), as a pool's forecast does that its status kept
+    across restarts. Days of 2 req/s rising to 20 at the middle: with the history, the
+    first evaluations' forecast sees the coming rise; without, it says what it sees."""
+    period = 240.0
+    spec: dict[str, Any] = {
+        "model": {"name": "m"},
+        "engine": {"kind": "sim"},
+        "replicas": {"min": 1, "max": 4, "desired": 1},
+        "autoscaling": {
+            "objectives": [{"signal": "ttft", "percentile": 95, "targetMs": 500}],
+            "predictive": {"enabled": True, "horizon": "60s", "period": "4m"},
+        },
+    }
+    pool = pool_config(spec_document("p", spec))
+
+    def rate(t: float) -> float:
+        return 20.0 if (t % period) >= period / 2 else 2.0
+
+    days = 6
+    history = tuple((float(t), rate(t)) for t in range(int(-days * period), 0, 5))
+    trace = _trace(150, rate=2.0)  # the first 75 s of the next day: the quiet half
+    outlooks: dict[bool, list[tuple[float, float]]] = {}
+    for learned in (True, False):
+        seen: list[tuple[float, float]] = []
+
+        def decide(
+            ctx: Context, seen: list[tuple[float, float]] = seen
+        ) -> tuple[Decision, PolicyState]:
+            decision, state = core_autoscaling.decide(ctx)
+            if decision.forecast is not None:
+                seen.append((ctx.now, decision.forecast.rate))
+            return decision, state
+
+        options = SimOptions(autoscale_interval_s=5.0, autoscale=decide,
+                             forecast_history=history if learned else ())  # fmt: skip
+        simulate(pool, trace, options)
+        outlooks[learned] = seen
+    # with the history: by t=60-75 s the forecast 60 s ahead is into the busy half (t >= 120)
+    late = [r for t, r in outlooks[True] if 65.0 <= t <= 75.0]
+    assert late, outlooks[True]
+    assert min(late) > 8.0, outlooks[True]
+    # without: no season yet, the forecast follows the 2 req/s it sees
+    fresh = [r for t, r in outlooks[False] if 65.0 <= t <= 75.0]
+    assert fresh, outlooks[False]
+    assert max(fresh) < 5.0, outlooks[False]
+    with pytest.raises(SimInputError, match="at or before t=0"):
+        SimOptions(forecast_history=((5.0, 1.0),))

@@ -363,7 +363,17 @@ class PanicSpec(_Model):
     window: Duration = _duration("10s", "Short window that panic mode looks at.")
 
 
+PREDICTIVE_PERIOD_MIN = "1m"
+PREDICTIVE_PERIOD_RULE = _cel(
+    f"!has(self.period) || duration(self.period) >= duration('{PREDICTIVE_PERIOD_MIN}')",
+    "'autoscaling.predictive.period (' + self.period + ') must be at least "
+    f"{PREDICTIVE_PERIOD_MIN}'",
+)
+
+
 class PredictiveSpec(_Model):
+    model_config = ConfigDict(json_schema_extra=_validations(PREDICTIVE_PERIOD_RULE))
+
     enabled: bool = Field(
         default=False,
         description="Scale for the forecast arrival rate (Holt-Winters on the pool's own "
@@ -372,6 +382,11 @@ class PredictiveSpec(_Model):
     horizon: Duration = _duration("60s", "How far ahead to size for (about a cold start).")
     trust: float = Field(
         default=0.5, ge=0, le=1, description="Share of a predicted rise to act on (0-1)."
+    )
+    period: Duration = _duration(
+        "24h",
+        "The forecast's season: traffic repeats with this period (a day; 168h for a week's "
+        "pattern). Learned by the hour (24 slots of it) once the history covers one period.",
     )
 
 
@@ -645,6 +660,31 @@ class RecommendationEntry(_Model):
     replicas: int = Field(ge=0, description="Active replicas the policy recommended then.")
 
 
+class ForecastState(_Model):
+    time: str = Field(description="RFC 3339: the forecast's last observation.")
+    since: str = Field(
+        description="RFC 3339: its first observation (the season is used after a period)."
+    )
+    season_start: str = Field(
+        description="RFC 3339: a period's start (the first seasonal slot begins there)."
+    )
+    period_seconds: float = Field(
+        gt=0, description="The autoscaling.predictive.period (seconds) it learned its season for."
+    )
+    level: float = Field(description="Smoothed arrival rate, req/s.")
+    trend: float = Field(description="Trend of the arrival rate, req/s per second.")
+    base: float = Field(description="The arrival rate's mean over about a period, req/s.")
+    season: list[float] = Field(
+        default_factory=list,
+        max_length=168,
+        description="Seasonal offsets above base, req/s, one per slot of the period (24: an "
+        "hour of a day).",
+    )
+    error: float | None = Field(
+        default=None, ge=0, description="|forecast - observed| / observed of its last checked one."
+    )
+
+
 class PolicyHistory(_Model):
     """What the autoscaling policy needs to go on after an operator restart
     (``preheat.operator.policy_history``)."""
@@ -661,6 +701,11 @@ class PolicyHistory(_Model):
     )
     last_scale_direction: Literal["up", "down"] | None = Field(
         default=None, description="The last scale event's direction."
+    )
+    forecast: ForecastState | None = Field(
+        default=None,
+        description="The arrival-rate forecast (autoscaling.predictive), so that its season, "
+        "learned over a whole period, survives a restart.",
     )
 
 
@@ -820,6 +865,18 @@ def _cross_field_problems(raw: Mapping[str, Any]) -> list[str]:
                 problems.append(
                     f"engine.args.tensorParallelSize ({tp}) must be <= resources.gpus ({gpus})"
                 )
+    autoscaling = _section(raw, spec, "autoscaling")
+    predictive = (
+        _section(autoscaling, AutoscalingSpec, "predictive") if autoscaling is not None else None
+    )
+    if predictive is not None:
+        period = _lookup(predictive, PredictiveSpec, "period")
+        least = parse_duration(PREDICTIVE_PERIOD_MIN)
+        valid = isinstance(period, str) and re.match(DURATION_PATTERN, period)
+        if valid and parse_duration(period) < least:
+            problems.append(
+                f"autoscaling.predictive.period ({period}) must be at least {PREDICTIVE_PERIOD_MIN}"
+            )
     if resources is not None:
         gpu_type = _lookup(resources, ResourcesSpec, "gpu_type")
         if isinstance(gpu_type, str) and gpu_type and _is_int(gpus) and gpus < 1:
@@ -964,6 +1021,7 @@ def config_from_spec(spec: InferencePoolSpec, *, name: str, namespace: str) -> P
                 enabled=predictive.enabled,
                 horizon_s=parse_duration(predictive.horizon),
                 trust=predictive.trust,
+                period_s=parse_duration(predictive.period),
             ),
         ),
         routing=RoutingConfig(

@@ -108,11 +108,13 @@ class PanicConfig:
 @dataclass(frozen=True)
 class PredictiveConfig:
     """``autoscaling.predictive``: size for the forecast arrival rate ``horizon_s`` ahead
-    (about a pod's cold start), trusting ``trust`` of the predicted rise."""
+    (about a pod's cold start), trusting ``trust`` of the predicted rise; the forecast's
+    season is ``period_s`` long (a day)."""
 
     enabled: bool = False
     horizon_s: float = 60.0
     trust: float = 0.5
+    period_s: float = 86_400.0
 
 
 @dataclass(frozen=True)

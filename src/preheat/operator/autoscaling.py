@@ -107,7 +107,7 @@ class Autoscaler:
             patch = {"spec": {"replicas": {"desired": decision.active}}}
             await reconciler.kube.patch(POOLS, namespace, name, patch)
             loop.written = (str(meta.get("resourceVersion")), decision.active)
-        memory = remember(loop.control.policy, now, wall)
+        memory = remember(loop.control.policy, now, wall, config.autoscaling)
         kept = None if memory is None else policy_history.to_status(memory)
         extra = {policy_history.FIELD: kept} if kept is not None and kept != loop.remembered else {}
         await conditions.report(reconciler, pool, decision, config.autoscaling, current=current,
@@ -126,7 +126,8 @@ class Autoscaler:
         wall: float,
     ) -> None:
         """A pool's first evaluation in this process: the policy goes on from the history
-        its status kept (the scale-down window and cooldowns a restart would lose). Without
+        its status kept (the scale-down window and cooldowns a restart would lose, and the
+        arrival-rate forecast with its season). Without
         one, the pool holds its size for a window, a new pool as a restarted one (proposal
         0007)."""
         if loop.control.decided is not None:
@@ -134,14 +135,18 @@ class Autoscaler:
         memory = policy_history.from_status(pool.get("status"))
         if memory is None:
             return
-        policy = restore(loop.control.policy, memory, now, wall, config)
+        hw = self.options.tuning.holt_winters
+        policy = restore(loop.control.policy, memory, now, wall, config, hw)
         if policy is loop.control.policy:  # nothing remembered is still in the windows
             return
         loop.control = replace(loop.control, policy=policy)
         meta = pool.get("metadata") or {}
-        log.info("autoscaler_history_restored pool=%s/%s recommendations=%d since_s=%.0f",
+        f = policy.forecast
+        log.info("autoscaler_history_restored pool=%s/%s recommendations=%d since_s=%.0f "
+                 "forecast_since_s=%s",
                  meta.get("namespace"), meta.get("name"), len(policy.history),
-                 now - (policy.since if policy.since is not None else now))  # fmt: skip
+                 now - (policy.since if policy.since is not None else now),
+                 "none" if f is None else f"{now - f.since:.0f}")  # fmt: skip
 
 
 __all__ = ["Autoscaler", "PoolLoop"]

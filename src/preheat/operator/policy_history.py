@@ -11,6 +11,16 @@ whatever node it starts::
         - {time: "2026-11-24T23:05:00.000Z", replicas: 3}
       lastScaleTime: "2026-11-24T23:04:45.000Z"   # the cooldowns run from it
       lastScaleDirection: up
+      forecast:                                # the arrival-rate forecast (Holt-Winters)
+        time: "2026-11-24T23:05:00.000Z"       # its last observation
+        since: "2026-11-23T08:00:00.000Z"      # its first (the season is used after a period)
+        seasonStart: "2026-11-23T07:58:12.000Z"  # a period's start: season[0] is the slot after it
+        periodSeconds: 86400                   # autoscaling.predictive.period it learned
+        level: 41.5                            # req/s
+        trend: 0.002                           # req/s per second
+        base: 48.0                             # req/s, the mean over about a period
+        season: [-12.1, -14.0, ...]            # req/s above base, one per hour of the period
+        error: 0.12                            # its last checked prediction, off by 12%
 
 A status that cannot be read (an older operator's, an edited one) is ignored: the policy
 then starts as a fresh one does (it holds one window after start-up).
@@ -19,10 +29,12 @@ then starts as a fresh one does (it holds one window after start-up).
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from preheat.core.autoscaling import Direction
+from preheat.core.autoscaling.forecast import Forecast
 from preheat.core.autoscaling.memory import Memory
 
 FIELD = "policyHistory"
@@ -53,7 +65,51 @@ def to_status(memory: Memory) -> dict[str, Any]:
     if memory.last_scale_at is not None and memory.last_direction is not Direction.HOLD:
         out["lastScaleTime"] = _stamp(memory.last_scale_at)
         out["lastScaleDirection"] = memory.last_direction.value
+    f = memory.forecast
+    if f is not None:
+        fc: dict[str, Any] = {
+            "time": _stamp(f.t),
+            "since": _stamp(f.since),
+            "seasonStart": _stamp(f.epoch),
+            "periodSeconds": memory.forecast_period_s,
+            "level": f.level,
+            "trend": f.trend,
+            "base": f.base,
+            "season": list(f.season),
+        }
+        if f.error is not None:
+            fc["error"] = f.error
+        out["forecast"] = fc
     return out
+
+
+def _number(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise ValueError(f"not a number: {v!r}")
+    return float(v)
+
+
+def _forecast(doc: Any) -> tuple[Forecast | None, float]:
+    """(the forecast a ``policyHistory.forecast`` holds, its period); (None, 0) when none."""
+    if doc is None:
+        return None, 0.0
+    if not isinstance(doc, Mapping):
+        raise ValueError("forecast: not a mapping")
+    season = doc.get("season")
+    if not isinstance(season, list):
+        raise ValueError("forecast.season: not a list")
+    error = doc.get("error")
+    f = Forecast(
+        t=_seconds(doc.get("time")),
+        level=_number(doc.get("level")),
+        trend=_number(doc.get("trend")),
+        season=tuple(_number(v) for v in season),
+        since=_seconds(doc.get("since")),
+        error=None if error is None else _number(error),
+        epoch=_seconds(doc.get("seasonStart")),
+        base=_number(doc.get("base")),
+    )
+    return f, _number(doc.get("periodSeconds"))
 
 
 def from_status(status: Mapping[str, Any] | None) -> Memory | None:
@@ -67,11 +123,14 @@ def from_status(status: Mapping[str, Any] | None) -> Memory | None:
         )
         last_at = doc.get("lastScaleTime")
         direction = Direction(doc.get("lastScaleDirection") or "hold")
+        forecast, period = _forecast(doc.get("forecast"))
         return Memory(
             since=_seconds(doc.get("since")),
             history=tuple(sorted(history)),
             last_scale_at=None if last_at is None else _seconds(last_at),
             last_direction=direction if last_at is not None else Direction.HOLD,
+            forecast=forecast,
+            forecast_period_s=period,
         )
     except (KeyError, TypeError, ValueError):
         return None

@@ -96,13 +96,15 @@ class Schedule:
     window_s: float
 
 
-def read_schedule(path: Path) -> Schedule:
+def read_schedule(path: Path, flag: str = "--schedule") -> Schedule:
+    """A day's rates (``{"rates_rps": [...], "window_s": W}``, as `preheat bench traces`
+    writes); errors name ``flag``."""
     try:
         doc = json.loads(path.read_text())
     except OSError as e:
-        raise SimInputError(f"--schedule {path}: {e.strerror or e}") from None
+        raise SimInputError(f"{flag} {path}: {e.strerror or e}") from None
     except ValueError as e:
-        raise SimInputError(f"--schedule {path}: not JSON ({e})") from None
+        raise SimInputError(f"{flag} {path}: not JSON ({e})") from None
     rates = doc.get("rates_rps") if isinstance(doc, dict) else None
     window = doc.get("window_s") if isinstance(doc, dict) else None
     if (
@@ -110,10 +112,17 @@ def read_schedule(path: Path) -> Schedule:
         or not rates
         or not all(isinstance(r, int | float) and r >= 0 for r in rates)
     ):
-        raise SimInputError(f"--schedule {path}: rates_rps must be a list of numbers >= 0")
+        raise SimInputError(f"{flag} {path}: rates_rps must be a list of numbers >= 0")
     if not isinstance(window, int | float) or window <= 0:
-        raise SimInputError(f"--schedule {path}: window_s must be a number > 0")
+        raise SimInputError(f"{flag} {path}: window_s must be a number > 0")
     return Schedule(tuple(float(r) for r in rates), float(window))
+
+
+def history_samples(schedule: Schedule) -> tuple[tuple[float, float], ...]:
+    """The day's rates as the forecast's history before t=0: window ``i`` of ``n`` observed
+    at its middle, ``(i - n + 0.5) * window_s`` (so the last window ends at 0)."""
+    n, w = len(schedule.rates_rps), schedule.window_s
+    return tuple(((i - n + 0.5) * w, r) for i, r in enumerate(schedule.rates_rps))
 
 
 @dataclass(frozen=True)

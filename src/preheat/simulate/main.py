@@ -106,6 +106,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "writes), from which each hour's size is set",
     )
     p.add_argument(
+        "--forecast-history",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the pool's arrival rates before the trace (JSON as --schedule; the last window "
+        "ends where the trace starts): the autoscaler's forecast starts having learned them, "
+        "as a pool that ran the day before (its forecast is kept in status.policyHistory)",
+    )
+    p.add_argument(
         "--target-attainment",
         type=float,
         default=0.99,
@@ -250,6 +259,13 @@ def sim_options(args: argparse.Namespace) -> tuple[SimOptions, dict[str, str]]:
         ttft_objective_ms=args.ttft_objective_ms,
         cold_start=args.cold_start,
         engine_options=engine_options,
+        forecast_history=(
+            compare.history_samples(
+                compare.read_schedule(args.forecast_history, "--forecast-history")
+            )
+            if args.forecast_history is not None
+            else ()
+        ),
     )
     origins = dict(fromrun.DEFAULT_ORIGINS)
     if args.from_run is not None:

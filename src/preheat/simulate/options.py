@@ -188,6 +188,10 @@ class SimOptions:
     watch_cache: bool = True  # the router sees each pod's prefix cache (WatchCache)
     history_ttl_s: float = 600.0  # router prefix history (used without watch_cache)
     tuning: PolicyTuning = field(default_factory=PolicyTuning)
+    # the pool's arrival rates before t=0, (time <= 0, req/s) oldest first: the policy's
+    # forecast starts having seen them (a pool that ran before, its forecast kept in
+    # status.policyHistory); () = the forecast starts at the first evaluation
+    forecast_history: tuple[tuple[float, float], ...] = ()
     cold_start: bool = False  # pods start cold at t=0 instead of warm
     engine_options: Mapping[str, object] = field(default_factory=dict)  # SimConfig options
     record_itl: bool = True  # per-request ITL (run-length encoded) in the record
@@ -200,6 +204,8 @@ class SimOptions:
         for attr in ("refresh_interval_s", "autoscale_interval_s", "sample_interval_s"):
             if not getattr(self, attr) > 0:
                 problems.append(f"{attr} must be > 0, got {getattr(self, attr)}")
+        if any(t > 0 for t, _ in self.forecast_history):
+            problems.append("forecast_history must be at or before t=0")
         if self.max_retries < 0:
             problems.append(f"max_retries must be >= 0, got {self.max_retries}")
         if any(w < 0 for _, w in self.client_regions) or (

@@ -47,8 +47,9 @@ from preheat.api.engine_args import sim_options as sim_engine_options
 from preheat.autoscaler.scrape import RouterScrape, Scrape, Served, compute, router_demand
 from preheat.autoscaler.source import wake_signals, wakes
 from preheat.core import autoscaling as core_autoscaling
-from preheat.core.autoscaling import ReplicaCounts, Signals
+from preheat.core.autoscaling import PolicyState, ReplicaCounts, Signals
 from preheat.core.autoscaling.forecast import accuracy as forecast_accuracy
+from preheat.core.autoscaling.forecast import learn
 from preheat.core.autoscaling.standby import wanted
 from preheat.core.control import ControlState, Observation, signal_query, step, tally
 from preheat.core.control.roles import ROLE_ACTIVE, ROLE_DRAINING, ROLE_STANDBY, PodView, RolePlan
@@ -252,7 +253,7 @@ class _World:
         self.events: list[ScaleEvent] = []
         self.samples: list[ReplicaSample] = []
         self.desired = pool.replicas.desired
-        self.control = ControlState()
+        self.control = ControlState(policy=_policy_start(pool, options))
         # each evaluation's forecast error (the forecast runs with predictive off too)
         self.forecast_errors: list[float] = []
         zones = pool.topology.zones or ("zone-a",)
@@ -1017,6 +1018,15 @@ class _World:
             },
         )
         return Run(meta=meta, requests=requests, events=self.events, replicas=self.samples)
+
+
+def _policy_start(pool: PoolConfig, options: SimOptions) -> PolicyState:
+    """The policy's state at t=0: fresh, its forecast having learned
+    ``options.forecast_history`` (with the pool's season length)."""
+    if not options.forecast_history:
+        return PolicyState()
+    hw = replace(options.tuning.holt_winters, period_s=pool.autoscaling.predictive.period_s)
+    return PolicyState(forecast=learn(None, options.forecast_history, hw))
 
 
 def _forecast_extra(errors: list[float], pool: PoolConfig) -> dict[str, object]:

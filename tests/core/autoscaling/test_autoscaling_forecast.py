@@ -63,6 +63,38 @@ def test_the_daily_season_is_used_only_after_a_whole_day() -> None:
     assert predict(f, 55.0, hw) > predict(f, 15.0, hw) + 15.0
 
 
+def test_one_day_at_the_evaluation_interval_teaches_the_season() -> None:
+    """The defaults, observed every 15 s as the operator does: a day whose rate doubles at
+    noon (10 -> 20 req/s). At 11:30 the next day the forecast an hour ahead sees the rise
+    (it said 10.0 when the season was learned against the level, which follows the rate
+    within a few evaluations), ten minutes ahead it does not, and into the afternoon it
+    stays up."""
+
+    def rate(t: float) -> float:
+        return 20.0 if (t % 86_400.0) >= 43_200.0 else 10.0
+
+    f = _feed([(15.0 * i, rate(15.0 * i)) for i in range(int((86_400 + 41_400) / 15))])
+    assert seasonal(f, HW)
+    assert predict(f, 600.0) == pytest.approx(10.0, abs=1.0)
+    assert predict(f, 3_600.0) > 15.0
+    assert predict(f, 6 * 3_600.0) > 15.0
+
+
+def test_the_season_learns_at_the_same_pace_whatever_the_interval() -> None:
+    """gamma is per period: a day observed every 5 s or every 60 s learns the same offsets
+    (within a few percent)."""
+
+    def rate(t: float) -> float:
+        return 20.0 if (t % 86_400.0) >= 43_200.0 else 10.0
+
+    learned = []
+    for step in (5.0, 60.0):
+        f = _feed([(step * i, rate(step * i)) for i in range(int(2 * 86_400 / step))])
+        learned.append(f.season)
+    for a, b in zip(*learned, strict=True):
+        assert a == pytest.approx(b, abs=0.25)
+
+
 def test_the_forecasts_error_is_kept_for_the_reason() -> None:
     f = _feed([(0.0, 10.0), (15.0, 10.0)])
     f = replace(f, pending=((30.0, 12.0),))

@@ -4,12 +4,17 @@ too old or from the future is dropped."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 from autoscalingkit import Driver, config, signals
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from preheat.core.autoscaling import Cause, Direction, PolicyState, stabilize
+from preheat.core.autoscaling import Cause, Direction, PolicyState, forecast, stabilize
+from preheat.core.autoscaling.forecast import HoltWinters
 from preheat.core.autoscaling.memory import Memory, compress, remember, restore
+from preheat.core.pool import AutoscalingConfig, PredictiveConfig
 
 WALL = 1_800_000_000.0  # the wall clock at the policy's 0
 
@@ -39,7 +44,7 @@ def test_remember_is_on_the_wall_clock_and_restore_puts_it_back() -> None:
         last_scale_at=100.0,
         last_direction=Direction.UP,
     )
-    mem = remember(state, now=130.0, wall_now=WALL + 130.0)
+    mem = remember(state, now=130.0, wall_now=WALL + 130.0, config=cfg)
     assert mem == Memory(WALL + 100.0, ((WALL + 115.0, 5), (WALL + 130.0, 2)), WALL + 100.0,
                          Direction.UP)  # fmt: skip
     # a new process whose monotonic clock reads 7 when the wall clock reads WALL + 160
@@ -47,7 +52,7 @@ def test_remember_is_on_the_wall_clock_and_restore_puts_it_back() -> None:
     assert back.history == ((-38.0, 5), (-23.0, 2))
     assert back.since == -53.0
     assert (back.last_scale_at, back.last_direction) == (-53.0, Direction.UP)
-    assert remember(PolicyState(), 0.0, WALL) is None  # nothing evaluated yet
+    assert remember(PolicyState(), 0.0, WALL, cfg) is None  # nothing evaluated yet
 
 
 def test_history_older_than_the_windows_restores_nothing() -> None:
@@ -86,7 +91,7 @@ def test_a_restored_policy_holds_and_releases_as_the_uninterrupted_one() -> None
 
     before = Driver(cfg=cfg, desired=2)
     spike_then_lull(before, 180.0)
-    mem = remember(before.state, now=180.0, wall_now=WALL + 180.0)
+    mem = remember(before.state, now=180.0, wall_now=WALL + 180.0, config=cfg)
     assert mem is not None
     # the restart: a new process, its clock 1000 s behind (any monotonic clock), 20 s gap
     shift = 1000.0
@@ -119,3 +124,80 @@ def test_a_new_pool_holds_its_starting_size_for_one_scale_down_window() -> None:
     d.tick(300.0, signals(300.0, 100.0), active=4)
     assert d.desired == 1
     assert d.decisions[-1][1].cause is Cause.SCALE_DOWN
+
+
+DAY = 1440.0  # a short season, so that a test learns a whole one
+HW = HoltWinters(period_s=DAY)
+
+
+def _with_period(period_s: float = DAY) -> AutoscalingConfig:
+    cfg = config(down=(300.0, 0.0, 4))
+    return replace(cfg, predictive=PredictiveConfig(enabled=True, period_s=period_s))
+
+
+def _learned(until: float, start: float = 0.0) -> forecast.Forecast:
+    """A forecast of a day with a busy second half (100 vs 20 req/s), observed every 30 s."""
+    times = range(int(start), int(until), 30)
+    samples = [(t, 100.0 if (t % DAY) >= DAY / 2 else 20.0) for t in times]
+    f = forecast.learn(None, ((float(t), y) for t, y in samples), HW)
+    assert f is not None
+    return f
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    at=st.floats(min_value=DAY + 30.0, max_value=3 * DAY),
+    gap=st.floats(min_value=0.0, max_value=DAY / 24 - 1.0),
+    clock=st.floats(min_value=-1e6, max_value=1e6),
+)
+def test_a_restored_forecast_predicts_as_the_one_that_never_stopped(
+    at: float, gap: float, clock: float
+) -> None:
+    """The season is learned over a whole period, so it must survive a restart: after a
+    gap shorter than one seasonal slot the restored forecast (on any new clock) predicts
+    what the uninterrupted one does, season and trend included."""
+    cfg = _with_period()
+    f = _learned(at)
+    state = PolicyState(history=((f.t, 3),), since=0.0, forecast=f)
+    mem = remember(state, now=f.t, wall_now=WALL + f.t, config=cfg)
+    assert mem is not None
+    assert mem.forecast is not None
+    assert mem.forecast.pending == ()
+    shift = clock - (WALL + f.t + gap)  # the new process's clock reads `clock` at the restart
+    back = restore(PolicyState(), mem, clock, WALL + f.t + gap, cfg, HW)
+    assert back.forecast is not None
+    assert forecast.seasonal(back.forecast, HW)
+    for h in (60.0, DAY / 3, DAY / 2):
+        assert forecast.predict(back.forecast, h, HW) == pytest.approx(
+            forecast.predict(f, h, HW), abs=1e-6
+        )
+    assert back.forecast.t == pytest.approx(f.t + WALL + shift)
+
+
+def test_a_long_gap_drops_the_trend_and_another_period_drops_the_season() -> None:
+    cfg = _with_period()
+    f = replace(_learned(2 * DAY), trend=0.5)
+    state = PolicyState(since=0.0, forecast=f)
+    mem = remember(state, now=f.t, wall_now=WALL + f.t, config=cfg)
+    assert mem is not None
+    # a gap of more than a slot (60 s here): the season and level stay, the slope goes
+    later = restore(PolicyState(), mem, 0.0, WALL + f.t + 61.0, cfg, HW)
+    assert later.forecast is not None
+    assert later.forecast.trend == 0.0
+    assert later.forecast.season == f.season
+    assert later.forecast.level == f.level
+    # a gap of days: the history window is long gone, the forecast is still restored
+    days = restore(PolicyState(), mem, 0.0, WALL + f.t + 5 * DAY, cfg, HW)
+    assert days.history == ()
+    assert days.forecast is not None
+    assert forecast.seasonal(days.forecast, HW)
+    # predictive.period changed since: the level stays, the season is learned again
+    week = _with_period(7 * DAY)
+    other = restore(PolicyState(), mem, 0.0, WALL + f.t + 1.0, week, HW)
+    assert other.forecast is not None
+    assert other.forecast.level == f.level
+    assert set(other.forecast.season) == {0.0}
+    assert not forecast.seasonal(other.forecast, replace(HW, period_s=7 * DAY))
+    # a forecast from the future (the wall clock went back) is not restored
+    back = restore(PolicyState(), mem, 0.0, WALL + f.t - 10.0, cfg, HW)
+    assert back.forecast is None

@@ -2,16 +2,27 @@
 
 Holt-Winters, additive, on the pool's own history of arrival rates (one observation per
 evaluation, at irregular times): a level, a trend per second and one seasonal offset per
-slot of the day (``slots`` of ``period_s / slots``). With ``dt`` seconds since the last
-observation ``y`` and ``s`` the offset of the slot ``t`` falls in:
+slot of the day (``slots`` of ``period_s / slots``, counted from ``Forecast.epoch``). With
+``dt`` seconds since the last observation ``y`` and ``s`` the offset of the slot ``t`` falls
+in:
 
     level'  = alpha * (y - s) + (1 - alpha) * (level + trend * dt)
     trend'  = beta * (level' - level) / dt + (1 - beta) * trend
-    s'      = gamma * (y - level') + (1 - gamma) * s
+    base'   = base + (1 - exp(-dt / period_s)) * (y - base)
+    s'      = s + g * (y - base' - s),   g = 1 - (1 - gamma) ** (dt / slot)
 
 and the forecast ``h`` seconds ahead is ``level + trend * h + s(t + h)``, never below 0.
 The seasonal offsets are used only once the history covers a whole period (before, a day
 is not yet known, and an offset learned from part of it would be a guess).
+
+The season is learned against ``base``, the rate's mean over about a period, not against
+the level: the level follows the rate within a few evaluations (``alpha`` per
+observation), so the textbook update ``s' = gamma * (y - level') + ...`` is left with
+nearly nothing to learn when observations come every 15 s (240 an hour): a day of a
+rate that doubles at noon taught it offsets of a few percent. Here an offset is how far
+its slot runs above or below the day's mean, and ``gamma`` is the share of one period's
+deviation it takes (per period, whatever the evaluation interval: ``g`` sums to
+``gamma`` over a slot's observations): 0.5, yesterday counts half.
 
 Its error: each prediction (:func:`ahead`) is kept until its time comes; the first
 observation at or after that time resolves it, and ``error = |forecast - observed| /
@@ -22,7 +33,7 @@ observed`` of the latest prediction so resolved is what the decision's reason an
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 __all__ = [
@@ -32,6 +43,7 @@ __all__ = [
     "Outlook",
     "accuracy",
     "ahead",
+    "learn",
     "observe",
     "predict",
 ]
@@ -44,7 +56,7 @@ MAX_PENDING = 64  # predictions awaiting their time (horizon / interval of them,
 class HoltWinters:
     alpha: float = 0.5  # level
     beta: float = 0.2  # trend
-    gamma: float = 0.1  # season
+    gamma: float = 0.5  # season: share of a period's deviation learned (per period)
     period_s: float = 86_400.0  # a day
     slots: int = 24  # one seasonal offset per hour
 
@@ -73,6 +85,11 @@ class Forecast:
     pending: tuple[tuple[float, float], ...] = ()
     # |forecast - observed| / observed of the latest prediction whose time has come
     error: float | None = None
+    # when a period (slot 0) began, on this clock: the season's phase (moved with the
+    # times when the forecast is moved to another clock, so a slot stays the same hour)
+    epoch: float = 0.0
+    # the rate's mean over about a period (what the season's offsets are measured from)
+    base: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -95,7 +112,9 @@ def observe(f: Forecast | None, t: float, y: float, hw: HoltWinters = HoltWinter
     last one only replaces the level)."""
     y = max(0.0, y)
     if f is None:
-        return Forecast(t, y, 0.0, (0.0,) * hw.slots, t)
+        return Forecast(t, y, 0.0, (0.0,) * hw.slots, t, base=y)
+    if len(f.season) != hw.slots:  # learned with other slots: the season starts again
+        f = replace(f, season=(0.0,) * hw.slots, since=f.t)
     error = f.error
     due = [v for at, v in f.pending if at <= t + 1e-6]
     pending = tuple(p for p in f.pending if p[0] > t + 1e-6)
@@ -105,13 +124,25 @@ def observe(f: Forecast | None, t: float, y: float, hw: HoltWinters = HoltWinter
     dt = t - f.t
     if dt <= 0:
         return replace(f, level=y)
-    k = hw.slot(t)
+    k = hw.slot(t - f.epoch)
     s = f.season[k] if seasonal(f, hw) else 0.0
     level = hw.alpha * (y - s) + (1 - hw.alpha) * (f.level + f.trend * dt)
     trend = hw.beta * (level - f.level) / dt + (1 - hw.beta) * f.trend
+    base = f.base + (1.0 - math.exp(-dt / hw.period_s)) * (y - f.base)
+    g = 1.0 - (1.0 - hw.gamma) ** (dt / (hw.period_s / hw.slots))
     season = list(f.season)
-    season[k] = hw.gamma * (y - level) + (1 - hw.gamma) * f.season[k]
-    return Forecast(t, level, trend, tuple(season), f.since, f.pending, error)
+    season[k] = f.season[k] + g * (y - base - f.season[k])
+    return Forecast(t, level, trend, tuple(season), f.since, f.pending, error, f.epoch, base)
+
+
+def learn(
+    f: Forecast | None, samples: Iterable[tuple[float, float]], hw: HoltWinters = HoltWinters()
+) -> Forecast | None:
+    """The state after observing each ``(time, rate)`` of ``samples`` in order (a history
+    the forecast starts from: the pool's rates before now)."""
+    for t, y in samples:
+        f = observe(f, t, y, hw)
+    return f
 
 
 def seasonal(f: Forecast, hw: HoltWinters) -> bool:
@@ -122,7 +153,7 @@ def seasonal(f: Forecast, hw: HoltWinters) -> bool:
 def predict(f: Forecast, horizon_s: float, hw: HoltWinters = HoltWinters()) -> float:
     """The rate ``horizon_s`` after the last observation (>= 0)."""
     at = f.t + horizon_s
-    s = f.season[hw.slot(at)] if seasonal(f, hw) else 0.0
+    s = f.season[hw.slot(at - f.epoch)] if seasonal(f, hw) else 0.0
     return max(0.0, f.level + f.trend * horizon_s + s)
 
 

@@ -16,8 +16,16 @@ epoch), for the driver to keep where it survives (the operator: the pool's
 - What happened while no one evaluated (the restart's gap) is not known. The policy
   treats it as it treats a stretch of stale metrics: no recommendation in it. The
   remembered entries keep their own times, so they leave the window when they would have.
-- Nothing in the window (the gap was longer than the history's horizon): nothing is
+- Nothing in the window (the gap was longer than the history's horizon): no window is
   restored, and the window unseen since start-up holds the current size, as before.
+- The arrival-rate forecast (:mod:`~.forecast`: level, trend, the season's offsets and
+  since when it has been learning) is kept too: its season is used only once its history
+  covers a whole period (a day), so a forecast that started again at every restart would
+  never use it. It is restored whatever the gap (a season learned yesterday still holds);
+  a gap longer than one seasonal slot drops the trend (a slope measured before it says
+  nothing of now), and a forecast learned for another period (``predictive.period``
+  changed) keeps its level and starts its season again. Its pending predictions (kept
+  only to measure its error) are not.
 """
 
 from __future__ import annotations
@@ -25,11 +33,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from preheat.core.autoscaling import stabilize
+from preheat.core.autoscaling.forecast import Forecast, HoltWinters
 from preheat.core.autoscaling.types import Direction, PolicyState
 from preheat.core.pool import AutoscalingConfig
 
 __all__ = ["MAX_ENTRIES", "Memory", "compress", "remember", "restore"]
 
+DEFAULT_SMOOTHING = HoltWinters()
 MAX_ENTRIES = 100  # a history longer than this (after compression) keeps its newest
 
 
@@ -42,6 +52,10 @@ class Memory:
     history: tuple[tuple[float, int], ...]  # (time, recommendation), oldest first
     last_scale_at: float | None = None
     last_direction: Direction = Direction.HOLD
+    # the forecast (its times on the wall clock, no pending predictions) and the season
+    # length it was learned for; None: no arrival rate seen yet
+    forecast: Forecast | None = None
+    forecast_period_s: float = 0.0
 
 
 def compress(history: tuple[tuple[float, int], ...]) -> tuple[tuple[float, int], ...]:
@@ -51,18 +65,45 @@ def compress(history: tuple[tuple[float, int], ...]) -> tuple[tuple[float, int],
     return tuple(out[-MAX_ENTRIES:])
 
 
-def remember(state: PolicyState, now: float, wall_now: float) -> Memory | None:
-    """``state``'s history, first evaluation and last scale on the wall clock (``now`` on
-    the policy's clock is ``wall_now``); None before the first evaluation."""
+def _moved(f: Forecast, shift: float) -> Forecast:
+    """``f`` with its times ``shift`` seconds later, without pending predictions."""
+    return replace(f, t=f.t + shift, since=f.since + shift, epoch=f.epoch + shift, pending=())
+
+
+def remember(
+    state: PolicyState, now: float, wall_now: float, config: AutoscalingConfig
+) -> Memory | None:
+    """``state``'s history, first evaluation, last scale and forecast on the wall clock
+    (``now`` on the policy's clock is ``wall_now``; ``config``: the pool's, whose
+    ``predictive.period`` the forecast was learned for); None before the first evaluation."""
     if state.since is None:
         return None
     shift = wall_now - now
+    f = state.forecast
     return Memory(
         since=state.since + shift,
         history=tuple((t + shift, r) for t, r in compress(state.history)),
         last_scale_at=None if state.last_scale_at is None else state.last_scale_at + shift,
         last_direction=state.last_direction,
+        forecast=None if f is None else _moved(f, shift),
+        forecast_period_s=0.0 if f is None else config.predictive.period_s,
     )
+
+
+def _restored_forecast(
+    memory: Memory, shift: float, now: float, config: AutoscalingConfig, hw: HoltWinters
+) -> Forecast | None:
+    """The remembered forecast on the new clock (None: none, or one from the future)."""
+    f = memory.forecast
+    if f is None or f.t + shift > now + 1e-3:  # (a ms: the wall clock's float rounding)
+        return None
+    f = _moved(f, shift)
+    period = config.predictive.period_s
+    if memory.forecast_period_s != period or len(f.season) != hw.slots:
+        f = replace(f, season=(0.0,) * hw.slots, since=f.t)
+    if now - f.t > period / hw.slots:
+        f = replace(f, trend=0.0)
+    return f
 
 
 def restore(
@@ -71,11 +112,16 @@ def restore(
     now: float,
     wall_now: float,
     config: AutoscalingConfig,
+    hw: HoltWinters = DEFAULT_SMOOTHING,
 ) -> PolicyState:
     """``state`` (a fresh process's) with ``memory`` put back on its clock (``now`` is
     ``wall_now``). Entries older than the windows' horizon or later than ``now`` (a clock
-    that went back) are dropped; with none left, ``state`` is returned unchanged."""
+    that went back) are dropped; with none left, only the forecast is restored (``hw``:
+    the policy's smoothing, for its number of seasonal slots)."""
     shift = now - wall_now
+    f = _restored_forecast(memory, shift, now, config, hw)
+    if f is not None:
+        state = replace(state, forecast=f)
     horizon = stabilize.horizon(config)
     kept = tuple((t + shift, r) for t, r in memory.history if now - horizon <= t + shift <= now)
     if not kept:

@@ -159,7 +159,8 @@ class PolicyTuning:
     # the capacity estimate (capacity.py) for TTFT objectives, from the routers' arrival
     # rate and the workers' request mix; None: feedback only
     cost: ServiceCost | None = field(default_factory=ServiceCost)
-    # autoscaling.predictive's smoothing (level, trend, daily season)
+    # autoscaling.predictive's smoothing (level, trend, season); the season's length is the
+    # pool's autoscaling.predictive.period (it replaces period_s here)
     holt_winters: HoltWinters = field(default_factory=HoltWinters)
 
 
