@@ -280,3 +280,18 @@ def test_cli_compare_runs_the_fixed_sizes_its_sweep_skipped_under_the_hindsight_
     doc = json.loads((out / "compare.json").read_text())
     assert [(p["setting"], p["knob"]) for p in doc["points"]] == [("1 pod", 1.0), ("3 pods", 3.0)]
     assert (out / "fixed_1_pod").is_dir()
+
+
+def test_a_forecast_history_file_is_the_days_windows_ending_at_zero(tmp_path: Path) -> None:
+    from preheat.simulate.compare import history_samples, read_schedule
+
+    f = tmp_path / "day.json"
+    f.write_text(json.dumps({"rates_rps": [1.0, 2.0, 3.0], "window_s": 10.0}))
+    assert history_samples(read_schedule(f, "--forecast-history")) == (
+        (-30.0, 1.0),
+        (-20.0, 2.0),
+        (-10.0, 3.0),
+    )
+    f.write_text(json.dumps({"rates_rps": [1.0], "window_s": 0}))
+    with pytest.raises(SimInputError, match=r"--forecast-history .*window_s must be"):
+        read_schedule(f, "--forecast-history")

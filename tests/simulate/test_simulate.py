@@ -512,3 +512,37 @@ def test_a_forecast_history_lets_the_first_evaluations_see_the_rise_it_learned()
     assert max(fresh) < 5.0, outlooks[False]
     with pytest.raises(SimInputError, match="at or before t=0"):
         SimOptions(forecast_history=((5.0, 1.0),))
+
+
+def test_cli_forecast_history_is_read_and_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from preheat.cli import main
+
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(
+        "apiVersion: preheat.dev/v1alpha1\nkind: InferencePool\nmetadata: {name: t}\n"
+        "spec: {model: {name: m}, engine: {kind: sim}, replicas: {min: 1, max: 2},\n"
+        "  autoscaling: {objectives: [{signal: ttft, percentile: 95, targetMs: 500}]}}\n"
+    )
+    day = tmp_path / "day.json"
+    day.write_text(json.dumps({"rates_rps": [4.0] * 24, "window_s": 10.0}))
+    argv = ["simulate", "--pool", str(pool), "--trace", str(_write_trace(tmp_path, 400))]
+    flags = [
+        "--autoscale-interval-s",
+        "5",
+        "--no-plots",
+        "--set",
+        "autoscaling.predictive.period=4m",
+    ]
+    rc = main([*argv, "--out", str(tmp_path / "run"), "--forecast-history", str(day), *flags])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert (
+        "started from 240 s of history before t=0 (--forecast-history), season period 240 s" in out
+    )
+    rc = main([*argv, "--out", str(tmp_path / "run2"), "--forecast-history", str(tmp_path / "no")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "--forecast-history" in err
+    assert "Traceback" not in err

@@ -120,9 +120,9 @@ def read_schedule(path: Path, flag: str = "--schedule") -> Schedule:
 
 def history_samples(schedule: Schedule) -> tuple[tuple[float, float], ...]:
     """The day's rates as the forecast's history before t=0: window ``i`` of ``n`` observed
-    at its middle, ``(i - n + 0.5) * window_s`` (so the last window ends at 0)."""
+    at its start, ``(i - n) * window_s`` (so the last window ends at 0)."""
     n, w = len(schedule.rates_rps), schedule.window_s
-    return tuple(((i - n + 0.5) * w, r) for i, r in enumerate(schedule.rates_rps))
+    return tuple(((i - n) * w, r) for i, r in enumerate(schedule.rates_rps))
 
 
 @dataclass(frozen=True)

@@ -626,6 +626,11 @@ def _report(result: _Result, args: argparse.Namespace) -> int:
             f"{float(fc['error_median']) * 100:.0f}% (median), "
             f"{float(fc['error_p90']) * 100:.0f}% (p90) over {int(fc['evaluations'])} evaluations"
         )
+        if fc.get("history_s"):
+            print(
+                f"  it started from {float(fc['history_s']):g} s of history before t=0 "
+                f"(--forecast-history), season period {float(fc.get('period_s', 0)):g} s"
+            )
     if not args.no_plots:
         from preheat.report.plots import write_plots
 

@@ -1014,7 +1014,7 @@ class _World:
                 "events": n_events,
                 "schedule_calls": st.schedule_calls,
                 "decide_calls": st.decide_calls,
-                **_forecast_extra(self.forecast_errors, self.pool),
+                **_forecast_extra(self.forecast_errors, self.pool, self.options),
             },
         )
         return Run(meta=meta, requests=requests, events=self.events, replicas=self.samples)
@@ -1029,15 +1029,21 @@ def _policy_start(pool: PoolConfig, options: SimOptions) -> PolicyState:
     return PolicyState(forecast=learn(None, options.forecast_history, hw))
 
 
-def _forecast_extra(errors: list[float], pool: PoolConfig) -> dict[str, object]:
+def _forecast_extra(
+    errors: list[float], pool: PoolConfig, options: SimOptions
+) -> dict[str, object]:
     """``meta.extra["forecast"]``: how far off the arrival-rate forecast was over the run
-    ({} when it made no checked prediction: no router figures, or a run too short)."""
+    ({} when it made no checked prediction: no router figures, or a run too short), its
+    season's period and how much history it started from (s before t=0)."""
     acc = forecast_accuracy(errors)
     if acc is None:
         return {}
+    history = options.forecast_history
     return {
         "forecast": {
             "horizon_s": pool.autoscaling.predictive.horizon_s,
+            "period_s": pool.autoscaling.predictive.period_s,
+            "history_s": -history[0][0] if history else 0.0,
             "acting": pool.autoscaling.predictive.enabled,
             "evaluations": acc.count,
             "error_median": acc.median,
