@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from preheat.api.pool import InferencePoolStatus
 from preheat.core.autoscaling import Direction
 from preheat.core.autoscaling.forecast import Forecast
@@ -48,7 +50,7 @@ def test_a_status_without_or_with_an_unreadable_history_gives_none() -> None:
         assert from_status({FIELD: bad}) is None, bad
 
 
-def test_the_forecast_round_trips_and_a_bad_one_makes_the_history_unreadable() -> None:
+def test_the_forecast_round_trips_and_a_bad_one_is_dropped_alone() -> None:
     season = tuple(float(i) - 11.5 for i in range(24))
     f = Forecast(t=WALL + 30.5, level=41.5, trend=0.002, season=season, since=WALL - 86_400.0,
                  error=0.12, epoch=WALL - 3_600.0, base=48.0)  # fmt: skip
@@ -74,4 +76,7 @@ def test_the_forecast_round_trips_and_a_bad_one_makes_the_history_unreadable() -
         {**doc["forecast"], "periodSeconds": None},
         {k: v for k, v in doc["forecast"].items() if k != "seasonStart"},
     ):
-        assert from_status({FIELD: {**doc, "forecast": bad}}) is None, bad
+        # the forecast starts again; the scale-down window and cooldowns are kept
+        assert from_status({FIELD: {**doc, "forecast": bad}}) == replace(
+            mem, forecast=None, forecast_period_s=0.0
+        ), bad

@@ -23,7 +23,8 @@ whatever node it starts::
         error: 0.12                            # its last checked prediction, off by 12%
 
 A status that cannot be read (an older operator's, an edited one) is ignored: the policy
-then starts as a fresh one does (it holds one window after start-up).
+then starts as a fresh one does (it holds one window after start-up). A forecast that
+cannot be read is dropped alone (the forecast starts again; the window is kept).
 """
 
 from __future__ import annotations
@@ -123,7 +124,10 @@ def from_status(status: Mapping[str, Any] | None) -> Memory | None:
         )
         last_at = doc.get("lastScaleTime")
         direction = Direction(doc.get("lastScaleDirection") or "hold")
-        forecast, period = _forecast(doc.get("forecast"))
+        try:
+            forecast, period = _forecast(doc.get("forecast"))
+        except (KeyError, TypeError, ValueError):  # the window is still worth keeping
+            forecast, period = None, 0.0
         return Memory(
             since=_seconds(doc.get("since")),
             history=tuple(sorted(history)),
