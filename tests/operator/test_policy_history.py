@@ -80,3 +80,17 @@ def test_the_forecast_round_trips_and_a_bad_one_is_dropped_alone() -> None:
         assert from_status({FIELD: {**doc, "forecast": bad}}) == replace(
             mem, forecast=None, forecast_period_s=0.0
         ), bad
+
+
+def test_a_time_read_back_and_moved_between_clocks_keeps_its_stamp() -> None:
+    """A restart reads a stamp back and moves it onto the new process's clock and, at the
+    next write, back onto the wall clock; the two clocks are read a few microseconds apart
+    at each evaluation, so the time comes back a hair off its millisecond. It must be
+    written as the same stamp, not a millisecond earlier (truncating moved the forecast's
+    `since` at restarts)."""
+    mem = Memory(WALL + 0.38, ((WALL + 0.38, 2),))
+    stamp = to_status(mem)["since"]
+    back = from_status({FIELD: to_status(mem)})
+    assert back is not None
+    for jitter in (-3e-6, -1e-7, 0.0, 2e-6):
+        assert to_status(Memory(back.since + jitter, back.history))["since"] == stamp

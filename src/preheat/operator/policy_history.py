@@ -44,7 +44,10 @@ __all__ = ["FIELD", "from_status", "to_status"]
 
 
 def _stamp(t: float) -> str:
-    when = datetime.datetime.fromtimestamp(t, datetime.UTC)
+    """RFC 3339 to the nearest millisecond (rounded, not truncated: a time read back from a
+    stamp and moved between clocks is a hair off its millisecond, and truncating it would
+    move it a millisecond earlier at every restart)."""
+    when = datetime.datetime.fromtimestamp(round(t, 3), datetime.UTC)
     return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
