@@ -1025,7 +1025,7 @@ def _policy_start(pool: PoolConfig, options: SimOptions) -> PolicyState:
     ``options.forecast_history`` (with the pool's season length)."""
     if not options.forecast_history:
         return PolicyState()
-    hw = replace(options.tuning.holt_winters, period_s=pool.autoscaling.predictive.period_s)
+    hw = options.tuning.smoothing(pool.autoscaling.predictive)
     return PolicyState(forecast=learn(None, options.forecast_history, hw))
 
 

@@ -297,7 +297,7 @@ def _forecast(ctx: Context) -> tuple[float | None, Forecast | None, Outlook | No
     seen = ctx.signals.demand
     if seen is None:
         return None, ctx.state.forecast, None
-    hw = replace(ctx.tuning.holt_winters, period_s=pred.period_s)
+    hw = ctx.tuning.smoothing(pred)
     f = forecast.observe(ctx.state.forecast, ctx.now, seen.arrival_rate, hw)
     f, outlook = forecast.ahead(f, pred.horizon_s, hw)
     if not pred.enabled:

@@ -7,11 +7,17 @@ Every time is a float of seconds on one clock, the caller's (``Context.now``, th
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from preheat.core.autoscaling.cost import ServiceCost
 from preheat.core.autoscaling.forecast import Forecast, HoltWinters, Outlook
-from preheat.core.pool import AutoscalingConfig, Objective, ReplicasConfig, Signal
+from preheat.core.pool import (
+    AutoscalingConfig,
+    Objective,
+    PredictiveConfig,
+    ReplicasConfig,
+    Signal,
+)
 
 
 class Direction(enum.Enum):
@@ -162,6 +168,10 @@ class PolicyTuning:
     # autoscaling.predictive's smoothing (level, trend, season); the season's length is the
     # pool's autoscaling.predictive.period (it replaces period_s here)
     holt_winters: HoltWinters = field(default_factory=HoltWinters)
+
+    def smoothing(self, predictive: PredictiveConfig) -> HoltWinters:
+        """The forecast's smoothing for a pool: ``holt_winters`` with its season's length."""
+        return replace(self.holt_winters, period_s=predictive.period_s)
 
 
 @dataclass(frozen=True)
