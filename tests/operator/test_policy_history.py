@@ -82,6 +82,25 @@ def test_the_forecast_round_trips_and_a_bad_one_is_dropped_alone() -> None:
         ), bad
 
 
+def test_a_weekly_season_round_trips_and_a_bad_one_drops_the_forecast() -> None:
+    week = tuple(float(i % 7) for i in range(168))
+    f = Forecast(t=WALL, level=40.0, trend=0.0, season=(0.0,) * 24, since=WALL - 86_400.0,
+                 epoch=WALL, base=40.0, week=week, week_since=WALL - 8 * 86_400.0)  # fmt: skip
+    mem = Memory(WALL, ((WALL, 3),), forecast=f, forecast_period_s=86_400.0)
+    doc = to_status(mem)
+    assert doc["forecast"]["weekSince"] == "2027-01-07T08:00:00.000Z"
+    assert doc["forecast"]["week"] == list(week)
+    InferencePoolStatus.model_validate({FIELD: doc})
+    assert from_status({FIELD: doc}) == mem
+    without = to_status(replace(mem, forecast=replace(f, week=(), week_since=None)))
+    assert "week" not in without["forecast"]
+    assert "weekSince" not in without["forecast"]
+    for bad in ({**doc["forecast"], "week": "x"}, {**doc["forecast"], "weekSince": 5}):
+        assert from_status({FIELD: {**doc, "forecast": bad}}) == replace(
+            mem, forecast=None, forecast_period_s=0.0
+        ), bad
+
+
 def test_a_time_read_back_and_moved_between_clocks_keeps_its_stamp() -> None:
     """A restart reads a stamp back and moves it onto the new process's clock and, at the
     next write, back onto the wall clock; the two clocks are read a few microseconds apart

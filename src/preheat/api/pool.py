@@ -385,8 +385,14 @@ class PredictiveSpec(_Model):
     )
     period: Duration = _duration(
         "24h",
-        "The forecast's season: traffic repeats with this period (a day; 168h for a week's "
-        "pattern). Learned by the hour (24 slots of it) once the history covers one period.",
+        "The forecast's season: traffic repeats with this period (a day). Learned in 24 "
+        "slots of it (an hour of a day), used once the history covers one period.",
+    )
+    weekly: bool = Field(
+        default=False,
+        description="A second, weekly season: what each day of the week adds to the daily "
+        "one, by the slot (168 offsets: an hour of a week), used once the history covers "
+        "seven periods.",
     )
 
 
@@ -679,6 +685,17 @@ class ForecastState(_Model):
         max_length=168,
         description="Seasonal offsets above base, req/s, one per slot of the period (24: an "
         "hour of a day).",
+    )
+    week_since: str | None = Field(
+        default=None,
+        description="RFC 3339: the weekly season's first observation (autoscaling.predictive."
+        "weekly; it is used after seven periods).",
+    )
+    week: list[float] = Field(
+        default_factory=list,
+        max_length=168,
+        description="Weekly offsets, req/s: what the day of the week adds to the season, one "
+        "per slot of seven periods (168: an hour of a week).",
     )
     error: float | None = Field(
         default=None, ge=0, description="|forecast - observed| / observed of its last checked one."
@@ -1022,6 +1039,7 @@ def config_from_spec(spec: InferencePoolSpec, *, name: str, namespace: str) -> P
                 horizon_s=parse_duration(predictive.horizon),
                 trust=predictive.trust,
                 period_s=parse_duration(predictive.period),
+                weekly=predictive.weekly,
             ),
         ),
         routing=RoutingConfig(

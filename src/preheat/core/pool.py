@@ -109,12 +109,13 @@ class PanicConfig:
 class PredictiveConfig:
     """``autoscaling.predictive``: size for the forecast arrival rate ``horizon_s`` ahead
     (about a pod's cold start), trusting ``trust`` of the predicted rise; the forecast's
-    season is ``period_s`` long (a day)."""
+    season is ``period_s`` long (a day), with a weekly one of seven periods if ``weekly``."""
 
     enabled: bool = False
     horizon_s: float = 60.0
     trust: float = 0.5
     period_s: float = 86_400.0
+    weekly: bool = False
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ whatever node it starts::
         trend: 0.002                           # req/s per second
         base: 48.0                             # req/s, the mean over about a period
         season: [-12.1, -14.0, ...]            # req/s above base, one per hour of the period
+        weekSince: "2026-11-16T08:00:00.000Z"  # predictive.weekly: the weekly season's first
+        week: [1.5, -0.4, ...]                 # req/s the weekday adds, per hour of 7 periods
         error: 0.12                            # its last checked prediction, off by 12%
 
 A status that cannot be read (an older operator's, an edited one) is ignored: the policy
@@ -81,6 +83,9 @@ def to_status(memory: Memory) -> dict[str, Any]:
             "base": f.base,
             "season": list(f.season),
         }
+        if f.week_since is not None:
+            fc["weekSince"] = _stamp(f.week_since)
+            fc["week"] = list(f.week)
         if f.error is not None:
             fc["error"] = f.error
         out["forecast"] = fc
@@ -103,6 +108,10 @@ def _forecast(doc: Any) -> tuple[Forecast | None, float]:
     if not isinstance(season, list):
         raise ValueError("forecast.season: not a list")
     error = doc.get("error")
+    week = doc.get("week")
+    if not isinstance(week, list | None):
+        raise ValueError("forecast.week: not a list")
+    week_since = doc.get("weekSince")
     f = Forecast(
         t=_seconds(doc.get("time")),
         level=_number(doc.get("level")),
@@ -112,6 +121,8 @@ def _forecast(doc: Any) -> tuple[Forecast | None, float]:
         error=None if error is None else _number(error),
         epoch=_seconds(doc.get("seasonStart")),
         base=_number(doc.get("base")),
+        week=tuple(_number(v) for v in week or ()),
+        week_since=None if week_since is None else _seconds(week_since),
     )
     return f, _number(doc.get("periodSeconds"))
 

@@ -7,7 +7,7 @@ import math
 from dataclasses import replace
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from preheat.api.pool import to_config
@@ -22,6 +22,7 @@ from preheat.core.autoscaling.forecast import (
     observe,
     predict,
     seasonal,
+    weekly,
 )
 from preheat.core.pool import PredictiveConfig
 from tests.core.autoscaling.autoscalingkit import config, ctx, signals
@@ -93,6 +94,67 @@ def test_the_season_learns_at_the_same_pace_whatever_the_interval() -> None:
         learned.append(f.season)
     for a, b in zip(*learned, strict=True):
         assert a == pytest.approx(b, abs=0.25)
+
+
+def _workweek(t: float) -> float:
+    """Five days whose rate doubles from noon, then two flat days (a week of 7 periods of
+    100 s: noon is t % 100 >= 50, the weekend is days 5 and 6)."""
+    day = int(t // 100.0) % 7
+    return 20.0 if day < 5 and (t % 100.0) >= 50.0 else 10.0
+
+
+WEEKLY = HoltWinters(period_s=100.0, slots=4, alpha=0.5, beta=0.0, gamma=0.5, weekly=True)
+
+
+def test_a_weekly_season_foresees_the_weekend_the_daily_one_does_not() -> None:
+    """After three weeks, on Saturday at 40 (before noon) the forecast 15 s ahead: the daily
+    season alone expects the weekday's afternoon doubling (yesterday's, Friday's), the
+    weekly one knows Saturdays stay flat; on the Monday after, both expect the rise."""
+    daily = replace(WEEKLY, weekly=False)
+    saturday = 100.0 * (3 * 7 + 5) + 40.0
+    points = [(float(t), _workweek(float(t))) for t in range(0, int(saturday) + 1, 5)]
+    fw, fd = _feed(points, WEEKLY), _feed(points, daily)
+    assert weekly(fw, WEEKLY)
+    assert not weekly(fd, daily)
+    assert predict(fd, 15.0, daily) > 15.0  # Friday's afternoon, wrongly
+    assert predict(fw, 15.0, WEEKLY) == pytest.approx(10.0, abs=2.5)
+    monday = 100.0 * (3 * 7 + 7) + 40.0
+    more = [(float(t), _workweek(float(t))) for t in range(int(saturday) + 5, int(monday) + 1, 5)]
+    fw, fd = _feed(points + more, WEEKLY), _feed(points + more, daily)
+    assert predict(fw, 15.0, WEEKLY) > 15.0
+    assert predict(fw, 15.0, WEEKLY) >= predict(fd, 15.0, daily) - 1.0
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(min_value=0.0, max_value=500.0), min_size=2, max_size=200))
+def test_a_weekly_season_changes_nothing_before_seven_periods(rates: list[float]) -> None:
+    """Until the weekly history covers seven periods, the forecast with a weekly season
+    predicts exactly what the one without does (the daily season learns alone)."""
+    daily = replace(WEEKLY, weekly=False)
+    step = 7 * 100.0 / 200  # 200 observations fit in a week
+    fw: Forecast | None = None
+    fd: Forecast | None = None
+    for i, y in enumerate(rates):
+        fw, fd = observe(fw, step * i, y, WEEKLY), observe(fd, step * i, y, daily)
+        assert not weekly(fw, WEEKLY)
+        for h in (15.0, 60.0, 250.0):
+            assert predict(fw, h, WEEKLY) == pytest.approx(predict(fd, h, daily), abs=1e-9)
+
+
+def test_turning_the_weekly_season_on_or_off_starts_it_again() -> None:
+    daily = replace(WEEKLY, weekly=False)
+    points = [(float(t), _workweek(float(t))) for t in range(0, 1_000, 5)]
+    fd = _feed(points, daily)
+    assert fd.week == ()
+    assert fd.week_since is None
+    on = observe(fd, 1_000.0, 10.0, WEEKLY)  # weekly turned on: learned from now
+    assert len(on.week) == 28
+    assert on.week_since == fd.t
+    assert not weekly(on, WEEKLY)
+    assert on.since == fd.since  # the daily season is kept
+    off = observe(_feed(points, WEEKLY), 1_000.0, 10.0, daily)
+    assert off.week == ()
+    assert off.week_since is None
 
 
 def test_the_forecasts_error_is_kept_for_the_reason() -> None:
@@ -237,7 +299,9 @@ def test_the_crd_field_is_off_by_default_and_reads_horizon_and_trust() -> None:
     assert to_config(spec, name="p", namespace="n").autoscaling.predictive.enabled is False
     spec["autoscaling"] = {"predictive": {"enabled": True, "horizon": "2m", "trust": 0.8}}
     p = to_config(spec, name="p", namespace="n").autoscaling.predictive
-    assert (p.enabled, p.horizon_s, p.trust) == (True, 120.0, 0.8)
+    assert (p.enabled, p.horizon_s, p.trust, p.weekly) == (True, 120.0, 0.8, False)
+    spec["autoscaling"] = {"predictive": {"enabled": True, "weekly": True}}
+    assert to_config(spec, name="p", namespace="n").autoscaling.predictive.weekly is True
 
 
 def test_accuracy_is_the_errors_median_and_p90_by_nearest_rank() -> None:

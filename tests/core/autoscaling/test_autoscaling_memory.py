@@ -201,3 +201,42 @@ def test_a_long_gap_drops_the_trend_and_another_period_drops_the_season() -> Non
     # a forecast from the future (the wall clock went back) is not restored
     back = restore(PolicyState(), mem, 0.0, WALL + f.t - 10.0, cfg, HW)
     assert back.forecast is None
+
+
+def test_a_weekly_season_is_kept_and_starts_again_when_turned_on_or_off() -> None:
+    """``predictive.weekly``: its offsets and since-when survive a restart on another
+    clock (the restored forecast predicts as the one that never stopped, weekly offsets
+    in use); a restart that turns it on or off starts it again and keeps the daily."""
+    weekly_hw = replace(HW, weekly=True)
+    on_cfg = PredictiveConfig(enabled=True, period_s=DAY, weekly=True)
+    cfg = replace(_with_period(), predictive=on_cfg)
+    times = range(0, int(8 * DAY), 30)
+    f = forecast.learn(None, ((float(t), 20.0 + (t // DAY) % 7) for t in times), weekly_hw)
+    assert f is not None
+    assert forecast.weekly(f, weekly_hw)
+    mem = remember(PolicyState(since=0.0, forecast=f), now=f.t, wall_now=WALL + f.t, config=cfg)
+    assert mem is not None
+    back = restore(PolicyState(), mem, -5_000.0, WALL + f.t + 10.0, cfg, weekly_hw)
+    assert back.forecast is not None
+    assert forecast.weekly(back.forecast, weekly_hw)
+    assert back.forecast.week == f.week
+    for h in (60.0, DAY / 2, 3 * DAY):
+        assert forecast.predict(back.forecast, h, weekly_hw) == pytest.approx(
+            forecast.predict(f, h, weekly_hw), abs=1e-6
+        )
+    off = restore(PolicyState(), mem, 0.0, WALL + f.t + 10.0, _with_period(), HW)
+    assert off.forecast is not None
+    assert off.forecast.week == ()
+    assert off.forecast.week_since is None
+    assert off.forecast.season == f.season
+    plain = remember(
+        PolicyState(since=0.0, forecast=forecast.learn(None, [(0.0, 5.0), (30.0, 6.0)], HW)),
+        now=30.0,
+        wall_now=WALL + 30.0,
+        config=_with_period(),
+    )
+    assert plain is not None
+    on = restore(PolicyState(), plain, 0.0, WALL + 40.0, cfg, weekly_hw)
+    assert on.forecast is not None
+    assert len(on.forecast.week) == 7 * 24
+    assert on.forecast.week_since == on.forecast.t

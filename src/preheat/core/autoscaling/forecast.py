@@ -15,6 +15,14 @@ and the forecast ``h`` seconds ahead is ``level + trend * h + s(t + h)``, never 
 The seasonal offsets are used only once the history covers a whole period (before, a day
 is not yet known, and an offset learned from part of it would be a guess).
 
+With ``HoltWinters.weekly`` a second season (Taylor's double seasonal Holt-Winters) runs
+over seven periods (a week), one offset ``w`` per slot of it (168 of an hour for a day's
+period), counted from the same epoch: ``w`` is what the day of the week adds to the
+daily offset of that hour. The weekly one learns what the daily leaves,
+``w' = w + g * (y - base - s' - w)``; once the weekly history (``Forecast.week_since``)
+covers seven periods the forecast adds ``w(t + h)`` and the daily offset learns
+``y - base - w`` (before, it learns alone, exactly as without a weekly season).
+
 The season is learned against ``base``, the rate's mean over about a period, not against
 the level: the level follows the rate within a few evaluations (``alpha`` per
 observation), so the textbook update ``s' = gamma * (y - level') + ...`` is left with
@@ -45,7 +53,10 @@ __all__ = [
     "ahead",
     "learn",
     "observe",
+    "offset",
     "predict",
+    "seasonal",
+    "weekly",
 ]
 
 MIN_RATE = 1e-6  # req/s: below it nothing arrived, and no relative error is defined
@@ -59,6 +70,7 @@ class HoltWinters:
     gamma: float = 0.5  # season: share of a period's deviation learned (per period)
     period_s: float = 86_400.0  # a day
     slots: int = 24  # one seasonal offset per hour
+    weekly: bool = False  # a second season of 7 periods, 7 * slots offsets
 
     def __post_init__(self) -> None:
         for name in ("alpha", "beta", "gamma"):
@@ -70,6 +82,15 @@ class HoltWinters:
 
     def slot(self, t: float) -> int:
         return int((t % self.period_s) / self.period_s * self.slots) % self.slots
+
+    @property
+    def week_slots(self) -> int:
+        """The weekly season's offsets (0: no weekly season)."""
+        return 7 * self.slots if self.weekly else 0
+
+    def week_slot(self, t: float) -> int:
+        week = 7.0 * self.period_s
+        return int((t % week) / week * self.week_slots) % self.week_slots
 
 
 @dataclass(frozen=True)
@@ -90,6 +111,10 @@ class Forecast:
     epoch: float = 0.0
     # the rate's mean over about a period (what the season's offsets are measured from)
     base: float = 0.0
+    # the weekly season (``HoltWinters.weekly``): an offset per slot of 7 periods, learned
+    # since ``week_since``; () and None without one
+    week: tuple[float, ...] = ()
+    week_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -112,9 +137,12 @@ def observe(f: Forecast | None, t: float, y: float, hw: HoltWinters = HoltWinter
     last one only replaces the level)."""
     y = max(0.0, y)
     if f is None:
-        return Forecast(t, y, 0.0, (0.0,) * hw.slots, t, base=y)
+        week, week_since = (0.0,) * hw.week_slots, (t if hw.weekly else None)
+        return Forecast(t, y, 0.0, (0.0,) * hw.slots, t, base=y, week=week, week_since=week_since)
     if len(f.season) != hw.slots:  # learned with other slots: the season starts again
         f = replace(f, season=(0.0,) * hw.slots, since=f.t)
+    if len(f.week) != hw.week_slots:  # weekly turned on or off, or other slots
+        f = replace(f, week=(0.0,) * hw.week_slots, week_since=f.t if hw.weekly else None)
     error = f.error
     due = [v for at, v in f.pending if at <= t + 1e-6]
     pending = tuple(p for p in f.pending if p[0] > t + 1e-6)
@@ -125,14 +153,28 @@ def observe(f: Forecast | None, t: float, y: float, hw: HoltWinters = HoltWinter
     if dt <= 0:
         return replace(f, level=y)
     k = hw.slot(t - f.epoch)
-    s = f.season[k] if seasonal(f, hw) else 0.0
+    kw = hw.week_slot(t - f.epoch) if hw.weekly else 0
+    w = f.week[kw] if hw.weekly else 0.0
+    w_used = w if weekly(f, hw) else 0.0  # before a week is known, the daily learns alone
+    s = offset(f, t, hw)
     level = hw.alpha * (y - s) + (1 - hw.alpha) * (f.level + f.trend * dt)
     trend = hw.beta * (level - f.level) / dt + (1 - hw.beta) * f.trend
     base = f.base + (1.0 - math.exp(-dt / hw.period_s)) * (y - f.base)
     g = 1.0 - (1.0 - hw.gamma) ** (dt / (hw.period_s / hw.slots))
     season = list(f.season)
-    season[k] = f.season[k] + g * (y - base - f.season[k])
-    return Forecast(t, level, trend, tuple(season), f.since, f.pending, error, f.epoch, base)
+    season[k] = f.season[k] + g * (y - base - w_used - f.season[k])
+    weeks = list(f.week)
+    if hw.weekly:
+        weeks[kw] = w + g * (y - base - season[k] - w)
+    return replace(
+        f,
+        t=t,
+        level=level,
+        trend=trend,
+        season=tuple(season),
+        base=base,
+        week=tuple(weeks),
+    )
 
 
 def learn(
@@ -150,11 +192,28 @@ def seasonal(f: Forecast, hw: HoltWinters) -> bool:
     return f.t - f.since >= hw.period_s
 
 
+def weekly(f: Forecast, hw: HoltWinters) -> bool:
+    """Whether the weekly offsets are used: they are kept and their history covers seven
+    periods."""
+    return (
+        hw.weekly
+        and f.week_since is not None
+        and len(f.week) == hw.week_slots
+        and f.t - f.week_since >= 7.0 * hw.period_s
+    )
+
+
+def offset(f: Forecast, at: float, hw: HoltWinters) -> float:
+    """The seasonal offsets (daily, and weekly) the forecast adds at time ``at``."""
+    s = f.season[hw.slot(at - f.epoch)] if seasonal(f, hw) else 0.0
+    if weekly(f, hw):
+        s += f.week[hw.week_slot(at - f.epoch)]
+    return s
+
+
 def predict(f: Forecast, horizon_s: float, hw: HoltWinters = HoltWinters()) -> float:
     """The rate ``horizon_s`` after the last observation (>= 0)."""
-    at = f.t + horizon_s
-    s = f.season[hw.slot(at - f.epoch)] if seasonal(f, hw) else 0.0
-    return max(0.0, f.level + f.trend * horizon_s + s)
+    return max(0.0, f.level + f.trend * horizon_s + offset(f, f.t + horizon_s, hw))
 
 
 def ahead(

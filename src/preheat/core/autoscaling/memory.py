@@ -24,7 +24,8 @@ epoch), for the driver to keep where it survives (the operator: the pool's
   never use it. It is restored whatever the gap (a season learned yesterday still holds);
   a gap longer than one seasonal slot drops the trend (a slope measured before it says
   nothing of now), and a forecast learned for another period (``predictive.period``
-  changed) keeps its level and starts its season again. Its pending predictions (kept
+  changed) keeps its level and starts its season again (the weekly one too, and that one
+  also when ``predictive.weekly`` was turned on or off). Its pending predictions (kept
   only to measure its error) are not.
 """
 
@@ -67,7 +68,15 @@ def compress(history: tuple[tuple[float, int], ...]) -> tuple[tuple[float, int],
 
 def _moved(f: Forecast, shift: float) -> Forecast:
     """``f`` with its times ``shift`` seconds later, without pending predictions."""
-    return replace(f, t=f.t + shift, since=f.since + shift, epoch=f.epoch + shift, pending=())
+    week_since = None if f.week_since is None else f.week_since + shift
+    return replace(
+        f,
+        t=f.t + shift,
+        since=f.since + shift,
+        epoch=f.epoch + shift,
+        week_since=week_since,
+        pending=(),
+    )
 
 
 def remember(
@@ -101,6 +110,9 @@ def _restored_forecast(
     period = config.predictive.period_s
     if memory.forecast_period_s != period or len(f.season) != hw.slots:
         f = replace(f, season=(0.0,) * hw.slots, since=f.t)
+    if memory.forecast_period_s != period or len(f.week) != hw.week_slots:
+        week_since = f.t if hw.weekly else None
+        f = replace(f, week=(0.0,) * hw.week_slots, week_since=week_since)
     if now - f.t > period / hw.slots:
         f = replace(f, trend=0.0)
     return f

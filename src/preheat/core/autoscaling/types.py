@@ -170,8 +170,9 @@ class PolicyTuning:
     holt_winters: HoltWinters = field(default_factory=HoltWinters)
 
     def smoothing(self, predictive: PredictiveConfig) -> HoltWinters:
-        """The forecast's smoothing for a pool: ``holt_winters`` with its season's length."""
-        return replace(self.holt_winters, period_s=predictive.period_s)
+        """The forecast's smoothing for a pool: ``holt_winters`` with its season's length
+        and whether it keeps a weekly season."""
+        return replace(self.holt_winters, period_s=predictive.period_s, weekly=predictive.weekly)
 
 
 @dataclass(frozen=True)
