@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 
 from preheat.bench import (
+    forecast_accuracy,
     router_bench,
     router_pools,
     router_tracing,
@@ -80,6 +81,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     traces.add_arguments(tr)
+    fc = sub.add_parser(
+        "forecast",
+        help="the arrival-rate forecast's error on your rates: no season, daily, weekly",
+        description=forecast_accuracy.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    forecast_accuracy.add_arguments(fc)
     vs = sub.add_parser(
         "vllm-serve",
         help="vLLM's serving benchmark client through the router: policies side by side",
@@ -275,4 +283,6 @@ def run(args: argparse.Namespace) -> int:
         return vllm_serve.main(args)
     if args.bench == "traces":
         return traces.run(args)
+    if args.bench == "forecast":
+        return forecast_accuracy.run(args)
     raise SystemExit(f"unknown benchmark {args.bench!r}")
