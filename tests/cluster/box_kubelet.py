@@ -15,6 +15,8 @@ local processes.
   ``automountServiceAccountToken: false``), and the pod's ``configMap``, ``secret`` and
   ``emptyDir`` volumes at their ``mountPath`` (a missing mount point is made in an overlay,
   the host's directories are never written).
+- **Conditions**: ``PodScheduled``, ``Initialized``, ``ContainersReady`` and ``Ready``, each
+  with the ``lastTransitionTime`` of its last change of status (to the second).
 - **Probes**: ``startupProbe``, then ``readinessProbe`` (the pod's ``Ready`` condition) and
   ``livenessProbe`` (a container failing it is killed and restarted); ``httpGet`` and
   ``tcpSocket``; ``initialDelaySeconds``, ``periodSeconds``, ``timeoutSeconds``,
@@ -127,6 +129,8 @@ class PodRuntime:
         self.stopping = False
         self.tasks: list[asyncio.Task[None]] = []
         self.done = asyncio.Event()
+        # each condition's status and when it last changed (its lastTransitionTime)
+        self.transitions: dict[str, tuple[str, str]] = {}
 
     # -- lifecycle --
 
@@ -503,6 +507,14 @@ class PodRuntime:
                     await self._check(c, Probe({"httpGet": hook["httpGet"], "timeoutSeconds": 30}))
         await self._kill(c, proc, grace=max(0.0, deadline - time.monotonic()))
 
+    def _condition(self, kind: str, status: str) -> dict[str, str]:
+        """A pod condition, its ``lastTransitionTime`` the time its status last changed (as
+        the kubelet keeps it: what `preheat`'s measured cold start reads off Ready)."""
+        before = self.transitions.get(kind)
+        if before is None or before[0] != status:
+            self.transitions[kind] = (status, now_rfc3339())
+        return {"type": kind, "status": status, "lastTransitionTime": self.transitions[kind][1]}
+
     def _phase(self) -> str:
         """Running, or once every container finished (``restartPolicy`` Never/OnFailure):
         Succeeded when each exited 0, Failed otherwise."""
@@ -531,10 +543,10 @@ class PodRuntime:
                 status["lastState"] = {"terminated": {"exitCode": c.last_exit}}
             statuses.append(status)
         conditions = [
-            {"type": "PodScheduled", "status": "True"},
-            {"type": "Initialized", "status": "True"},
-            {"type": "ContainersReady", "status": str(ready)},
-            {"type": "Ready", "status": str(ready)},
+            self._condition("PodScheduled", "True"),
+            self._condition("Initialized", "True"),
+            self._condition("ContainersReady", str(ready)),
+            self._condition("Ready", str(ready)),
         ]
         await self.kubelet.server.patch(
             f"/api/v1/namespaces/{self.namespace}/pods/{self.name}/status",
