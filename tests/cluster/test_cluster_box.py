@@ -24,6 +24,8 @@ from box_cluster import Cluster, helm_template, hooks, install_order
 from box_controllers import is_ready, terminating
 from box_traffic import Answer, chat
 
+from preheat.operator.status import observe_pod
+
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE, RELEASE_NS, NS = "preheat", "preheat-system", "default"
 POOLS = "preheat.dev/v1alpha1/inferencepools"
@@ -170,6 +172,11 @@ def converged(box: Cluster, name: str) -> dict[str, Any]:
         p["metadata"]["name"] for p in pods
     ]
     assert all(is_ready(p) for p in pods), "a pod is not Ready"
+    # each measures its cold start (creation to Ready: the forecast's default horizon)
+    for p in pods:
+        measured = observe_pod(p).ready_after
+        assert measured is not None, p["status"]["conditions"]
+        assert 0 <= measured < 600, p["status"]["conditions"]
     return obj
 
 

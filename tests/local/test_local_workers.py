@@ -94,6 +94,19 @@ def test_counts_by_bucket():
     ]
     c = local_workers.counts(views)
     assert (c.active, c.standby, c.warming, c.draining) == (1, 1, 2, 2)
+    assert c.cold_start_s is None  # no worker seen going warm
+
+
+def test_the_measured_cold_start_is_the_median_of_the_workers_seen_going_warm():
+    views = [
+        local_workers.WorkerView("a", "active", ready_after=20.0),
+        local_workers.WorkerView("b", "standby", ready_after=12.0),
+        local_workers.WorkerView("c", "active", ready_after=90.0),  # one slow start
+        local_workers.WorkerView("d", "active"),  # warm before the runtime saw it start
+        local_workers.WorkerView("e", "starting"),
+    ]
+    assert views[0].pod().ready_after == 20.0
+    assert local_workers.counts(views).cold_start_s == 20.0
 
 
 POOL = {

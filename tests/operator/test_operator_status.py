@@ -124,6 +124,32 @@ def test_observe_pod_reads_role_readiness_cost_and_deletion() -> None:
     assert (p.role, p.ready, p.terminating, p.deletion_cost) == ("active", True, True, "7")
     assert p.state == "draining"
     assert p.view().role == "draining"
+    assert p.ready_after is None  # no creation or transition time: not measured
+
+
+def test_a_ready_pods_cold_start_is_creation_to_ready() -> None:
+    """``ready_after`` (the measured cold start the forecast's horizon defaults to): the
+    Ready condition's lastTransitionTime less creationTimestamp, while Ready; None while
+    not Ready, or when a time is missing, unreadable or out of order."""
+
+    def pod(created: str, ready: str, since: str) -> dict[str, Any]:
+        cond = {"type": "Ready", "status": ready, "lastTransitionTime": since}
+        return {"metadata": {"name": "w", "creationTimestamp": created},
+                "status": {"conditions": [{"type": "PodScheduled", "status": "True",
+                                           "lastTransitionTime": created}, cond]}}  # fmt: skip
+
+    p = observe_pod(pod("2026-11-29T10:00:00Z", "True", "2026-11-29T10:00:55Z"))
+    assert p.ready_after == 55.0
+    assert p.view().ready_after == 55.0
+    assert (
+        observe_pod(pod("2026-11-29T10:00:00Z", "False", "2026-11-29T10:00:55Z")).ready_after
+        is None
+    )
+    assert observe_pod(pod("2026-11-29T10:00:00Z", "True", "soon")).ready_after is None
+    assert observe_pod(pod("", "True", "2026-11-29T10:00:55Z")).ready_after is None
+    assert (
+        observe_pod(pod("2026-11-29T10:01:00Z", "True", "2026-11-29T10:00:55Z")).ready_after is None
+    )
 
 
 @pytest.mark.parametrize(

@@ -316,6 +316,43 @@ def test_a_pool_at_zero_wakes_and_held_requests_are_served_or_time_out() -> None
     assert all("no routable endpoint" in r.error for r in run2.requests if r.outcome == "error")
 
 
+def test_the_forecast_looks_as_far_ahead_as_the_pods_took_to_start() -> None:
+    """``autoscaling.predictive.horizon`` unset: until a pod has started, 60 s; once the
+    first (woken from zero) is warm, the 3 s its start took (1 s pull, 1 s load, 1 s
+    warm-up): the pods' measured cold start, which the run's figures name."""
+    spec: dict[str, Any] = {
+        "model": {"name": "m"},
+        "engine": {"kind": "sim"},
+        "replicas": {"min": 0, "max": 2, "desired": 0},
+        "autoscaling": {
+            "objectives": [{"signal": "queueDepth", "perReplica": 4}],
+            "predictive": {"enabled": True},
+        },
+    }
+    pool = pool_config(spec_document("z", spec))
+    horizons: list[tuple[float, float, str]] = []
+
+    def decide(ctx: Context) -> tuple[Decision, PolicyState]:
+        decision, state = core_autoscaling.decide(ctx)
+        if decision.forecast is not None:
+            f = decision.forecast
+            horizons.append((ctx.now, f.horizon_s, f.basis))
+        return decision, state
+
+    fast = Startup(image_pull_s=1.0, load_s=1.0, warmup_s=1.0, promote_s=0.5)
+    options = SimOptions(startup=fast, autoscale_interval_s=2.0, autoscale=decide)
+    run, _ = simulate(pool, _trace(300, rate=10.0), options)
+    ready = min(e.t_s for e in run.events if e.kind == "ready")
+    before = {h for t, h, _ in horizons if t < ready}
+    after = {(round(h, 6), b) for t, h, b in horizons if t > ready}
+    assert before <= {60.0}
+    assert after == {(3.0, "the pods' cold start")}, horizons
+    fc = run.meta.extra["forecast"]
+    assert isinstance(fc, dict)
+    assert fc["horizon_s"] == pytest.approx(3.0)
+    assert fc["horizon_basis"] == "the pods' cold start"
+
+
 def test_network_rtt_is_on_the_ttft_and_in_the_routers_view(tmp_path: Path) -> None:
     from preheat.simulate import Network, load_network
 

@@ -33,6 +33,7 @@ from preheat.api.traffic import cross_problems as traffic_problems
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.manifests import GROUP, KIND, PLURAL, VERSION
 from preheat.core.pool import (
+    DEFAULT_HORIZON_S,
     AutoscalingConfig,
     EngineArgValue,
     EngineConfig,
@@ -379,7 +380,13 @@ class PredictiveSpec(_Model):
         description="Scale for the forecast arrival rate (Holt-Winters on the pool's own "
         "history: level, trend, daily season) as well as the observed one.",
     )
-    horizon: Duration = _duration("60s", "How far ahead to size for (about a cold start).")
+    horizon: Duration | None = Field(
+        default=None,
+        pattern=DURATION_PATTERN,
+        max_length=32,
+        description="How far ahead to size for. Default: the pool's measured cold start (the "
+        "median, over its pods, of creation to Ready), 60s until a pod has been measured.",
+    )
     trust: float = Field(
         default=0.5, ge=0, le=1, description="Share of a predicted rise to act on (0-1)."
     )
@@ -1036,7 +1043,12 @@ def config_from_spec(spec: InferencePoolSpec, *, name: str, namespace: str) -> P
             ),
             predictive=PredictiveConfig(
                 enabled=predictive.enabled,
-                horizon_s=parse_duration(predictive.horizon),
+                horizon_s=(
+                    DEFAULT_HORIZON_S
+                    if predictive.horizon is None
+                    else parse_duration(predictive.horizon)
+                ),
+                horizon_measured=predictive.horizon is None,
                 trust=predictive.trust,
                 period_s=parse_duration(predictive.period),
                 weekly=predictive.weekly,

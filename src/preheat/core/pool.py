@@ -105,17 +105,29 @@ class PanicConfig:
     window_s: float
 
 
+DEFAULT_HORIZON_S = 60.0  # the forecast's horizon until a pod's cold start is measured
+
+
 @dataclass(frozen=True)
 class PredictiveConfig:
-    """``autoscaling.predictive``: size for the forecast arrival rate ``horizon_s`` ahead
-    (about a pod's cold start), trusting ``trust`` of the predicted rise; the forecast's
-    season is ``period_s`` long (a day), with a weekly one of seven periods if ``weekly``."""
+    """``autoscaling.predictive``: size for the forecast arrival rate :meth:`horizon` ahead
+    (the pool's measured cold start when ``horizon_measured``, else or until one is measured
+    ``horizon_s``), trusting ``trust`` of the predicted rise; the forecast's season is
+    ``period_s`` long (a day), with a weekly one of seven periods if ``weekly``."""
 
     enabled: bool = False
-    horizon_s: float = 60.0
+    horizon_s: float = DEFAULT_HORIZON_S
+    horizon_measured: bool = True  # False: ``horizon`` is set in the spec
     trust: float = 0.5
     period_s: float = 86_400.0
     weekly: bool = False
+
+    def horizon(self, cold_start_s: float | None) -> float:
+        """How far ahead to forecast: the pool's measured cold start (a pod's creation to
+        warm) when ``horizon_measured`` and one is measured, else ``horizon_s``."""
+        if self.horizon_measured and cold_start_s is not None:
+            return cold_start_s
+        return self.horizon_s
 
 
 @dataclass(frozen=True)

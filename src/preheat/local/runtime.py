@@ -121,6 +121,7 @@ class LocalWorker:
     sessions: int = 0
     restarts: int = 0
     ready_seen: bool = False
+    ready_after: float | None = None  # seconds from its start to first seen warm
     control_port: int = 0  # WorkerControl's Promote/Demote/Drain, with the run's token
     role_error: str = ""
     killed_because: str = ""  # why the runtime SIGKILLed it (not warm in time)
@@ -148,6 +149,7 @@ class LocalWorker:
             cached_blocks=self.cached_blocks,
             sessions=self.sessions,
             started_at=self.child.started_at,
+            ready_after=self.ready_after,
         )
 
 
@@ -411,6 +413,7 @@ class LocalPool:
             w.sessions = answer.sessions
             if w.state in workers.WARM and not w.ready_seen:
                 w.ready_seen = True
+                w.ready_after = max(0.0, self.clock() - w.child.started_at)
                 self._event("ready", w.name, f"warm as {w.state} (pid {w.child.pid})")
 
     async def _supervise(self, now: float) -> None:

@@ -47,6 +47,7 @@ class WorkerView:
     cached_blocks: int = 0  # prefix-cache blocks it holds (Status)
     sessions: int = 0  # sessions bound to it (Status)
     started_at: float = 0.0  # the runtime's clock
+    ready_after: float | None = None  # seconds from its start to first seen warm
 
     @property
     def warm(self) -> bool:
@@ -78,6 +79,7 @@ class WorkerView:
             cached_blocks=self.cached_blocks,
             sessions=self.sessions,
             created=self.started_at,
+            ready_after=self.ready_after,
         )
 
 

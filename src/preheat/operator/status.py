@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from preheat.core.control import lifecycle_of, tally
@@ -41,6 +41,9 @@ class ObservedPod:
     # termination message: the worker's refusal, e.g. engine args that slipped past the
     # operator, through terminationMessagePolicy FallbackToLogsOnError); "" otherwise
     crash: str = ""
+    # seconds from creationTimestamp to the Ready condition's lastTransitionTime while
+    # Ready (its cold start: scheduling, image pull, load and warm-up); None otherwise
+    ready_after: float | None = None
 
     @property
     def state(self) -> str:
@@ -54,6 +57,7 @@ class ObservedPod:
             role=ROLE_DRAINING if self.terminating else self.role,
             warm=self.ready,
             created=_epoch_s(self.created),
+            ready_after=self.ready_after,
         )
 
 
@@ -91,7 +95,20 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
         deletion_cost=str((meta.get("annotations") or {}).get(ANNOTATION_DELETION_COST, "")),
         resource_version=str(meta.get("resourceVersion", "")),
         unschedulable=unschedulable,
+        ready_after=_ready_after(meta.get("creationTimestamp"), conditions) if ready else None,
     )
+
+
+def _ready_after(created: Any, conditions: Sequence[Mapping[str, Any]]) -> float | None:
+    """Seconds from ``created`` to the Ready condition's last transition (None: either
+    missing or unreadable, or a transition before the creation)."""
+    since = next(
+        (c.get("lastTransitionTime") for c in conditions if c.get("type") == "Ready"), None
+    )
+    start, end = _epoch_s(str(created or "")), _epoch_s(str(since or ""))
+    if not start or not end or end < start:
+        return None
+    return end - start
 
 
 def _crash_loop(pod: Mapping[str, Any]) -> str:
@@ -108,8 +125,10 @@ def _crash_loop(pod: Mapping[str, Any]) -> str:
 
 
 def replica_counts(pods: Sequence[ObservedPod]) -> dict[str, int]:
-    """``status.replicas``: :func:`preheat.core.control.tally` of the pods."""
-    return asdict(tally([p.view() for p in pods]))
+    """``status.replicas``: :func:`preheat.core.control.tally` of the pods (the counts; the
+    measured cold start is the policy's)."""
+    c = tally([p.view() for p in pods])
+    return {"active": c.active, "standby": c.standby, "warming": c.warming, "draining": c.draining}
 
 
 @dataclass(frozen=True)

@@ -621,8 +621,10 @@ def _report(result: _Result, args: argparse.Namespace) -> int:
     fc = result.run.meta.extra.get("forecast")
     if isinstance(fc, dict):
         acting = "acting" if fc.get("acting") else "not acting: autoscaling.predictive off"
+        basis = f", {fc['horizon_basis']}" if fc.get("horizon_basis") else ""
         print(
-            f"arrival-rate forecast {float(fc['horizon_s']):g} s ahead ({acting}): off by "
+            f"arrival-rate forecast {round(float(fc['horizon_s']), 1):g} s ahead{basis} "
+            f"({acting}): off by "
             f"{float(fc['error_median']) * 100:.0f}% (median), "
             f"{float(fc['error_p90']) * 100:.0f}% (p90) over {int(fc['evaluations'])} evaluations"
         )

@@ -143,6 +143,7 @@ class _Pod:
     core: SimCore | None = None
     state: str = "starting"  # starting | standby | promoting | active | draining | stopped
     warm: bool = False
+    ready_after: float | None = None  # its cold start (None: warm from t=0)
     reqs: dict[str, _Req] = field(default_factory=dict)
     wake_token: int = 0
     wake_at: float | None = None
@@ -256,6 +257,8 @@ class _World:
         self.control = ControlState(policy=_policy_start(pool, options))
         # each evaluation's forecast error (the forecast runs with predictive off too)
         self.forecast_errors: list[float] = []
+        # the last evaluation's forecast horizon and what set it ("": the configuration)
+        self.forecast_horizon: tuple[float, str] | None = None
         zones = pool.topology.zones or ("zone-a",)
         self.zones = tuple(zones)
         default_region = options.network.region_of(self.zones[0])
@@ -848,6 +851,7 @@ class _World:
                 cached_blocks=len(p.cache) if p.cache is not None else 0,
                 in_flight=len(p.reqs) + sum(r.in_flight.get(p.name, 0) for r in routers),
                 created=p.created,
+                ready_after=p.ready_after,
             )
             for p in self.pod_order
             if p.state != "stopped"
@@ -867,8 +871,10 @@ class _World:
         )
         assert decision is not None
         self.stats.decide_calls += 1
-        if decision.forecast is not None and decision.forecast.error is not None:
-            self.forecast_errors.append(decision.forecast.error)
+        if decision.forecast is not None:
+            self.forecast_horizon = (decision.forecast.horizon_s, decision.forecast.basis)
+            if decision.forecast.error is not None:
+                self.forecast_errors.append(decision.forecast.error)
         if decision.active != self.desired:
             kind = "scale_up" if decision.active > self.desired else "scale_down"
             self.events.append(
@@ -913,6 +919,7 @@ class _World:
         if pod.state != "starting":
             return
         self._make_warm(pod)
+        pod.ready_after = self.now - pod.created
         self.events.append(ScaleEvent(self.now, "ready", "warm", self.pool.name, pod.name))
         self.reconcile()
 
@@ -1014,7 +1021,9 @@ class _World:
                 "events": n_events,
                 "schedule_calls": st.schedule_calls,
                 "decide_calls": st.decide_calls,
-                **_forecast_extra(self.forecast_errors, self.pool, self.options),
+                **_forecast_extra(
+                    self.forecast_errors, self.pool, self.options, self.forecast_horizon
+                ),
             },
         )
         return Run(meta=meta, requests=requests, events=self.events, replicas=self.samples)
@@ -1030,18 +1039,25 @@ def _policy_start(pool: PoolConfig, options: SimOptions) -> PolicyState:
 
 
 def _forecast_extra(
-    errors: list[float], pool: PoolConfig, options: SimOptions
+    errors: list[float],
+    pool: PoolConfig,
+    options: SimOptions,
+    horizon: tuple[float, str] | None,
 ) -> dict[str, object]:
     """``meta.extra["forecast"]``: how far off the arrival-rate forecast was over the run
     ({} when it made no checked prediction: no router figures, or a run too short), its
-    season's period and how much history it started from (s before t=0)."""
+    horizon at the last evaluation and what set it (``horizon_basis``: "" for the
+    configuration, else the pods' measured cold start), its season's period and how much
+    history it started from (s before t=0)."""
     acc = forecast_accuracy(errors)
     if acc is None:
         return {}
     history = options.forecast_history
+    h, basis = horizon or (pool.autoscaling.predictive.horizon(None), "")
     return {
         "forecast": {
-            "horizon_s": pool.autoscaling.predictive.horizon_s,
+            "horizon_s": h,
+            "horizon_basis": basis,
             "period_s": pool.autoscaling.predictive.period_s,
             "history_s": -history[0][0] if history else 0.0,
             "acting": pool.autoscaling.predictive.enabled,

@@ -273,6 +273,32 @@ def test_the_decision_carries_the_forecast_whether_or_not_it_acts() -> None:
     assert d.forecast is None
 
 
+def test_the_horizon_is_the_pods_measured_cold_start_unless_set() -> None:
+    """``autoscaling.predictive.horizon`` unset: the forecast looks as far ahead as the
+    pool's pods took from creation to warm (``ReplicaCounts.cold_start_s``: the control
+    loop's median over its pods), 60 s until one is measured; set, it is what it says."""
+    unset = replace(config(), predictive=PredictiveConfig(enabled=True))
+    measured = replace(ctx(0.0, _rising(0.0, 10.0), desired=2, cfg=unset, max_=40))
+    measured = replace(measured, counts=replace(measured.counts, cold_start_s=95.5))
+    d, _ = decide(measured)
+    assert d.forecast is not None
+    assert d.forecast.horizon_s == 95.5
+    assert "forecast 10.0 req/s in 95.5 s (the pods' cold start)" in d.reason
+    d, _ = decide(ctx(0.0, _rising(0.0, 10.0), desired=2, cfg=unset, max_=40))
+    assert d.forecast is not None
+    assert d.forecast.horizon_s == 60.0  # none measured yet
+    assert "in 60 s" in d.reason
+    assert "cold start" not in d.reason
+    fixed = replace(
+        config(),
+        predictive=PredictiveConfig(enabled=True, horizon_s=30.0, horizon_measured=False),
+    )
+    d, _ = decide(replace(measured, autoscaling=fixed))
+    assert d.forecast is not None
+    assert d.forecast.horizon_s == 30.0
+    assert "cold start" not in d.reason
+
+
 def test_predictive_never_sizes_below_the_observed_rate() -> None:
     cfg = replace(config(), predictive=PredictiveConfig(enabled=True, trust=1.0))
     state = None
@@ -300,6 +326,13 @@ def test_the_crd_field_is_off_by_default_and_reads_horizon_and_trust() -> None:
     spec["autoscaling"] = {"predictive": {"enabled": True, "horizon": "2m", "trust": 0.8}}
     p = to_config(spec, name="p", namespace="n").autoscaling.predictive
     assert (p.enabled, p.horizon_s, p.trust, p.weekly) == (True, 120.0, 0.8, False)
+    spec["autoscaling"] = {"predictive": {"enabled": True}}
+    p = to_config(spec, name="p", namespace="n").autoscaling.predictive
+    assert p.horizon_measured  # the pods' measured cold start, 60 s until one is measured
+    assert (p.horizon(None), p.horizon(42.0)) == (60.0, 42.0)
+    spec["autoscaling"] = {"predictive": {"enabled": True, "horizon": "90s"}}
+    p = to_config(spec, name="p", namespace="n").autoscaling.predictive
+    assert (p.horizon_measured, p.horizon(None), p.horizon(42.0)) == (False, 90.0, 90.0)
     spec["autoscaling"] = {"predictive": {"enabled": True, "weekly": True}}
     assert to_config(spec, name="p", namespace="n").autoscaling.predictive.weekly is True
 
@@ -312,3 +345,20 @@ def test_accuracy_is_the_errors_median_and_p90_by_nearest_rank() -> None:
         "forecast 60 s ahead: off by 40% (median), 80% (p90) over 10 evaluations"
     )
     assert accuracy([0.25]) == Accuracy(1, 0.25, 0.25)
+
+
+def test_the_control_loop_measures_the_cold_start_as_the_pods_median() -> None:
+    from preheat.core.control import cold_start, tally
+    from preheat.core.control.roles import PodView
+
+    pods = [
+        PodView("a", "active", True, ready_after=50.0),
+        PodView("b", "active", True, ready_after=70.0),
+        PodView("c", "active", True, ready_after=400.0),  # a node that pulled the image
+        PodView("d", "standby", True, ready_after=55.0),
+        PodView("e", "active", True),  # warm before the driver saw it start
+        PodView("f", "", False),  # starting
+    ]
+    assert cold_start(pods) == 55.0  # the lower middle of 50, 55, 70, 400
+    assert tally(pods).cold_start_s == 55.0
+    assert cold_start(pods[4:]) is None

@@ -125,11 +125,14 @@ class Outlook:
     rate: float
     horizon_s: float
     error: float | None
+    basis: str = ""  # what set the horizon, when not the configuration ("the pods' cold start")
 
     def describe(self) -> str:
-        """``forecast 31.0 req/s in 60 s, last forecast off by 12%``."""
+        """``forecast 31.0 req/s in 60 s, last forecast off by 12%`` (``in 56 s, the pods'
+        cold start, ...`` when measured)."""
         err = "" if self.error is None else f", last forecast off by {self.error * 100:.0f}%"
-        return f"forecast {self.rate:.1f} req/s in {self.horizon_s:g} s{err}"
+        basis = f" ({self.basis})" if self.basis else ""
+        return f"forecast {self.rate:.1f} req/s in {round(self.horizon_s, 1):g} s{basis}{err}"
 
 
 def observe(f: Forecast | None, t: float, y: float, hw: HoltWinters = HoltWinters()) -> Forecast:

@@ -132,7 +132,7 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
     f = state.forecast
     if f is not None and f is not ctx.state.forecast and f.pending:
         at, rate = f.pending[-1]
-        outlook = Outlook(rate, at - f.t, f.error)
+        outlook = Outlook(rate, at - f.t, f.error, _horizon_basis(ctx))
         decision = replace(decision, forecast=outlook)
     return decision, state
 
@@ -299,12 +299,23 @@ def _forecast(ctx: Context) -> tuple[float | None, Forecast | None, Outlook | No
         return None, ctx.state.forecast, None
     hw = ctx.tuning.smoothing(pred)
     f = forecast.observe(ctx.state.forecast, ctx.now, seen.arrival_rate, hw)
-    f, outlook = forecast.ahead(f, pred.horizon_s, hw)
+    horizon = pred.horizon(ctx.counts.cold_start_s)
+    f, outlook = forecast.ahead(f, horizon, hw)
+    outlook = replace(outlook, basis=_horizon_basis(ctx))
     if not pred.enabled:
         return None, f, outlook
     now_rate = seen.arrival_rate
     rate = now_rate + pred.trust * max(0.0, outlook.rate - now_rate)
     return rate, f, outlook
+
+
+def _horizon_basis(ctx: Context) -> str:
+    """What set the forecast's horizon when the pool's configuration did not ("": it did,
+    or nothing was measured and the default holds)."""
+    measured = ctx.counts.cold_start_s is not None
+    return (
+        "the pods' cold start" if ctx.autoscaling.predictive.horizon_measured and measured else ""
+    )
 
 
 def _with_capacity(

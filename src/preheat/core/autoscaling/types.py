@@ -145,12 +145,15 @@ class Signals:
 
 @dataclass(frozen=True)
 class ReplicaCounts:
-    """Pods observed now, by state (``warming``: started, not yet warm)."""
+    """Pods observed now, by state (``warming``: started, not yet warm), and the pool's
+    measured cold start (the median, over the pods whose start was seen, of creation to
+    warm; None: none measured)."""
 
     active: int = 0
     standby: int = 0
     warming: int = 0
     draining: int = 0
+    cold_start_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,16 @@ def tally(pods: Sequence[PodView]) -> ReplicaCounts:
         standby=states.count(LifecycleState.STANDBY),
         warming=states.count(LifecycleState.WARMING),
         draining=states.count(LifecycleState.DRAINING),
+        cold_start_s=cold_start(pods),
     )
+
+
+def cold_start(pods: Sequence[PodView]) -> float | None:
+    """The pool's measured cold start: the median ``ready_after`` of its pods that have one
+    (the lower middle of an even count; None: none). A median, so that one pod slowed by an
+    image pull on a cold node does not set it."""
+    seen = sorted(p.ready_after for p in pods if p.ready_after is not None)
+    return seen[(len(seen) - 1) // 2] if seen else None
 
 
 def context(
@@ -135,6 +144,7 @@ __all__ = [
     "ControlState",
     "Observation",
     "Policy",
+    "cold_start",
     "context",
     "lifecycle_of",
     "signal_query",

@@ -34,6 +34,9 @@ class PodView:
     sessions: int = 0  # sessions bound to it
     in_flight: int = 0  # requests being served now
     created: float = 0.0  # creation time (seconds), the tie-break: newer goes first
+    # seconds from its creation to warm (its cold start); None: not warm yet, or not known
+    # (a pod warm before the driver saw it start)
+    ready_after: float | None = None
 
 
 def deletion_cost(pod: PodView) -> int:
