@@ -152,6 +152,9 @@ def test_turning_the_weekly_season_on_or_off_starts_it_again() -> None:
     assert on.week_since == fd.t
     assert not weekly(on, WEEKLY)
     assert on.since == fd.since  # the daily season is kept
+    unknown = observe(replace(on, week_since=None), 1_005.0, 10.0, WEEKLY)
+    assert unknown.week_since == on.t  # offsets of no known age: learned again
+    assert sum(1 for w in unknown.week if w != 0.0) <= 1  # only this observation's slot
     off = observe(_feed(points, WEEKLY), 1_000.0, 10.0, daily)
     assert off.week == ()
     assert off.week_since is None

@@ -144,7 +144,8 @@ def observe(f: Forecast | None, t: float, y: float, hw: HoltWinters = HoltWinter
         return Forecast(t, y, 0.0, (0.0,) * hw.slots, t, base=y, week=week, week_since=week_since)
     if len(f.season) != hw.slots:  # learned with other slots: the season starts again
         f = replace(f, season=(0.0,) * hw.slots, since=f.t)
-    if len(f.week) != hw.week_slots:  # weekly turned on or off, or other slots
+    if len(f.week) != hw.week_slots or (hw.weekly and f.week_since is None):
+        # weekly turned on or off, other slots, or offsets without their since-when
         f = replace(f, week=(0.0,) * hw.week_slots, week_since=f.t if hw.weekly else None)
     error = f.error
     due = [v for at, v in f.pending if at <= t + 1e-6]
