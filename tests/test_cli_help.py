@@ -71,7 +71,7 @@ def test_every_help_runs_and_lists_its_subcommands(
 
 def test_the_tree_has_the_nested_commands() -> None:
     """The walk above sees nested subcommands (else the test would check nothing)."""
-    assert (["bench"], ["router", "sim", "traces", "vllm-serve", "worker"]) in [
+    assert (["bench"], ["forecast", "router", "sim", "traces", "vllm-serve", "worker"]) in [
         (p, s) for p, s, _ in TREE
     ]
     assert {" ".join(p) for p, _, _ in TREE} >= {"bench sim", "simulate", "up", "worker"}

@@ -40,9 +40,10 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "preheat.local.main",
     ),
     "bench": (
-        "benchmarks (not tests): `preheat bench worker|router|sim|vllm-serve|traces` (the "
-        "worker's and the router's overhead, routing policies, simulated routing/autoscaling/"
-        "geography, vLLM's serving benchmark through the router, the autoscaling traces)",
+        "benchmarks (not tests): `preheat bench worker|router|sim|vllm-serve|traces|forecast` "
+        "(the worker's and the router's overhead, routing policies, simulated routing/"
+        "autoscaling/geography, vLLM's serving benchmark through the router, the autoscaling "
+        "traces, the arrival-rate forecast's error on a rate series)",
         "preheat.bench.main",
     ),
     "demo": (
