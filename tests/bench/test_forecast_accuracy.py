@@ -78,7 +78,7 @@ def test_the_command_reads_servegen_a_schedule_or_a_trace(
     rc, out, _ = _cli(["--servegen", str(csv), "--workload", "a/b", "--write", str(md)], capsys)
     assert rc == 0
     assert "errors counted from period 7 on" in out
-    for name in ("level, trend", "daily season", "daily + weekly"):
+    for name in ("level, trend", "season (24h)", "season (24h) + weekly (7 x 24h)"):
         assert f"| {name} |" in out
     assert "<!-- bench:forecast-a-b -->" in md.read_text()
 
@@ -100,6 +100,7 @@ def test_the_command_reads_servegen_a_schedule_or_a_trace(
     )
     assert rc == 0
     assert "t.jsonl (960 requests): 24 windows of 10s" in out
+    assert "| season (1m) + weekly (7 x 1m) |" in out  # named by the period, not "daily"
 
 
 @pytest.mark.parametrize(

@@ -64,10 +64,11 @@ def variants(period_s: float) -> tuple[Variant, ...]:
     """The forecasts compared: the policy's smoothing with its season off (``gamma`` 0: the
     offsets stay 0), on, and with the weekly one."""
     daily = HoltWinters(period_s=period_s)
+    p = _dur(period_s)
     return (
         Variant("level, trend", replace(daily, gamma=0.0)),
-        Variant("daily season", daily),
-        Variant("daily + weekly", replace(daily, weekly=True)),
+        Variant(f"season ({p})", daily),
+        Variant(f"season ({p}) + weekly (7 x {p})", replace(daily, weekly=True)),
     )
 
 
