@@ -16,7 +16,8 @@ local processes.
   ``emptyDir`` volumes at their ``mountPath`` (a missing mount point is made in an overlay,
   the host's directories are never written).
 - **Conditions**: ``PodScheduled``, ``Initialized``, ``ContainersReady`` and ``Ready``, each
-  with the ``lastTransitionTime`` of its last change of status (to the second).
+  with the ``lastTransitionTime`` of its last change of status (to the second); a running
+  container's ``state.running.startedAt`` is when its current process started.
 - **Probes**: ``startupProbe``, then ``readinessProbe`` (the pod's ``Ready`` condition) and
   ``livenessProbe`` (a container failing it is killed and restarted); ``httpGet`` and
   ``tcpSocket``; ``initialDelaySeconds``, ``periodSeconds``, ``timeoutSeconds``,
@@ -104,6 +105,7 @@ class Container:
     ready: bool = False
     last_exit: int | None = None
     finished: bool = False  # exited and not to be restarted (restartPolicy)
+    started_at: str = ""  # RFC 3339: when its current process started (state.running)
     pids: list[int] = field(default_factory=list)
 
     @property
@@ -163,6 +165,7 @@ class PodRuntime:
                 log.close()
             c.pids.append(c.process.pid)
             started_at = time.monotonic()
+            c.started_at = now_rfc3339()
             c.started = "startupProbe" not in c.spec
             await self._status()
             c.last_exit = await c.process.wait()
@@ -533,7 +536,7 @@ class PodRuntime:
                 "ready": c.ready,
                 "started": c.started and running,
                 "restartCount": c.restarts,
-                "state": {"running": {"startedAt": now_rfc3339()}}
+                "state": {"running": {"startedAt": c.started_at or now_rfc3339()}}
                 if running
                 else {
                     "waiting": {"reason": "CrashLoopBackOff" if c.restarts else "ContainerCreating"}
