@@ -74,7 +74,8 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(text))
 
 
-def _duration(default: str, description: str) -> Any:
+def _duration(default: str | None, description: str) -> Any:
+    """A duration field (None: optional, no default value)."""
     return Field(default=default, pattern=DURATION_PATTERN, max_length=32, description=description)
 
 
@@ -160,12 +161,8 @@ class EngineArgs(_Model):
     time_scale: float | None = Field(
         default=None, gt=0, description="sim only: multiplies every simulated duration."
     )
-    load_time: Duration | None = Field(
-        default=None, pattern=DURATION_PATTERN, max_length=32, description="sim only: load time."
-    )
-    warmup_time: Duration | None = Field(
-        default=None, pattern=DURATION_PATTERN, max_length=32, description="sim only: warm-up."
-    )
+    load_time: Duration | None = _duration(None, "sim only: load time.")
+    warmup_time: Duration | None = _duration(None, "sim only: warm-up.")
     seed: int | None = Field(default=None, ge=0, description="sim only: seed for the sim's text.")
     model_size: Literal["8b", "32b"] | None = Field(
         default=None,
@@ -380,12 +377,10 @@ class PredictiveSpec(_Model):
         description="Scale for the forecast arrival rate (Holt-Winters on the pool's own "
         "history: level, trend, daily season) as well as the observed one.",
     )
-    horizon: Duration | None = Field(
-        default=None,
-        pattern=DURATION_PATTERN,
-        max_length=32,
-        description="How far ahead to size for. Default: the pool's measured cold start (the "
-        "median, over its pods, of creation to Ready), 60s until a pod has been measured.",
+    horizon: Duration | None = _duration(
+        None,
+        "How far ahead to size for. Default: the pool's measured cold start (the median, over "
+        "its pods, of creation to Ready), 60s until a pod has been measured.",
     )
     trust: float = Field(
         default=0.5, ge=0, le=1, description="Share of a predicted rise to act on (0-1)."
