@@ -96,6 +96,12 @@ ROUTER_ACTUAL_CACHED_BLOCKS = "preheat_router_actual_cached_blocks"  # counter, 
 ROUTER_RETRIES = "preheat_router_retries"  # counter, label pool: re-routed before 1st token
 ROUTER_QUEUE_DEPTH = "preheat_router_queue_depth"  # gauge: requests waiting for an endpoint
 ROUTER_IN_FLIGHT = "preheat_router_in_flight"  # gauge: proxied streams open
+# each endpoint's engine step clock as this router reads it from the tokens it streams
+# (core.routing.types.StepClock): gauges labelled pool, model_name, endpoint, read at scrape
+ROUTER_STEP_CLOCK_STEP_SECONDS = "preheat_router_step_clock_step_seconds"  # the engine's step
+ROUTER_STEP_CLOCK_ERROR_SECONDS = "preheat_router_step_clock_error_seconds"  # mean miss
+ROUTER_STEP_CLOCK_TRUSTED = "preheat_router_step_clock_trusted"  # 1: misses <= 1/6 of a step
+LABEL_ENDPOINT = "endpoint"  # an endpoint's id (a worker pod's name)
 # demand the router saw, for the autoscaler (refused demand is demand): every request for the
 # pool but malformed ones, and those turned away unserved, by reason (exported with _total)
 ROUTER_ARRIVALS = "preheat_router_arrivals"  # counter, label pool

@@ -15,6 +15,7 @@ from routingkit import COST, NOW, make_ctx, make_endpoint, make_request, picked
 from preheat.core.routing.baselines import SchedulerState
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.plugins.queue import (
+    clock_trusted,
     phase_residual_ms,
     queue_wait_ms,
     step_residual_ms,
@@ -89,6 +90,7 @@ def test_a_clock_is_used_only_while_its_predictions_hold(
     error_ms: float | None, trusted: bool
 ) -> None:
     c = clock(1.0, error_ms=error_ms)
+    assert clock_trusted(c) is trusted  # what the router's step_clock_trusted gauge says
     assert (phase_residual_ms(c, NOW) is not None) is trusted
     # the router still predicts with it, to measure its error
     assert phase_residual_ms(c, NOW, untrusted=True) == pytest.approx(7.0)

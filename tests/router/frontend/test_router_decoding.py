@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from frontendkit import MODEL, Router, eventually, gen, router, words, workers
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def decoding(r: Router, wid: str) -> int:
@@ -58,3 +59,29 @@ async def test_the_router_reads_the_engines_step_clock_from_the_tokens_it_stream
         error = r.server.store.step_clocks()["w-1"].error_ms
         assert error is not None
         assert 0.0 <= error <= 2 * clock.step_ms  # a wait is at most a step (and the lag's noise)
+        # an SRE sees the clock on /metrics: the step, its error, and whether the scheduler
+        # trusts it, per endpoint (read at scrape time: the store's clock as it is now)
+        async with r.http.get(f"{r.url}/metrics") as resp:
+            assert resp.status == 200
+            text = await resp.text()
+        now = r.server.store.step_clocks()["w-1"]
+        gauges = {
+            s.name: s
+            for family in text_string_to_metric_families(text)
+            if family.name.startswith("preheat_router_step_clock")
+            for s in family.samples
+        }
+        assert set(gauges) == {
+            "preheat_router_step_clock_step_seconds",
+            "preheat_router_step_clock_error_seconds",
+            "preheat_router_step_clock_trusted",
+        }
+        for sample in gauges.values():
+            assert sample.labels["endpoint"] == "w-1"
+            assert sample.labels["model_name"] == MODEL
+            assert sample.labels["pool"] == r.server.pools.pools()[0].metrics.pool
+        assert gauges["preheat_router_step_clock_step_seconds"].value == now.step_ms / 1000
+        assert now.error_ms is not None
+        assert gauges["preheat_router_step_clock_error_seconds"].value == now.error_ms / 1000
+        trusted = now.error_ms <= now.step_ms / 6
+        assert gauges["preheat_router_step_clock_trusted"].value == (1.0 if trusted else 0.0)

@@ -26,11 +26,16 @@ from __future__ import annotations
 
 import copy
 import enum
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from preheat.core import metric_names as mn
 from preheat.core.errors import ErrorCode
+from preheat.core.routing.plugins.queue import clock_trusted
+from preheat.core.routing.types import StepClock
 
 
 class RouterOutcome(enum.Enum):
@@ -290,3 +295,52 @@ class RouterMetrics:
         refused = outcome.refused
         if refused:
             self.refused.labels(self.pool, self.model, reason or refused).inc()
+
+
+#: each pool's (name, model, endpoint id -> step clock), for :class:`StepClockCollector`
+ClockViews = Callable[[], Iterable[tuple[str, str, Mapping[str, StepClock]]]]
+
+
+class StepClockCollector(Collector):
+    """Each endpoint's engine step clock as the router reads it from the tokens it streams
+    (``core/routing/plugins/queue.py``), read at scrape time, so an endpoint's series go
+    with it: ``preheat_router_step_clock_step_seconds`` (the step), ``..._error_seconds``
+    (how far its predictions of a request's wait for the step in progress missed the waits
+    the worker reported, on average; absent until one was checked) and ``..._trusted``
+    (1 while that is at most a sixth of a step: the scheduler then predicts the wait from
+    the clock's phase, where the pool's ``stepClock`` is on and the last token is at most
+    two steps old; 0: it assumes half a step). Labels ``pool``, ``model_name``,
+    ``endpoint``; an endpoint this router has streamed nothing from has none."""
+
+    def __init__(self, views: ClockViews) -> None:
+        self._views = views
+
+    def collect(self) -> Iterator[Metric]:
+        labels = [mn.LABEL_POOL, mn.LABEL_MODEL, mn.LABEL_ENDPOINT]
+        step = GaugeMetricFamily(
+            mn.ROUTER_STEP_CLOCK_STEP_SECONDS,
+            "An endpoint's engine step as seen in the tokens streamed from it, seconds",
+            labels=labels,
+        )
+        error = GaugeMetricFamily(
+            mn.ROUTER_STEP_CLOCK_ERROR_SECONDS,
+            "How far the step clock's predicted waits for the step in progress missed the "
+            "waits the worker reported (moving average), seconds",
+            labels=labels,
+        )
+        trusted = GaugeMetricFamily(
+            mn.ROUTER_STEP_CLOCK_TRUSTED,
+            "1 while the step clock's predictions miss by at most a sixth of a step (the "
+            "scheduler uses its phase), else 0",
+            labels=labels,
+        )
+        for pool, model, clocks in self._views():
+            for endpoint, clock in sorted(clocks.items()):
+                values = [pool, model, endpoint]
+                step.add_metric(values, clock.step_ms / 1000.0)
+                if clock.error_ms is not None:
+                    error.add_metric(values, clock.error_ms / 1000.0)
+                trusted.add_metric(values, 1.0 if clock_trusted(clock) else 0.0)
+        yield step
+        yield error
+        yield trusted

@@ -25,15 +25,16 @@ import dataclasses
 import functools
 import itertools
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from preheat.core.routing.types import PrefillCost
+from preheat.core.routing.types import PrefillCost, StepClock
 from preheat.engine.costmodel import CostModel
 from preheat.process.logs import fields
 from preheat.router.embedded import EmbeddedRouter
 from preheat.router.endpoints import DiscoverySource, EndpointStore, StaticDiscovery
 from preheat.router.frontend.dispatch import Dispatcher
-from preheat.router.frontend.metrics import RouterMetrics
+from preheat.router.frontend.metrics import RouterMetrics, StepClockCollector
 from preheat.router.frontend.passthrough import Passthrough
 from preheat.router.frontend.tokenizer import PromptTokenizer, build_tokenizer
 from preheat.router.pools.lookup import ModelTable, model_table, resolve
@@ -141,6 +142,8 @@ class PoolSet:
         self.task: asyncio.Task[None] | None = None  # ends only if discovery fails
         self.last_error = ""  # the pools whose settings were refused, and why
         self._errors: list[str] = []
+        # each endpoint's step clock, read from the pools' stores at scrape time
+        self.metrics.registry.register(StepClockCollector(self._clock_views))
 
     # --- building ---------------------------------------------------------------------------
     def _passthrough(self, d: Dispatcher) -> Passthrough:
@@ -217,6 +220,10 @@ class PoolSet:
         return pool.passthrough if pool is not None else None
 
     # --- views ------------------------------------------------------------------------------
+    def _clock_views(self) -> list[tuple[str, str, Mapping[str, StepClock]]]:
+        """Each pool's metric labels (pool, model) and its endpoints' step clocks."""
+        return [(p.metrics.pool, p.metrics.model, p.store.step_clocks()) for p in self.pools()]
+
     @property
     def single_pool(self) -> Pool | None:
         return self._single

@@ -91,6 +91,13 @@ CLOCK_FRESH_STEPS = 2.0
 CLOCK_MAX_ERROR = 1.0 / 6.0
 
 
+def clock_trusted(clock: StepClock) -> bool:
+    """Whether the clock's predictions missed the waits the engine reported by at most
+    ``CLOCK_MAX_ERROR`` of a step on average (False before one was checked)."""
+    err = clock.error_ms
+    return clock.step_ms > 0 and err is not None and err <= CLOCK_MAX_ERROR * clock.step_ms
+
+
 def phase_residual_ms(clock: StepClock, now: float, *, untrusted: bool = False) -> float | None:
     """The wait (ms) for the engine's step in progress to end, for a request sent at
     ``now``, from its step clock; None when the clock is not fresh or, unless
@@ -98,8 +105,7 @@ def phase_residual_ms(clock: StepClock, now: float, *, untrusted: bool = False) 
     step = clock.step_ms
     if not step > 0:
         return None
-    err = clock.error_ms
-    if not untrusted and (err is None or err > CLOCK_MAX_ERROR * step):
+    if not untrusted and not clock_trusted(clock):
         return None
     elapsed = (now - clock.last_token_at) * 1000.0
     if not 0.0 <= elapsed <= CLOCK_FRESH_STEPS * step:
