@@ -282,6 +282,29 @@ def test_cli_compare_runs_the_fixed_sizes_its_sweep_skipped_under_the_hindsight_
     assert (out / "fixed_1_pod").is_dir()
 
 
+def test_cli_compare_no_probe_runs_only_the_sizes_given_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same sweep with --no-probe: 3 pods only, and the summary's CAUTION names the
+    sizes under it that were not run (a day-long trace's hour per run is the user's call)."""
+    from preheat.cli import main
+
+    pool, trace = _files(tmp_path)
+    out = tmp_path / "cmp"
+    rc = main(
+        [
+            "simulate", "--pool", str(pool), "--trace", str(trace), "--out", str(out),
+            "--compare", "fixed", "--knob", "fixed=3", "--jobs", "1", "--no-probe",
+        ]
+    )  # fmt: skip
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "also running" not in text
+    assert "CAUTION: 2 pods not run" in text
+    doc = json.loads((out / "compare.json").read_text())
+    assert [p["setting"] for p in doc["points"]] == ["3 pods"]
+
+
 def test_a_forecast_history_file_is_the_days_windows_ending_at_zero(tmp_path: Path) -> None:
     from preheat.simulate.compare import history_samples, read_schedule
 

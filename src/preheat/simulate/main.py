@@ -120,6 +120,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.99,
         help="--compare: the attainment the costs are read at (default 0.99)",
     )
+    p.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="--compare: run only the fixed sizes given, not also the sizes skipped under "
+        "the hindsight-best one (a long trace's extra runs; the summary then says CAUTION "
+        "where the size under the reference was not run)",
+    )
     p.add_argument("--routing", type=Path, default=None, help="routing config YAML (router's)")
     p.add_argument("--network", type=Path, default=None, help="RTT matrix YAML (see README)")
     p.add_argument(
@@ -522,7 +529,7 @@ def _compare(
         points = [point(st, r) for st, r in zip(runs, results, strict=True)]
         # the hindsight-best fixed pool is the cheapest size reaching the target, not only
         # the cheapest of the sizes swept: bisect the gap under it (a run or two)
-        while (size := next_fixed_probe(points, target)) is not None:
+        while not args.no_probe and (size := next_fixed_probe(points, target)) is not None:
             (st,) = compare.settings(("fixed",), {"fixed": (float(size),)}, spec, slo_ms, None)
             pods = f"{size} pod{'s' * (size != 1)}"
             print(f"hindsight-best fixed pool: also running {pods} (the gap under it)")
