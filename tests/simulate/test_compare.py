@@ -305,6 +305,43 @@ def test_cli_compare_no_probe_runs_only_the_sizes_given_and_says_so(
     assert [p["setting"] for p in doc["points"]] == ["3 pods"]
 
 
+def test_cli_compare_writes_each_run_as_it_finishes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A comparison that fails (or is stopped) after its first run keeps that run's folder
+    and has printed its point: an hour-long run is not lost with a later one."""
+    from preheat.cli import main
+    from preheat.core.errors import ErrorCode, PreheatError
+    from preheat.simulate import main as sim_main
+
+    real = sim_main._run_job
+    calls: list[str] = []
+
+    def second_fails(job: sim_main._Job, trace: object = None) -> sim_main._Result:
+        calls.append(job.label)
+        if len(calls) == 2:
+            raise PreheatError(ErrorCode.INVALID_ARGUMENT, "stopped")
+        return real(job, trace)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sim_main, "_run_job", second_fails)
+    pool, trace = _files(tmp_path)
+    out = tmp_path / "cmp"
+    rc = main(
+        [
+            "simulate", "--pool", str(pool), "--trace", str(trace), "--out", str(out),
+            "--compare", "fixed", "--knob", "fixed=1,3", "--jobs", "1", "--no-probe",
+        ]
+    )  # fmt: skip
+    text = capsys.readouterr()
+    assert rc != 0
+    assert "stopped" in text.err
+    assert len(calls) == 2
+    assert (out / "fixed_1_pod" / "meta.json").is_file()
+    assert not (out / "fixed_3_pods").exists()
+    assert "  fixed 1 pod: " in text.out
+    assert "% on " in text.out.split("  fixed 1 pod: ")[1].splitlines()[0]
+
+
 def test_a_forecast_history_file_is_the_days_windows_ending_at_zero(tmp_path: Path) -> None:
     from preheat.simulate.compare import history_samples, read_schedule
 

@@ -515,7 +515,7 @@ def _compare(
         return _fail(str(e))
     n_jobs = args.jobs or min(len(jobs), os.cpu_count() or 1)
     t0 = time.perf_counter()
-    print(f"comparing {len(jobs)} runs ({', '.join(policies)}) on {n_jobs} processes")
+    print(f"comparing {len(jobs)} runs ({', '.join(policies)}) on {n_jobs} processes", flush=True)
     target = args.target_attainment
     from preheat.report.summary import summarize
 
@@ -524,21 +524,37 @@ def _compare(
         gpu_h = float(r.run.meta.extra.get("gpu_hours", r.stats.gpu_seconds / 3600.0))
         return Point(st.policy, st.setting, s.ttft_attainment or 0.0, gpu_h, st.value)
 
+    finished: list[Point] = []
+
+    def done(r: _Result) -> None:
+        """Each run's folder and line as it finishes (a long comparison keeps what ran)."""
+        st = runs[len(finished)]
+        p = point(st, r)
+        finished.append(p)
+        with_meta(r, False)
+        print(
+            f"  {st.policy} {st.setting}: {p.attainment * 100:.2f}% on {p.gpu_hours:.2f} "
+            f"GPU-h ({r.stats.wall_s:.0f} s wall) -> {r.out}",
+            flush=True,
+        )
+
     try:
-        results = _run_all(jobs, trace, n_jobs)
-        points = [point(st, r) for st, r in zip(runs, results, strict=True)]
+        results = _run_all(jobs, trace, n_jobs, done)
+        points = list(finished)
         # the hindsight-best fixed pool is the cheapest size reaching the target, not only
         # the cheapest of the sizes swept: bisect the gap under it (a run or two)
         while not args.no_probe and (size := next_fixed_probe(points, target)) is not None:
             (st,) = compare.settings(("fixed",), {"fixed": (float(size),)}, spec, slo_ms, None)
             pods = f"{size} pod{'s' * (size != 1)}"
-            print(f"hindsight-best fixed pool: also running {pods} (the gap under it)")
-            (r,) = _run_all([job(st)], trace, 1)
+            print(f"hindsight-best fixed pool: also running {pods} (the gap under it)", flush=True)
             runs.append(st)
+            (r,) = _run_all([job(st)], trace, 1, done)
             results.append(r)
-            points.append(point(st, r))
+            points.append(finished[-1])
     except PreheatError as e:
         return _fail(str(e))
+    except OSError as e:
+        return _fail(f"cannot write a run folder under {out}: {e.strerror}")
     wall = time.perf_counter() - t0
     # in the order asked, a policy's rows together, the fixed pools by size
     first = {st.policy: i for i, st in reversed(list(enumerate(runs)))}
@@ -560,8 +576,6 @@ def _compare(
     print("")
     print("\n".join(lines))
     try:
-        for r in results:
-            with_meta(r, False)
         out.mkdir(parents=True, exist_ok=True)
         body = [f"# {head}", "", table, "", *(f"- {line}" for line in lines), ""]
         if not args.no_plots:
@@ -599,15 +613,28 @@ def assumptions_text(lines: list[str], from_run: Path | None) -> str:
     return "\n".join([head, *(f"  {line}" for line in lines), ""])
 
 
-def _run_all(jobs: list[_Job], trace: list[TraceRequest], n_jobs: int) -> list[_Result]:
+def _run_all(
+    jobs: list[_Job],
+    trace: list[TraceRequest],
+    n_jobs: int,
+    done: Callable[[_Result], None] | None = None,
+) -> list[_Result]:
     """Each job in its own process when there are several (the policies are pure Python:
-    one process per core is the only parallelism); in order."""
+    one process per core is the only parallelism); in order. ``done`` is called with each
+    result as it comes, in order (a long comparison keeps what finished)."""
     if n_jobs <= 1 or len(jobs) == 1:
-        return [_run_job(j, trace) for j in jobs]
+        results = (_run_job(j, trace) for j in jobs)
+        return [_done(r, done) for r in results]
     with concurrent.futures.ProcessPoolExecutor(
         max_workers=n_jobs, initializer=_init_worker, initargs=(trace,)
     ) as pool_ex:
-        return list(pool_ex.map(_run_job, jobs))
+        return [_done(r, done) for r in pool_ex.map(_run_job, jobs)]
+
+
+def _done(result: _Result, done: Callable[[_Result], None] | None) -> _Result:
+    if done is not None:
+        done(result)
+    return result
 
 
 def _slug(label: str) -> str:
