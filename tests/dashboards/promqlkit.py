@@ -29,9 +29,10 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
 from preheat.core.manifests import SERIES_LABELS
+from preheat.core.routing.types import StepClock
 from preheat.engine.simmetrics import VllmMetrics
 from preheat.operator.metrics import AutoscalerMetrics, Metrics
-from preheat.router.frontend.metrics import RouterMetrics
+from preheat.router.frontend.metrics import RouterMetrics, StepClockCollector
 from preheat.worker.metrics import WorkerMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,6 +69,9 @@ def _fill(registry: CollectorRegistry) -> None:
 def _registries() -> Iterator[tuple[str, CollectorRegistry]]:
     router = RouterMetrics()
     router.bind_pool("p", "m")
+    # the step clocks' gauges (registered by the router's PoolSet): one endpoint's clock
+    clock = {"x": StepClock(0.0, 8.0, 1.0, 1.0)}
+    router.registry.register(StepClockCollector(lambda: [("p", "m", clock)]))
     yield "router", router.registry
     worker = WorkerMetrics()
     VllmMetrics(worker.registry, "m", 4096)  # the engine's metrics, on the worker's /metrics
