@@ -457,13 +457,16 @@ def run(args: argparse.Namespace) -> int:
     n_jobs = args.jobs or min(len(jobs), os.cpu_count() or 1)
     t0 = time.perf_counter()
     results: list[_Result] = []
+
+    def done(r: _Result) -> None:
+        """Each run's folder as it finishes (a sweep stopped midway keeps what ran)."""
+        with_meta(r, not args.no_plots)
+        print(f"  {r.label}: {r.out}", flush=True)
+
     try:
-        results = _run_all(jobs, trace, n_jobs)
+        results = _run_all(jobs, trace, n_jobs, done)
     except PreheatError as e:
         return _fail(str(e))
-    try:
-        for r in results:
-            with_meta(r, not args.no_plots)
     except OSError as e:
         return _fail(f"cannot write the run folders under {out}: {e.strerror}")
     print(
