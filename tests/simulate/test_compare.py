@@ -257,11 +257,9 @@ def test_the_benchmarks_pool_file_is_the_autoscaling_parts_pool() -> None:
     assert cfg.replicas == ref.replicas
 
 
-def test_cli_compare_runs_the_fixed_sizes_its_sweep_skipped_under_the_hindsight_best(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Swept at 3 pods only, where one pod reaches the target on this light trace: the
-    reference is found by bisecting 0..3 (1 pod), not left at 3."""
+def _compare_fixed(tmp_path: Path, knob: str, *extra: str) -> tuple[int, Path]:
+    """``preheat simulate --compare fixed --knob KNOB`` on the light trace of ``_files``,
+    one process; the exit code and the comparison's folder."""
     from preheat.cli import main
 
     pool, trace = _files(tmp_path)
@@ -269,9 +267,18 @@ def test_cli_compare_runs_the_fixed_sizes_its_sweep_skipped_under_the_hindsight_
     rc = main(
         [
             "simulate", "--pool", str(pool), "--trace", str(trace), "--out", str(out),
-            "--compare", "fixed", "--knob", "fixed=3", "--jobs", "1",
+            "--compare", "fixed", "--knob", knob, "--jobs", "1", *extra,
         ]
     )  # fmt: skip
+    return rc, out
+
+
+def test_cli_compare_runs_the_fixed_sizes_its_sweep_skipped_under_the_hindsight_best(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Swept at 3 pods only, where one pod reaches the target on this light trace: the
+    reference is found by bisecting 0..3 (1 pod), not left at 3."""
+    rc, out = _compare_fixed(tmp_path, "fixed=3")
     text = capsys.readouterr().out
     assert rc == 0, text
     assert "also running 1 pod (the gap under it)" in text
@@ -287,16 +294,7 @@ def test_cli_compare_no_probe_runs_only_the_sizes_given_and_says_so(
 ) -> None:
     """The same sweep with --no-probe: 3 pods only, and the summary's CAUTION names the
     sizes under it that were not run (a day-long trace's hour per run is the user's call)."""
-    from preheat.cli import main
-
-    pool, trace = _files(tmp_path)
-    out = tmp_path / "cmp"
-    rc = main(
-        [
-            "simulate", "--pool", str(pool), "--trace", str(trace), "--out", str(out),
-            "--compare", "fixed", "--knob", "fixed=3", "--jobs", "1", "--no-probe",
-        ]
-    )  # fmt: skip
+    rc, out = _compare_fixed(tmp_path, "fixed=3", "--no-probe")
     text = capsys.readouterr().out
     assert rc == 0, text
     assert "also running" not in text
@@ -310,7 +308,6 @@ def test_cli_compare_writes_each_run_as_it_finishes(
 ) -> None:
     """A comparison that fails (or is stopped) after its first run keeps that run's folder
     and has printed its point: an hour-long run is not lost with a later one."""
-    from preheat.cli import main
     from preheat.core.errors import ErrorCode, PreheatError
     from preheat.simulate import main as sim_main
 
@@ -324,14 +321,7 @@ def test_cli_compare_writes_each_run_as_it_finishes(
         return real(job, trace)  # type: ignore[arg-type]
 
     monkeypatch.setattr(sim_main, "_run_job", second_fails)
-    pool, trace = _files(tmp_path)
-    out = tmp_path / "cmp"
-    rc = main(
-        [
-            "simulate", "--pool", str(pool), "--trace", str(trace), "--out", str(out),
-            "--compare", "fixed", "--knob", "fixed=1,3", "--jobs", "1", "--no-probe",
-        ]
-    )  # fmt: skip
+    rc, out = _compare_fixed(tmp_path, "fixed=1,3", "--no-probe")
     text = capsys.readouterr()
     assert rc != 0
     assert "stopped" in text.err
