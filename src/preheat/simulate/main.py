@@ -527,13 +527,13 @@ def _compare(
         gpu_h = float(r.run.meta.extra.get("gpu_hours", r.stats.gpu_seconds / 3600.0))
         return Point(st.policy, st.setting, s.ttft_attainment or 0.0, gpu_h, st.value)
 
-    finished: list[Point] = []
+    points: list[Point] = []  # one per run, in the order the runs finish (as asked)
 
     def done(r: _Result) -> None:
         """Each run's folder and line as it finishes (a long comparison keeps what ran)."""
-        st = runs[len(finished)]
+        st = runs[len(points)]
         p = point(st, r)
-        finished.append(p)
+        points.append(p)
         with_meta(r, False)
         print(
             f"  {st.policy} {st.setting}: {p.attainment * 100:.2f}% on {p.gpu_hours:.2f} "
@@ -543,7 +543,6 @@ def _compare(
 
     try:
         results = _run_all(jobs, trace, n_jobs, done)
-        points = list(finished)
         # the hindsight-best fixed pool is the cheapest size reaching the target, not only
         # the cheapest of the sizes swept: bisect the gap under it (a run or two)
         while not args.no_probe and (size := next_fixed_probe(points, target)) is not None:
@@ -553,7 +552,6 @@ def _compare(
             runs.append(st)
             (r,) = _run_all([job(st)], trace, 1, done)
             results.append(r)
-            points.append(finished[-1])
     except PreheatError as e:
         return _fail(str(e))
     except OSError as e:
