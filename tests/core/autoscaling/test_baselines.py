@@ -115,7 +115,8 @@ def test_hpa_scales_on_average_utilization() -> None:
     d, state = hpa(ctx(0.0, sig(0.0, in_flight=40.0), 4))  # 100% vs 50% -> 8
     assert (d.active, d.direction, d.cause) == (8, Direction.UP, Cause.SCALE_UP)
     assert d.reason.startswith("hpa: utilization 100% vs target 50%")
-    assert state.history == ((0.0, 8),)
+    # the first sync stores the current size too (upstream's recordInitialRecommendation)
+    assert state.history == ((0.0, 4), (0.0, 8))
 
 
 def test_hpa_scale_up_rate_limit() -> None:
@@ -143,6 +144,52 @@ def test_hpa_down_stabilization_keeps_the_highest_recommendation_for_300s() -> N
         assert dec.active == 16, t
     assert dec.cause is Cause.STABILIZING
     assert d.tick(315.0, 5.0).active == 1  # Percent 100 down: straight to what it needs
+
+
+def test_a_new_hpa_holds_its_starting_size_for_the_scale_down_window() -> None:
+    # upstream's first reconcile stores the current size as a recommendation, so a new HPA
+    # (or one whose controller restarted) does not scale down for one window
+    d = Driver(Hpa(target_utilization=0.5, slots_per_replica=10), desired=6)
+    first = d.tick(0.0, 5.0)  # needs 1
+    assert (first.active, first.cause, first.recommendation) == (6, Cause.STABILIZING, 1)
+    assert "needs 1, stabilizing (down)" in first.reason
+    for t in range(15, 300, 15):
+        assert d.tick(float(t), 5.0).active == 6, t
+    # the stored size counts while strictly younger than the window (After(cutoff))
+    down = d.tick(300.0, 5.0)
+    assert (down.active, down.direction) == (1, Direction.DOWN)
+
+
+def test_the_starting_size_does_not_hold_a_scale_up_with_a_zero_second_up_window() -> None:
+    up = Driver(Hpa(target_utilization=0.5, slots_per_replica=10), desired=2).tick(0.0, 40.0)
+    assert (up.active, up.direction) == (6, Direction.UP)  # max(2 * 2, 2 + 4)
+    # with an up window it does, upstream too: the lowest recent recommendation is 2
+    slow = Hpa(
+        target_utilization=0.5,
+        slots_per_replica=10,
+        behavior=HpaBehavior(up_stabilization_s=60.0),
+    )
+    d = Driver(slow, desired=2)
+    assert d.tick(0.0, 40.0).active == 2
+    assert d.tick(45.0, 40.0).active == 2
+    assert d.tick(60.0, 40.0).active == 6
+
+
+def test_a_new_keda_scaled_object_holds_its_starting_size_for_the_window() -> None:
+    d = Driver(Keda(threshold=4.0), desired=3)
+    for t in range(0, 300, 30):
+        assert d.tick(float(t), 2.0, queue=0.0).active == 3, t
+    assert d.tick(300.0, 2.0, queue=0.0).active == 1
+
+
+def test_keda_scales_to_zero_itself_from_any_size_after_the_cooldown() -> None:
+    # the cooldown is shorter than the HPA's window, which would still hold 4
+    d = Driver(Keda(threshold=4.0, cooldown_period_s=60.0), desired=4, min_=0)
+    assert d.tick(0.0, 0.0).active == 4
+    assert d.tick(30.0, 0.0).active == 4
+    zero = d.tick(60.0, 0.0)
+    assert (zero.active, zero.cause) == (0, Cause.SCALE_TO_ZERO)
+    assert "trigger inactive for 60 s (cooldownPeriod 60 s)" in zero.reason
 
 
 def test_keda_queue_threshold() -> None:
@@ -260,13 +307,16 @@ def test_hpa_behavior_never_scales_down_within_the_window_of_a_higher_recommenda
         now += dt
         before = d.desired
         dec = d.tick(now, load, load / 2)
-        if dec.recommendation is not None:
-            recs.append((now, dec.recommendation))
+        if dec.recommendation is None:
+            continue
+        if not recs:
+            recs.append((now, before))  # the first sync stores the starting size
         if dec.direction is Direction.DOWN:
             window = policy.behavior.down_stabilization_s
-            recent = [r for t, r in recs if t >= now - window]
-            assert dec.active == max(recent) or dec.active == d.min_
+            recent = [r for t, r in recs if t > now - window]
+            assert dec.active == max([dec.recommendation, *recent]) or dec.active == d.min_
             assert dec.active < before
+        recs.append((now, dec.recommendation))
 
 
 @settings(max_examples=150, deadline=None)

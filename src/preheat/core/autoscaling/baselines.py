@@ -21,7 +21,11 @@ comes from :func:`preheat.core.autoscaling.standby.plan`).
        recommendation is the current replica count, else
        ``desired = ceil(active * ratio)`` (= ``ceil(in_flight / (slots * target))``);
     2. scale-down stabilization: the highest recommendation of the last
-       ``down_stabilization_s`` (300 s); scale-up: the latest (0 s window);
+       ``down_stabilization_s`` (300 s); scale-up: the latest (0 s window); a stored
+       recommendation counts while it is strictly younger than the window, as upstream
+       (``rec.timestamp.After(cutoff)``). The first evaluation stores the current size as
+       a recommendation (upstream's ``recordInitialRecommendation``), so a new HPA, or one
+       whose controller restarted, holds its size for one scale-down window;
     3. scale-up rate limit (``selectPolicy: Max`` of ``Percent 100`` and ``Pods 4`` per
        ``period_s`` 15 s): at most ``max(2 * current, current + 4)`` per evaluation;
        scale-down ``Percent 100`` per 15 s (no limit); then ``[min, max]``;
@@ -35,9 +39,12 @@ comes from :func:`preheat.core.autoscaling.standby.plan`).
     owns, so 1 -> N is the HPA's ``AverageValue`` rule on the pool-wide queue:
     ``desired = ceil(queue / threshold)`` (tolerance 0.1 on ``queue / (threshold *
     active)``), with the HPA's default behavior as above, evaluated every
-    ``polling_interval_s`` (30 s). ``cooldown_period_s`` (300 s) applies only to 1 -> 0:
-    with ``min: 0`` the pool goes to zero after the trigger has been inactive (no queue,
-    nothing in flight) that long, and wakes at the first request.
+    ``polling_interval_s`` (30 s). ``cooldown_period_s`` (300 s) applies only to scaling
+    to zero: with ``min: 0`` KEDA itself (not its HPA, which cannot go to zero) scales the
+    pool to zero from any size once the trigger has been inactive (no queue, nothing in
+    flight) that long, and wakes it at the first request. Not modelled: a new
+    ScaledObject whose trigger was never active goes to zero at once upstream (after
+    ``initialCooldownPeriod``, default 0); here the cooldown counts from the first poll.
 
 :class:`Kpa`: the Knative Pod Autoscaler, concurrency mode
     Source: knative.dev/docs/serving/autoscaling/kpa-specific/ and
@@ -186,11 +193,17 @@ class HpaBehavior:
     ) -> tuple[Decision, PolicyState]:
         st, now, current = ctx.state, ctx.now, ctx.replicas.desired
         horizon = max(self.up_stabilization_s, self.down_stabilization_s, interval_s)
-        kept = tuple((t, r) for t, r in st.history if now - horizon <= t <= now)
-        history = (*kept, (now, raw))
+        # recordInitialRecommendation: the first evaluation of a new HPA (or of a restarted
+        # controller) stores the current size as a recommendation, so it holds that size
+        # for the scale-down window before scaling down
+        seeded = st.history or ((now, current),)
+        past = tuple((t, r) for t, r in seeded if now - horizon <= t <= now)
+        history = (*past, (now, raw))
         base = replace(st, history=history)
-        up_recs = [r for t, r in history if t >= now - self.up_stabilization_s] or [raw]
-        down_recs = [r for t, r in history if t >= now - self.down_stabilization_s] or [raw]
+        # stabilizeRecommendationWithBehaviors: the current recommendation and every stored
+        # one strictly after the window's cutoff (rec.timestamp.After(cutoff))
+        up_recs = [raw, *(r for t, r in past if t > now - self.up_stabilization_s)]
+        down_recs = [raw, *(r for t, r in past if t > now - self.down_stabilization_s)]
         target = current
         if min(up_recs) > current:
             target = min(up_recs)
@@ -296,14 +309,22 @@ class Keda:
             raw = current
         if current == 0:
             raw = max(1, raw)
-        lowest = max(1, ctx.replicas.min)
+        head = f"keda: queue {queue:g} waiting vs threshold {self.threshold:g}/replica"
         if (
             ctx.replicas.min == 0
             and idle_since is not None
             and ctx.now - idle_since >= self.cooldown_period_s
         ):
-            lowest = 0
-        head = f"keda: queue {queue:g} waiting vs threshold {self.threshold:g}/replica"
+            # KEDA itself scales an inactive target to zero (the HPA it owns cannot), from
+            # any size and outside the HPA's windows
+            head = (
+                f"{head}; trigger inactive for {ctx.now - idle_since:.0f} s "
+                f"(cooldownPeriod {self.cooldown_period_s:g} s)"
+            )
+            d = _decision(ctx, 0, Cause.SCALE_TO_ZERO, head, raw)
+            history = (*ctx.state.history, (ctx.now, raw))
+            return d, _after(replace(ctx.state, history=history), ctx, d)
+        lowest = max(1, ctx.replicas.min)
         return self.behavior.apply(ctx, raw, head, self.polling_interval_s, lowest)
 
 
