@@ -276,6 +276,29 @@ def test_the_decision_carries_the_forecast_whether_or_not_it_acts() -> None:
     assert d.forecast is None
 
 
+def test_the_measured_cold_start_outlives_the_pods_that_measured_it() -> None:
+    """Once measured, the horizon stays the pool's cold start when the pods that measured
+    it leave (a pool scaled down to the pods it started with, which measured none)."""
+    unset = replace(config(), predictive=PredictiveConfig(enabled=True))
+    first = ctx(0.0, _rising(0.0, 10.0), desired=2, cfg=unset, max_=40)
+    first = replace(first, counts=replace(first.counts, cold_start_s=95.5))
+    _, state = decide(first)
+    assert state.cold_start_s == 95.5
+    later = replace(ctx(15.0, _rising(15.0, 10.0), desired=2, cfg=unset, max_=40), state=state)
+    assert later.counts.cold_start_s is None  # none of the pods now measured one
+    d, state = decide(later)
+    assert d.forecast is not None
+    assert d.forecast.horizon_s == 95.5
+    assert "(the pods' cold start)" in d.reason
+    assert state.cold_start_s == 95.5
+    # a new measurement replaces it
+    newer = replace(ctx(30.0, _rising(30.0, 10.0), desired=2, cfg=unset, max_=40), state=state)
+    newer = replace(newer, counts=replace(newer.counts, cold_start_s=40.0))
+    d, state = decide(newer)
+    assert d.forecast is not None
+    assert (d.forecast.horizon_s, state.cold_start_s) == (40.0, 40.0)
+
+
 def test_the_horizon_is_the_pods_measured_cold_start_unless_set() -> None:
     """``autoscaling.predictive.horizon`` unset: the forecast looks as far ahead as the
     pool's pods took from creation to warm (``ReplicaCounts.cold_start_s``: the control

@@ -217,6 +217,7 @@ def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
         serving=served_log,
         forecast=forecast_state,
         late_since=late_since,
+        cold_start_s=_cold_start(ctx),
     )
     head = _head(driver, cfg.window_s, cfg.tolerance)
     if model_note:
@@ -299,7 +300,7 @@ def _forecast(ctx: Context) -> tuple[float | None, Forecast | None, Outlook | No
         return None, ctx.state.forecast, None
     hw = ctx.tuning.smoothing(pred)
     f = forecast.observe(ctx.state.forecast, ctx.now, seen.arrival_rate, hw)
-    horizon = pred.horizon(ctx.counts.cold_start_s)
+    horizon = pred.horizon(_cold_start(ctx))
     f, outlook = forecast.ahead(f, horizon, hw)
     outlook = replace(outlook, basis=_horizon_basis(ctx))
     if not pred.enabled:
@@ -309,10 +310,17 @@ def _forecast(ctx: Context) -> tuple[float | None, Forecast | None, Outlook | No
     return rate, f, outlook
 
 
+def _cold_start(ctx: Context) -> float | None:
+    """The pool's measured cold start: its pods' now, else the last one measured (the pods
+    that measured it may have left, and pods warm from the start measure none)."""
+    now = ctx.counts.cold_start_s
+    return now if now is not None else ctx.state.cold_start_s
+
+
 def _horizon_basis(ctx: Context) -> str:
     """What set the forecast's horizon when the pool's configuration did not ("": it did,
     or nothing was measured and the default holds)."""
-    measured = ctx.counts.cold_start_s is not None
+    measured = _cold_start(ctx) is not None
     return (
         "the pods' cold start" if ctx.autoscaling.predictive.horizon_measured and measured else ""
     )

@@ -199,6 +199,9 @@ class PolicyState:
     # since when an objective has been late although the capacity estimate says the
     # serving pods suffice (None: not so now); feedback corrects the estimate after a window
     late_since: float | None = None
+    # the pool's last measured cold start (``ReplicaCounts.cold_start_s``), kept for when
+    # the pods that measured it have left (pods warm at the start have none)
+    cold_start_s: float | None = None
 
 
 @dataclass(frozen=True)
