@@ -185,11 +185,30 @@ def test_a_new_keda_scaled_object_holds_its_starting_size_for_the_window() -> No
 def test_keda_scales_to_zero_itself_from_any_size_after_the_cooldown() -> None:
     # the cooldown is shorter than the HPA's window, which would still hold 4
     d = Driver(Keda(threshold=4.0, cooldown_period_s=60.0), desired=4, min_=0)
-    assert d.tick(0.0, 0.0).active == 4
-    assert d.tick(30.0, 0.0).active == 4
-    zero = d.tick(60.0, 0.0)
+    assert d.tick(0.0, 2.0).active == 4  # active: something in flight
+    assert d.tick(30.0, 0.0).active == 4  # inactive from here
+    assert d.tick(60.0, 0.0).active == 4
+    zero = d.tick(90.0, 0.0)
     assert (zero.active, zero.cause) == (0, Cause.SCALE_TO_ZERO)
     assert "trigger inactive for 60 s (cooldownPeriod 60 s)" in zero.reason
+
+
+def test_a_keda_trigger_never_active_waits_the_initial_cooldown_not_the_cooldown() -> None:
+    # upstream: LastActiveTime nil -> creation + initialCooldownPeriod (default 0)
+    first = Driver(Keda(threshold=4.0), desired=2, min_=0).tick(0.0, 0.0)
+    assert (first.active, first.cause) == (0, Cause.SCALE_TO_ZERO)
+    assert "(initialCooldownPeriod 0 s)" in first.reason
+    d = Driver(Keda(threshold=4.0, initial_cooldown_period_s=120.0), desired=2, min_=0)
+    assert d.tick(0.0, 0.0).active == 2
+    assert d.tick(90.0, 0.0).active == 2
+    assert d.tick(120.0, 0.0).active == 0
+    # once active, the cooldown counts from when it went inactive
+    d = Driver(Keda(threshold=4.0, initial_cooldown_period_s=120.0), desired=2, min_=0)
+    d.tick(0.0, 0.0)
+    d.tick(30.0, 1.0, queue=1.0)
+    assert d.tick(150.0, 0.0).active >= 1  # inactive since 150: the 300 s cooldown
+    assert d.tick(420.0, 0.0).active >= 1  # (the HPA may take it to 1 meanwhile)
+    assert d.tick(450.0, 0.0).active == 0
 
 
 def test_keda_queue_threshold() -> None:
@@ -206,10 +225,11 @@ def test_keda_queue_threshold() -> None:
 
 def test_keda_goes_to_zero_only_after_the_cooldown_period() -> None:
     d = Driver(Keda(threshold=4.0, cooldown_period_s=300.0), desired=1, min_=0)
-    assert d.tick(0.0, 0.0).active == 1
-    assert d.tick(270.0, 0.0).active == 1
-    assert d.tick(300.0, 0.0).active == 0
-    wake = d.tick(330.0, 1.0, queue=1.0)
+    assert d.tick(0.0, 1.0).active == 1  # active at first
+    assert d.tick(30.0, 0.0).active == 1  # inactive from here
+    assert d.tick(300.0, 0.0).active == 1
+    assert d.tick(330.0, 0.0).active == 0
+    wake = d.tick(360.0, 1.0, queue=1.0)
     assert (wake.active, wake.wake) == (1, True)
 
 

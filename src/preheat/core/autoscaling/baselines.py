@@ -42,9 +42,11 @@ comes from :func:`preheat.core.autoscaling.standby.plan`).
     ``polling_interval_s`` (30 s). ``cooldown_period_s`` (300 s) applies only to scaling
     to zero: with ``min: 0`` KEDA itself (not its HPA, which cannot go to zero) scales the
     pool to zero from any size once the trigger has been inactive (no queue, nothing in
-    flight) that long, and wakes it at the first request. Not modelled: a new
-    ScaledObject whose trigger was never active goes to zero at once upstream (after
-    ``initialCooldownPeriod``, default 0); here the cooldown counts from the first poll.
+    flight) that long, and wakes it at the first request. A trigger never active since
+    the first poll (the ScaledObject's creation here) waits ``initial_cooldown_period_s``
+    instead (``initialCooldownPeriod``, default 0: a new ScaledObject with ``min: 0`` and
+    no traffic goes to zero at its first poll, as upstream's scale executor does when
+    ``LastActiveTime`` is nil).
 
 :class:`Kpa`: the Knative Pod Autoscaler, concurrency mode
     Source: knative.dev/docs/serving/autoscaling/kpa-specific/ and
@@ -283,6 +285,7 @@ class Keda:
     threshold: float = 4.0  # waiting requests per replica
     polling_interval_s: float = 30.0
     cooldown_period_s: float = 300.0
+    initial_cooldown_period_s: float = 0.0
     behavior: HpaBehavior = HpaBehavior()
     name: str = "keda"
 
@@ -297,10 +300,11 @@ class Keda:
             return _hold(ctx, Cause.STALE, f"keda: holding {current}: {why}")
         active_trigger = queue > 0 or (ctx.signals.in_flight or 0.0) > 0
         st = ctx.state
+        created = st.since if st.since is not None else ctx.now  # the first poll
         idle_since = (
             None if active_trigger else (st.idle_since if st.idle_since is not None else ctx.now)
         )
-        ctx = replace(ctx, state=replace(st, idle_since=idle_since))
+        ctx = replace(ctx, state=replace(st, idle_since=idle_since, since=created))
         ready = max(0, ctx.counts.active)
         if current == 0 and not active_trigger:
             return _hold(ctx, Cause.IDLE, "keda: at zero: trigger inactive")
@@ -310,17 +314,14 @@ class Keda:
         if current == 0:
             raw = max(1, raw)
         head = f"keda: queue {queue:g} waiting vs threshold {self.threshold:g}/replica"
-        if (
-            ctx.replicas.min == 0
-            and idle_since is not None
-            and ctx.now - idle_since >= self.cooldown_period_s
-        ):
+        # inactive since the first poll: never active (an activation resets idle_since)
+        never = idle_since == created
+        wait = self.initial_cooldown_period_s if never else self.cooldown_period_s
+        if ctx.replicas.min == 0 and idle_since is not None and ctx.now - idle_since >= wait:
             # KEDA itself scales an inactive target to zero (the HPA it owns cannot), from
             # any size and outside the HPA's windows
-            head = (
-                f"{head}; trigger inactive for {ctx.now - idle_since:.0f} s "
-                f"(cooldownPeriod {self.cooldown_period_s:g} s)"
-            )
+            what = "initialCooldownPeriod" if never else "cooldownPeriod"
+            head = f"{head}; trigger inactive for {ctx.now - idle_since:.0f} s ({what} {wait:g} s)"
             d = _decision(ctx, 0, Cause.SCALE_TO_ZERO, head, raw)
             history = (*ctx.state.history, (ctx.now, raw))
             return d, _after(replace(ctx.state, history=history), ctx, d)
