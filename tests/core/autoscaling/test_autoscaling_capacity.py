@@ -19,6 +19,7 @@ from preheat.core.autoscaling import (
     decide,
 )
 from preheat.core.autoscaling.capacity import (
+    burst_size,
     combine,
     erlang_c,
     idle_floor_ms,
@@ -475,3 +476,88 @@ def test_a_target_no_pod_count_meets_does_not_grow_the_pool_to_its_max() -> None
     assert need is not None
     assert max(actives) <= 2 * need < 32
     assert not any(panics[4:])  # late for a window (30 s): no panic from then on
+
+
+@given(
+    st.floats(0.5, 500.0),
+    st.floats(0.0, 0.97),
+    st.floats(1.0, 20.0),
+    st.sampled_from([50.0, 90.0, 99.0, 99.9]),
+)
+def test_one_pod_with_geometric_batches_is_the_mx_m_1_sojourn(
+    work: float, rho: float, burst: float, pct: float
+) -> None:
+    """At one server the burst model is exact: the M^X/M/1 queue with geometric batches of
+    mean ``m`` has an exponential sojourn at ``mu (1 - rho) / m``, the M/M/1's times ``m``."""
+    tail = 1.0 - pct / 100.0
+    lone = work * math.log(1.0 / tail) / (1.0 - rho)
+    assert sojourn_ms(work, rho, 1, pct, burst) == pytest.approx(lone * burst, rel=1e-6)
+
+
+@settings(max_examples=200)
+@given(
+    st.floats(0.5, 500.0),
+    st.floats(0.0, 0.97),
+    st.integers(1, 64),
+    st.floats(1.0, 20.0),
+    st.floats(0.0, 5.0),
+    st.sampled_from([50.0, 90.0, 99.0, 99.9]),
+)
+def test_bursts_never_shorten_the_wait_and_more_pods_share_them(
+    work: float, rho: float, servers: int, burst: float, more: float, pct: float
+) -> None:
+    """Bigger batches never wait less; at the same utilisation, more pods never wait
+    longer (each takes a smaller share of a batch); Poisson is the M/M/n sojourn."""
+    got = sojourn_ms(work, rho, servers, pct, burst)
+    assert sojourn_ms(work, rho, servers, pct, 1.0) == pytest.approx(
+        sojourn_ms(work, rho, servers, pct)
+    )
+    assert sojourn_ms(work, rho, servers, pct, burst + more) >= got * (1 - 1e-6)
+    assert sojourn_ms(work, rho, servers + 1, pct, burst) <= got * (1 + 1e-6)
+    assert got <= work * math.log(1.0 / (1.0 - pct / 100.0)) * burst / (1.0 - rho) * (1 + 1e-6)
+
+
+def test_poisson_noise_in_the_dispersion_is_not_read_as_bursts() -> None:
+    """Over a 30-s window a Poisson stream's estimate lies within about 1 +- 0.6 (two
+    standard errors of sqrt(3 / 30)): sized as Poisson; a real burst is not."""
+    assert burst_size(None, 30.0) == 1.0
+    assert burst_size(1.6, 30.0) == 1.0
+    assert burst_size(0.4, 30.0) == 1.0
+    assert burst_size(7.0, 30.0) == pytest.approx(1.0 + (6.0 - 2.0 * math.sqrt(0.1)) / 2.0)
+    # a longer window has less noise: the same reading counts for more
+    assert burst_size(1.5, 300.0) > burst_size(1.5, 30.0) == 1.0
+    assert burst_size(float("nan"), 30.0) == 1.0
+
+
+def test_bursts_ask_for_more_pods_and_a_burst_one_pod_cannot_clear_gets_a_pool() -> None:
+    """At a rate one pod serves as Poisson, bursts of 4 need more; batches of 20 that no
+    lone pod clears within 500 ms at any rate get the smallest pool that does, not
+    ``replicas.max``."""
+    rate = pod_rate(COST, AZURE, 500.0, 99.0) * 0.9
+    assert replicas_for(rate, COST, AZURE, 500.0, 99.0, 64) == 1
+    bursty = replicas_for(rate, COST, AZURE, 500.0, 99.0, 64, burst=4.0)
+    assert bursty is not None
+    assert bursty > 1
+    assert pod_rate(COST, AZURE, 500.0, 99.0, burst=20.0) == 0.0
+    big = replicas_for(rate, COST, AZURE, 500.0, 99.0, 64, burst=20.0)
+    assert big is not None
+    assert 1 < big < 64
+    assert predicted_ttft_ms(COST, AZURE, rate, 99.0, big, burst=20.0) <= 500.0
+    assert predicted_ttft_ms(COST, AZURE, rate, 99.0, big - 1, burst=20.0) > 500.0
+    assert in_flight(COST, AZURE, rate, 2, burst=4.0) > in_flight(COST, AZURE, rate, 2)
+
+
+def test_the_policy_sizes_for_the_bursts_the_routers_measured_and_says_so() -> None:
+    """The same rate and mix, arrivals Poisson or in bursts (dispersion 9 over 60 s): the
+    estimate asks for more pods for the bursts, and the reason names them (9 over 60 s:
+    batches of 1 + (8 - 2 sqrt(3 / 60)) / 2 = 4.8)."""
+    rate = pod_rate(COST, AZURE, 400.0, 95.0) * 0.8
+    calm = Demand(arrival_rate=rate, refused_rate=0.0, window_s=60.0, arrival_dispersion=1.1)
+    sig = replace(signals(0.0, 200.0), demand=calm, mix=AZURE)
+    dec, _ = decide(ctx(0.0, sig, desired=1))
+    assert "bursts" not in dec.reason
+    assert dec.active == 1
+    bursty = replace(sig, demand=replace(calm, arrival_dispersion=9.0))
+    more, _ = decide(ctx(0.0, bursty, desired=1))
+    assert more.active > 1
+    assert "in bursts of 4.8 (dispersion 9.0)" in more.reason

@@ -32,6 +32,13 @@ immediate dispatch by work), which waits exactly as a central first-come queue o
 servers does: a request waits only when every pod is busy, and then for the first to free
 (Erlang C). Equal to the lone pod at ``n = 1``, never longer than it.
 
+Arrivals in bursts (proposal 0016): requests that come in batches wait behind their
+batch-mates even on an idle pool, which no Poisson queue foresees. The routers measure the
+arrivals' index of dispersion ``D`` (:mod:`preheat.core.traffic.arrivals`); what it exceeds
+Poisson noise by gives the mean batch ``m`` (:func:`burst_size`; geometric batches of mean
+``m`` have ``D = 2 m - 1``), and the prefills' sojourn is that of batches spread over the
+pods (:func:`sojourn_ms`): exact for one pod (M^X/M/1) and for Poisson arrivals (M/M/n).
+
 Held against the sim engine's measured rate, on the Azure conv and Mooncake conversation
 request sizes, by ``tests/bench/test_pod_capacity.py`` (within 15%, one pod and a pool).
 """
@@ -42,9 +49,11 @@ import math
 
 from preheat.core.autoscaling.cost import ServiceCost
 from preheat.core.autoscaling.types import Mix
+from preheat.core.traffic.arrivals import BIN_S
 
 __all__ = [
     "ServiceCost",
+    "burst_size",
     "combine",
     "idle_floor_ms",
     "in_flight",
@@ -94,12 +103,40 @@ def erlang_c(servers: int, offered: float) -> float:
     return servers * blocked / (servers - offered * (1.0 - blocked))
 
 
-def sojourn_ms(work_ms: float, rho: float, servers: int, percentile: float) -> float:
+def burst_size(dispersion: float | None, window_s: float, z: float = 2.0) -> float:
+    """The mean batch size ``m`` the arrivals come in, from the index of dispersion ``D``
+    of their per-second counts over ``window_s`` (``Var / mean``; 1: Poisson; None: not
+    measured). Geometric batches of mean ``m`` give ``D = 2 m - 1``, so ``m = (D + 1) / 2``.
+
+    ``D`` is estimated from ``k = window_s / BIN_S`` counts (the differences of
+    consecutive ones, :mod:`preheat.core.traffic.arrivals`), whose standard error under Poisson
+    arrivals is about ``sqrt(3 / k)`` (0.32 over 30 s); only the excess beyond ``z`` of it
+    counts, so Poisson traffic is sized as Poisson (1.0) and not by its noise."""
+    if dispersion is None or not math.isfinite(dispersion) or window_s <= 0:
+        return 1.0
+    bins = max(1.0, window_s / BIN_S)
+    excess = dispersion - 1.0 - z * math.sqrt(3.0 / bins)
+    return 1.0 + max(0.0, excess) / 2.0
+
+
+def sojourn_ms(
+    work_ms: float, rho: float, servers: int, percentile: float, burst: float = 1.0
+) -> float:
     """The ``percentile`` (0-100) of a prefill's sojourn (wait and its own work) in a shared
     queue of ``servers`` pods, each busy ``rho`` of the time, works exponential with mean
-    ``work_ms``: ``P(T > t) = (1 - C) e^(-mu t) + C P(W' + S > t)``, ``C`` Erlang C, the
-    wait given waiting exponential at ``theta = servers * mu * (1 - rho)``. One server: the
-    M/M/1 sojourn ``work_ms * ln(1 / tail) / (1 - rho)``, in closed form."""
+    ``work_ms``: ``P(T > t) = (1 - c) e^(-mu t) + c P(W' + S > t)``, ``c`` the chance of
+    waiting, the wait given waiting exponential at ``theta``. Poisson arrivals (``burst``
+    1): ``c`` Erlang C, ``theta = servers * mu * (1 - rho)``; one server: the M/M/1 sojourn
+    ``work_ms * ln(1 / tail) / (1 - rho)``, in closed form.
+
+    ``burst``: the mean size ``m`` of the batches the arrivals come in (geometric sizes;
+    :func:`burst_size` reads it from the arrivals' dispersion). A batch spread over the
+    pods puts ``m_n = 1 + (m - 1) / servers`` of it on each, so ``c = 1 - (1 - C) / m_n``
+    and ``theta`` is divided by ``m_n``: exact for one server (the M^X/M/1 queue with
+    geometric batches, whose sojourn is exponential at ``mu (1 - rho) / m``), exact for
+    Poisson arrivals (M/M/n), and in between the batch's share of each pod. Unlike a
+    heavy-traffic correction it does not vanish at low load: a burst of prompts waits
+    behind itself on an idle pool."""
     tail = 1.0 - percentile / 100.0
     if work_ms <= 0:
         return 0.0
@@ -107,11 +144,13 @@ def sojourn_ms(work_ms: float, rho: float, servers: int, percentile: float) -> f
         return math.inf
     if not 0.0 < tail < 1.0:
         return work_ms
-    if servers <= 1:
+    servers = max(1, servers)
+    share = 1.0 + (max(1.0, burst) - 1.0) / servers  # m_n
+    if share == 1.0 and servers == 1:
         return work_ms * math.log(1.0 / tail) / (1.0 - rho)
     mu = 1.0 / work_ms
-    theta = servers * mu * (1.0 - rho)
-    c = erlang_c(servers, servers * rho)
+    theta = servers * mu * (1.0 - rho) / share
+    c = 1.0 - (1.0 - erlang_c(servers, servers * rho)) / share
 
     def over(t: float) -> float:  # P(T > t)
         if abs(mu - theta) < 1e-12 * mu:
@@ -120,9 +159,9 @@ def sojourn_ms(work_ms: float, rho: float, servers: int, percentile: float) -> f
             both = (mu * math.exp(-theta * t) - theta * math.exp(-mu * t)) / (mu - theta)
         return (1.0 - c) * math.exp(-mu * t) + c * both
 
-    lo, hi = 0.0, work_ms * math.log(1.0 / tail) / (1.0 - rho)  # the lone pod's: an upper bound
-    if over(hi) > tail:  # rounding at the bound
-        return hi
+    lo, hi = 0.0, work_ms * math.log(1.0 / tail) * share / (1.0 - rho)
+    while over(hi) > tail:  # the lone pod's sojourn bounds it at m_n = 1; else widen
+        lo, hi = hi, hi * 2.0
     for _ in range(60):
         mid = (lo + hi) / 2.0
         if over(mid) > tail:
@@ -133,16 +172,16 @@ def sojourn_ms(work_ms: float, rho: float, servers: int, percentile: float) -> f
 
 
 def predicted_ttft_ms(
-    cost: ServiceCost, mix: Mix, lam: float, percentile: float, pods: int = 1
+    cost: ServiceCost, mix: Mix, lam: float, percentile: float, pods: int = 1, burst: float = 1.0
 ) -> float:
-    """TTFT at ``percentile`` (0-100) on a pool of ``pods`` sharing ``lam`` req/s (inf:
-    saturated)."""
+    """TTFT at ``percentile`` (0-100) on a pool of ``pods`` sharing ``lam`` req/s arriving
+    in batches of mean ``burst`` (1: Poisson; inf: saturated)."""
     st = _state(cost, mix, lam / max(1, pods))
     if st is None:
         return math.inf
     batch, step, rho = st
     w, _, context = _work(cost, mix)
-    own = sojourn_ms(w, rho, pods, percentile)
+    own = sojourn_ms(w, rho, pods, percentile, burst)
     return step + cost.step_ms(max(1.0, batch), context) + own
 
 
@@ -173,6 +212,7 @@ def pod_rate(
     percentile: float,
     max_utilization: float = 0.9,
     pods: int = 1,
+    burst: float = 1.0,
 ) -> float:
     """The highest arrival rate (req/s) per pod of a pool of ``pods`` with its TTFT
     percentile within ``target_ms`` and each pod at most ``max_utilization`` of the rate
@@ -182,15 +222,17 @@ def pod_rate(
     The headroom: near saturation the decoding batch, and with it the step time and the
     TTFT, climbs steeply (the model's p99 at 400 and 500 ms differs by a few percent of
     the rate), so a pool sized at the knee is saturated by the first rate a little over
-    the window's mean."""
+    the window's mean. ``burst``: the arrivals' mean batch size (:func:`sojourn_ms`)."""
     if idle_floor_ms(cost, mix, percentile) > target_ms:
         return 0.0
     lo, hi = 0.0, 1.0
-    while _ok(cost, mix, hi * pods, pods, target_ms, percentile, max_utilization) and hi < 1e6:
+    while (
+        _ok(cost, mix, hi * pods, pods, target_ms, percentile, max_utilization, burst) and hi < 1e6
+    ):
         lo, hi = hi, hi * 2.0
     for _ in range(40):
         mid = (lo + hi) / 2.0
-        if _ok(cost, mix, mid * pods, pods, target_ms, percentile, max_utilization):
+        if _ok(cost, mix, mid * pods, pods, target_ms, percentile, max_utilization, burst):
             lo = mid
         else:
             hi = mid
@@ -205,6 +247,7 @@ def _ok(
     target: float,
     pct: float,
     max_util: float = 0.9,
+    burst: float = 1.0,
 ) -> bool:
     """``pods`` meet the target at ``lam`` req/s in all, each within ``max_util`` of
     saturation."""
@@ -213,7 +256,7 @@ def _ok(
         return False
     if max_util > 0 and math.isinf(predicted_ttft_ms(cost, mix, lam / max_util, pct, pods)):
         return False  # within max_util of saturation
-    return predicted_ttft_ms(cost, mix, lam, pct, pods) <= target
+    return predicted_ttft_ms(cost, mix, lam, pct, pods, burst) <= target
 
 
 def replicas_for(
@@ -223,34 +266,52 @@ def replicas_for(
     target_ms: float,
     percentile: float,
     highest: int,
+    burst: float = 1.0,
 ) -> int | None:
     """Pods the arrival rate needs to meet the TTFT objective (at most ``highest``): the
     smallest pool that meets it, sharing the rate (proposal 0015); no more than the rate
     over one lone pod's rate, since a shared queue waits no longer than lone ones. None:
-    no estimate (no rate, or nothing finished to learn the mix from)."""
+    no estimate (no rate, or nothing finished to learn the mix from). ``burst``: the
+    arrivals' mean batch size (:func:`burst_size`); a burst one pod cannot clear within
+    the target at any rate is spread over the smallest pool that can (more pods never
+    wait longer: each takes a smaller share of it)."""
     if arrival_rate <= 0 or mix.requests <= 0:
         return None
-    per_pod = pod_rate(cost, mix, target_ms, percentile)
+    per_pod = pod_rate(cost, mix, target_ms, percentile, burst=burst)
     if per_pod <= 0:
-        return highest
+        if burst <= 1.0 or idle_floor_ms(cost, mix, percentile) > target_ms:
+            return highest
+        lo, hi = 1, highest  # the pool that meets it is within (lo, hi]
+        if _ok(cost, mix, arrival_rate, hi, target_ms, percentile, burst=burst):
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if _ok(cost, mix, arrival_rate, mid, target_ms, percentile, burst=burst):
+                    hi = mid
+                else:
+                    lo = mid
+        return hi
     lone = max(1, min(highest, math.ceil(round(arrival_rate / per_pod, 9))))
     for n in range(1, lone):
-        if _ok(cost, mix, arrival_rate, n, target_ms, percentile):
+        if _ok(cost, mix, arrival_rate, n, target_ms, percentile, burst=burst):
             return n
     return lone
 
 
-def in_flight(cost: ServiceCost, mix: Mix, lam: float, pods: int) -> float:
+def in_flight(cost: ServiceCost, mix: Mix, lam: float, pods: int, burst: float = 1.0) -> float:
     """Requests in flight per pod (decoding, and waiting or prefilling) on ``pods`` sharing
     ``lam`` req/s, by Little's law: ``B`` decoding plus the arrivals of one mean prefill
-    sojourn and the step it waits on; inf: saturated."""
-    per_pod = lam / max(1, pods)
+    sojourn and the step it waits on; inf: saturated. ``burst``: as :func:`sojourn_ms`
+    (the mean wait ``c / theta``)."""
+    pods = max(1, pods)
+    per_pod = lam / pods
     st = _state(cost, mix, per_pod)
     if st is None:
         return math.inf
     batch, step, rho = st
     w, _, _ = _work(cost, mix)
-    wait = erlang_c(pods, pods * rho) * w / (pods * (1.0 - rho))
+    share = 1.0 + (max(1.0, burst) - 1.0) / pods
+    waits = 1.0 - (1.0 - erlang_c(pods, pods * rho)) / share
+    wait = waits * share * w / (pods * (1.0 - rho))
     return batch + per_pod * (step + w + wait) / 1000.0
 
 
@@ -261,6 +322,7 @@ def replicas_for_concurrency(
     per_replica: float,
     lowest: int,
     highest: int,
+    burst: float = 1.0,
 ) -> int | None:
     """The smallest pool, from ``lowest`` (the TTFT estimate's) up to ``highest``, whose
     pods each run at most ``per_replica`` requests at the arrival rate (a concurrency
@@ -269,7 +331,7 @@ def replicas_for_concurrency(
     if arrival_rate <= 0 or mix.requests <= 0 or per_replica <= 0:
         return None
     for n in range(max(1, lowest), highest + 1):
-        if in_flight(cost, mix, arrival_rate, n) <= per_replica:
+        if in_flight(cost, mix, arrival_rate, n, burst) <= per_replica:
             return n
     return highest
 

@@ -345,6 +345,7 @@ def _with_capacity(
     if cost is None or mix is None or seen is None or seen.arrival_rate <= 0:
         return views, "", None
     rate = max(seen.arrival_rate, predicted or 0.0)
+    burst = capacity.burst_size(seen.arrival_dispersion, seen.window_s)
     desired, tol = ctx.replicas.desired, ctx.autoscaling.tolerance
     model: int | None = None
     floors: list[str] = []  # TTFT targets under what an idle pod does at this mix
@@ -357,7 +358,9 @@ def _with_capacity(
                     f"ttft p{obj.percentile:g} {obj.target:g} ms is under what an idle pod "
                     f"does at this mix: sized for {goal:.0f} ms"
                 )
-            need = capacity.replicas_for(rate, cost, mix, goal, obj.percentile, ctx.replicas.max)
+            need = capacity.replicas_for(
+                rate, cost, mix, goal, obj.percentile, ctx.replicas.max, burst
+            )
             if need is not None:
                 model = need if model is None else max(model, need)
     if model is None:
@@ -366,7 +369,8 @@ def _with_capacity(
     # that keep what a pod runs at this rate within its target (a target below that is
     # sized for, not read as lateness the estimate does not explain)
     models = [
-        _objective_model(v.objective, model, rate, cost, mix, ctx.replicas.max) for v in views
+        _objective_model(v.objective, model, rate, cost, mix, ctx.replicas.max, burst)
+        for v in views
     ]
     late = [v.ratio is not None and v.ratio > 1.0 + tol for v in views]
     under = [v.ratio is not None and v.ratio <= 1.0 for v in views]
@@ -402,8 +406,13 @@ def _with_capacity(
         )
         for v, m, is_late, is_under in zip(views, models, late, under, strict=True)
     ]
+    bursts = (
+        f" in bursts of {burst:.1f} (dispersion {seen.arrival_dispersion:.1f})"
+        if burst > 1.0 and seen.arrival_dispersion is not None
+        else ""
+    )
     note = (
-        f"capacity: {rate:.1f} req/s of {mix.prompt_tokens:.0f} prompt "
+        f"capacity: {rate:.1f} req/s{bursts} of {mix.prompt_tokens:.0f} prompt "
         f"({mix.cached_tokens:.0f} cached) / {mix.output_tokens:.0f} output tokens "
         f"needs {model}"
     )
@@ -411,7 +420,7 @@ def _with_capacity(
         note = f"{note} ({said})"
     for v, m in zip(views, models, strict=True):
         if m > model:
-            runs = capacity.in_flight(cost, mix, rate, model)
+            runs = capacity.in_flight(cost, mix, rate, model, burst)
             note = (
                 f"{note}; concurrency {v.objective.target:g}/replica is under the {runs:.0f} "
                 f"a pod runs at this rate: needs {m}"
@@ -438,13 +447,19 @@ def _tail_observed(ctx: Context, obj: Objective) -> float:
 
 
 def _objective_model(
-    obj: Objective, model: int, rate: float, cost: ServiceCost, mix: Mix, highest: int
+    obj: Objective,
+    model: int,
+    rate: float,
+    cost: ServiceCost,
+    mix: Mix,
+    highest: int,
+    burst: float = 1.0,
 ) -> int:
     """The capacity estimate for one objective: the TTFT estimate, or for a concurrency
     objective the pods (no fewer) each running at most its target at ``rate``."""
     if obj.signal is not Signal.CONCURRENCY:
         return model
-    need = capacity.replicas_for_concurrency(rate, cost, mix, obj.target, model, highest)
+    need = capacity.replicas_for_concurrency(rate, cost, mix, obj.target, model, highest, burst)
     return model if need is None else need
 
 

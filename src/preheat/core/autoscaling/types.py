@@ -85,6 +85,9 @@ class Demand:
     refused_rate: float
     window_s: float
     by_reason: tuple[tuple[str, float], ...] = ()  # (reason, refused per second)
+    # the arrivals' index of dispersion over the window (Var / mean of their per-second
+    # counts, from the routers' burst counter: core.traffic.arrivals); None: not measured
+    arrival_dispersion: float | None = None
 
     @property
     def refused_fraction(self) -> float:
