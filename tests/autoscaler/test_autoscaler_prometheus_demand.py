@@ -55,6 +55,12 @@ def test_demand_queries_only_with_a_router_selector() -> None:
         f" - (sum(rate(preheat_router_rate_limited_total{{{ROUTERS}}}[30s])) or vector(0))"
     )
     assert q.refused == (f"sum by (reason) (rate(preheat_router_refused_total{{{ROUTERS}}}[30s]))")
+    assert q.dispersion == (
+        f"sum(increase(preheat_router_arrival_burst_total{{{ROUTERS}}}[30s])) / (2 * "
+        f"sum(increase(preheat_router_arrivals_total{{{ROUTERS}}}[30s]) and "
+        f"preheat_router_arrival_burst_total{{{ROUTERS}}}))"
+    )
+    assert queries(QUERY, SELECTOR).dispersion == ""
 
 
 def _gen(prompt: str, deadline_ms: int = 0) -> inference_pb2.GenerateRequest:
@@ -112,6 +118,10 @@ async def test_a_pool_whose_router_refuses_half_its_traffic_scales_up(tmp_path: 
     assert demand is not None
     assert demand.window_s == WINDOW_S
     assert [r for r, _ in demand.by_reason] == ["rejected"]
+    # Prometheus evaluated the dispersion from the router's burst counter: twelve requests
+    # sent back to back in a few seconds, then none, are burstier than Poisson
+    assert demand.arrival_dispersion is not None
+    assert demand.arrival_dispersion > 1.0
     ttft = signals.find(TTFT95)
     assert ttft is not None
     assert ttft.value is not None

@@ -123,3 +123,55 @@ def test_requests_over_a_tenants_quota_are_not_demand() -> None:
     s = parse_router(5.0, page(40.0, 10.0) + limited, pool="chat")
     assert s.arrivals == 15.0
     assert parse_router(5.0, page(40.0, 10.0) + limited, pool=None).arrivals == 1040.0 - 32.0
+
+
+BURST_PAGE = """\
+# TYPE preheat_router_arrivals_total counter
+preheat_router_arrivals_total{{pool="chat"}} {arrivals}
+preheat_router_arrivals_total{{pool="other"}} 1000.0
+# TYPE preheat_router_arrival_burst_total counter
+preheat_router_arrival_burst_total{{pool="chat"}} {burst}
+preheat_router_arrival_burst_total{{pool="other"}} 99999.0
+# TYPE preheat_router_rate_limited_total counter
+preheat_router_rate_limited_total{{pool="chat",tenant="t",limit="requests"}} {limited}
+"""
+
+
+def test_the_arrivals_dispersion_is_read_from_the_burst_counter_over_the_window() -> None:
+    """``increase(burst) / (2 * increase(arrivals))``, both counted before the quota's
+    refusals are taken off the arrivals, summed over routers; a router without the
+    counter (an older one) adds nothing to it."""
+
+    def burst_page(arrivals: float, burst: float, limited: float = 0.0) -> str:
+        return BURST_PAGE.format(arrivals=arrivals, burst=burst, limited=limited)
+
+    s = parse_router(5.0, burst_page(40.0, 90.0, limited=4.0), pool="chat")
+    assert (s.arrivals, s.burst, s.burst_arrivals) == (36.0, 90.0, 40.0)
+    assert parse_router(5.0, page(40.0, 0.0), pool="chat").burst is None
+    history = {
+        "a": [
+            parse_router(0.0, burst_page(100.0, 50.0), "chat"),
+            parse_router(60.0, burst_page(400.0, 950.0, limited=30.0), "chat"),
+        ],
+        "b": [  # a reset burst counter counts from zero, as the arrivals do
+            parse_router(0.0, burst_page(500.0, 7000.0), "chat"),
+            parse_router(60.0, burst_page(100.0, 300.0), "chat"),
+        ],
+        "older": [
+            RouterScrape(0.0, True, 0.0, counted=True),
+            RouterScrape(60.0, True, 600.0, counted=True),
+        ],
+    }
+    d = router_demand(history, now=60.0, window_s=60.0)
+    assert d is not None
+    assert d.arrival_rate == pytest.approx((270.0 + 100.0 + 600.0) / 60.0)
+    assert d.arrival_dispersion == pytest.approx((900.0 + 300.0) / (2.0 * (300.0 + 100.0)))
+    plain = {
+        "r": [
+            RouterScrape(0.0, True, 0.0, counted=True),
+            RouterScrape(60.0, True, 60.0, counted=True),
+        ]
+    }
+    got = router_demand(plain, now=60.0, window_s=60.0)
+    assert got is not None
+    assert got.arrival_dispersion is None

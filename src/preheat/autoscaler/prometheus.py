@@ -25,7 +25,10 @@ demand (routers)      ``sum(rate(preheat_router_arrivals_total{router_sel}[w]))`
                       (over a tenant's quota: no pool size serves them), and
                       ``sum by (reason) (rate(preheat_router_refused_total{router_sel}[w]))``
                       when ``router_selector`` is given: refused demand is demand to the
-                      policy (no series: no demand figures, as without a router selector)
+                      policy (no series: no demand figures, as without a router selector);
+                      and the arrivals' dispersion, ``sum(increase(
+                      preheat_router_arrival_burst_total[w])) / (2 * sum(increase(
+                      preheat_router_arrivals_total[w])))`` (``core.traffic.arrivals``)
 ====================  ======================================================================
 
 Scale from zero: a pool at zero replicas has no worker series, so without
@@ -85,6 +88,7 @@ class Queries:
     router_queue: str = ""  # "" when no router selector is configured
     arrivals: str = ""  # the routers' arrival rate over the window ("": no router selector)
     refused: str = ""  # their refusal rate by reason
+    dispersion: str = ""  # the arrivals' index of dispersion over the window
     # the request mix: finished requests, prompt, cached and output tokens over the window
     served: tuple[str, ...] = ()
 
@@ -146,6 +150,16 @@ def queries(
         else (
             f"sum by ({mn.LABEL_REASON}) "
             f"(rate({mn.ROUTER_REFUSED}_total{{{router_selector}}}[{_range(query.window_s)}]))"
+        ),
+        dispersion=""
+        if router_selector is None
+        # core.traffic.arrivals: increase(burst) / (2 increase(arrivals)), over the
+        # routers that export the burst counter (an older router's arrivals left out)
+        else (
+            f"sum(increase({mn.ROUTER_ARRIVAL_BURST}_total{{{router_selector}}}"
+            f"[{_range(query.window_s)}])) / (2 * sum(increase({mn.ROUTER_ARRIVALS}_total"
+            f"{{{router_selector}}}[{_range(query.window_s)}]) and "
+            f"{mn.ROUTER_ARRIVAL_BURST}_total{{{router_selector}}}))"
         ),
     )
 
@@ -259,6 +273,7 @@ class PrometheusSource:
             named["router_queue"] = qs.router_queue
             named["arrivals"] = qs.arrivals
             named["refused"] = qs.refused
+            named["dispersion"] = qs.dispersion
         for k, promql in enumerate(qs.served):
             named[f"served:{k}"] = promql
         for (i, w), promql in qs.latency.items():
@@ -389,11 +404,15 @@ def _demand(answers: Mapping[str, Any], window_s: float) -> Demand | None:
         rate = _rate(float(series["value"][1]))
         if rate:
             by_reason.append((str(series.get("metric", {}).get(mn.LABEL_REASON, "")), rate))
+    dispersion = _scalar(answers.get("dispersion"))
     return Demand(
         arrival_rate=arrivals,
         refused_rate=sum(r for _, r in by_reason),
         window_s=window_s,
         by_reason=tuple(sorted(by_reason)),
+        arrival_dispersion=None
+        if dispersion is None or not math.isfinite(dispersion)
+        else max(0.0, dispersion),
     )
 
 

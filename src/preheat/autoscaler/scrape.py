@@ -40,6 +40,7 @@ from preheat.core.autoscaling import Demand, Mix, Signals, SignalValue
 from preheat.core.percentiles import Buckets, bucket_deltas, histogram_quantile
 from preheat.core.pool import Signal
 from preheat.core.promtext import Sample, histogram, model_server_stats, parse_samples
+from preheat.core.traffic.arrivals import dispersion as arrival_dispersion
 
 __all__ = [
     "DEFAULT_HISTOGRAMS",
@@ -131,6 +132,10 @@ class RouterScrape:
     refused: Mapping[str, float] = field(default_factory=dict)  # reason -> count
     held: float = 0.0  # preheat_router_queue_depth now
     counted: bool = False
+    # preheat_router_arrival_burst_total and the arrivals it counts (before the quota's
+    # refusals are taken off ``arrivals``); None: the router exports no burst counter
+    burst: float | None = None
+    burst_arrivals: float = 0.0
 
 
 def parse_router(t: float, text: str, pool: str | None = None) -> RouterScrape:
@@ -140,13 +145,17 @@ def parse_router(t: float, text: str, pool: str | None = None) -> RouterScrape:
     arrivals_name = mn.ROUTER_ARRIVALS + "_total"
     refused_name = mn.ROUTER_REFUSED + "_total"
     limited_name = mn.ROUTER_RATE_LIMITED + "_total"
+    burst_name = mn.ROUTER_ARRIVAL_BURST + "_total"
     samples = parse_samples(
-        text, only=(arrivals_name, refused_name, limited_name, mn.ROUTER_QUEUE_DEPTH)
+        text,
+        only=(arrivals_name, refused_name, limited_name, burst_name, mn.ROUTER_QUEUE_DEPTH),
     )
     arrivals = 0.0
     refused: dict[str, float] = {}
     held = 0.0
     counted = False
+    burst: float | None = None
+    raw = 0.0  # the arrivals counter as exported (the burst counter's base)
     for x in samples:
         if x.name == mn.ROUTER_QUEUE_DEPTH:
             # a router of several pools labels what each holds (an older one: no label)
@@ -157,14 +166,17 @@ def parse_router(t: float, text: str, pool: str | None = None) -> RouterScrape:
             continue
         if x.name == arrivals_name:
             arrivals += x.value
+            raw += x.value
             counted = True
+        elif x.name == burst_name:
+            burst = (burst or 0.0) + x.value
         elif x.name == limited_name:
             # over a tenant's quota: no pool size serves it, so it is not demand
             arrivals -= x.value
         else:
             reason = x.labels.get(mn.LABEL_REASON, "")
             refused[reason] = refused.get(reason, 0.0) + x.value
-    return RouterScrape(t, True, arrivals, refused, held, counted)
+    return RouterScrape(t, True, arrivals, refused, held, counted, burst, raw)
 
 
 class _Timed(Protocol):
@@ -194,6 +206,7 @@ def router_demand(
     arrivals = 0.0
     refused: dict[str, float] = {}
     span = 0.0
+    burst = counted = 0.0  # the burst counters' increase, and the arrivals they count
     for scrapes in history.values():
         ok = [s for s in scrapes if s.ok and s.counted]
         if len(ok) < 2:
@@ -205,6 +218,9 @@ def router_demand(
             continue
         span = max(span, dt)
         arrivals += _increase(prev.arrivals, cur.arrivals) / dt
+        if cur.burst is not None and prev.burst is not None:
+            burst += _increase(prev.burst, cur.burst)
+            counted += _increase(prev.burst_arrivals, cur.burst_arrivals)
         for reason, count in cur.refused.items():
             rate = _increase(prev.refused.get(reason, 0.0), count) / dt
             refused[reason] = refused.get(reason, 0.0) + rate
@@ -215,6 +231,7 @@ def router_demand(
         refused_rate=sum(refused.values()),
         window_s=span,
         by_reason=tuple(sorted((r, v) for r, v in refused.items() if v > 0)),
+        arrival_dispersion=arrival_dispersion(burst, counted),
     )
 
 

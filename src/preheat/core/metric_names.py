@@ -105,6 +105,7 @@ LABEL_ENDPOINT = "endpoint"  # an endpoint's id (a worker pod's name)
 # demand the router saw, for the autoscaler (refused demand is demand): every request for the
 # pool but malformed ones, and those turned away unserved, by reason (exported with _total)
 ROUTER_ARRIVALS = "preheat_router_arrivals"  # counter, label pool
+ROUTER_ARRIVAL_BURST = "preheat_router_arrival_burst"  # counter, label pool
 ROUTER_REFUSED = "preheat_router_refused"  # counter, labels pool, reason
 REFUSED_REJECTED = "rejected"  # admission: predicted TTFT past the deadline, queue full (429)
 REFUSED_UNAVAILABLE = "unavailable"  # no endpoint in time, every try failed before a token

@@ -60,6 +60,7 @@ from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.history import PrefixHistory
 from preheat.core.routing.types import Endpoint, RequestInfo, RoutingContext, StepClock
 from preheat.core.traffic import lanes
+from preheat.core.traffic.arrivals import ArrivalBins
 from preheat.core.traffic.classes import PRIORITY_STANDARD, UnknownClass
 from preheat.engine.base import EngineRequest, Sampling
 from preheat.engine.costmodel import CostModel
@@ -281,6 +282,7 @@ class _World:
         self.scrapes_kept = int(auto.window_s / options.autoscale_interval_s) + 3
         # the routers' demand counters (preheat_router_arrivals / _refused), summed
         self.arrivals = 0
+        self.arrival_bins = ArrivalBins()  # preheat_router_arrival_burst
         self.refused: dict[str, int] = {}
         self.router_scrapes: deque[RouterScrape] = deque(maxlen=self.scrapes_kept)
         # how long unchanged figures may keep their stamp (see _refresh_pod)
@@ -492,6 +494,7 @@ class _World:
         if klass is not None:
             req.klass, req.priority = klass.name, klass.priority
         self.arrivals += 1  # a valid request: the router's arrival counter (at receipt)
+        self.arrival_bins.observe(self.now)
         req.hashes = self.namer.names(t)
         req.info = RequestInfo(
             request_id=req.rid,
@@ -823,7 +826,16 @@ class _World:
                 history[pod.name] = pod.scrapes
         held = sum(len(r.held) for r in self.routers.values())
         self.router_scrapes.append(
-            RouterScrape(self.now, True, float(self.arrivals), dict(self.refused), held, True)
+            RouterScrape(
+                self.now,
+                True,
+                float(self.arrivals),
+                dict(self.refused),
+                held,
+                True,
+                burst=self.arrival_bins.flush(self.now),
+                burst_arrivals=float(self.arrivals),
+            )
         )
         demand = router_demand({"routers": self.router_scrapes}, self.now, self.query.window_s)
         if not history:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import grpc
 import pytest
 from frontendkit import MODEL, gen, router, words, workers
+from prometheus_client import generate_latest
 
 from preheat.autoscaler.scrape import DirectScrapeSource, parse_router
 from preheat.autoscaler.source import SignalQuery
@@ -22,6 +23,7 @@ from preheat.core.pool import (
     Signal,
 )
 from preheat.core.promtext import parse_samples
+from preheat.router.frontend.metrics import RouterMetrics
 
 POOL = "chat"
 QUERY = SignalQuery((Objective(Signal.TTFT, 95.0, 400.0),), window_s=60.0)
@@ -109,6 +111,9 @@ async def test_refusals_and_arrivals_are_counted_by_pool_and_reason_and_read_as_
             assert demand.refused_rate == pytest.approx(2 / 20)
             assert demand.by_reason == (("rejected", pytest.approx(2 / 20)),)
             assert demand.refused_fraction == pytest.approx(0.5)
+            # the burst counter was read beside the arrivals it counts (its value depends
+            # on which seconds the four arrivals fell in: the pure test below pins it)
+            assert demand.arrival_dispersion is not None
             # another pool's series are not this pool's demand
             assert not parse_router(0.0, text, pool="other").counted
         finally:
@@ -165,3 +170,31 @@ async def test_requests_refused_at_zero_replicas_wake_the_pool() -> None:
             )
         finally:
             await source.close()
+
+
+def test_the_burst_counter_closes_its_seconds_when_read() -> None:
+    """``preheat_router_arrival_burst_total``: three arrivals in one second, one two seconds
+    later; each read closes the seconds that ended (a rise of 3, a fall of 3, a rise of 1,
+    and that one's fall once its second is over), for each pool's view apart."""
+    clock = Clock()
+    metrics = RouterMetrics(pool=POOL, clock=clock)
+    other = metrics.for_pool("other", "m")
+    burst = mn.ROUTER_ARRIVAL_BURST + "_total"
+
+    def read() -> dict[str, float]:
+        text = generate_latest(metrics.registry).decode()
+        return {s.labels["pool"]: s.value for s in parse_samples(text, only=(burst,))}
+
+    assert read() == {POOL: 0.0, "other": 0.0}  # the series exist from the start
+    clock.t = 100.2
+    for _ in range(3):
+        metrics.observe_arrival()
+    assert read()[POOL] == 0.0  # its second is still open
+    clock.t = 102.5
+    other.observe_arrival()
+    metrics.observe_arrival()
+    assert read() == {POOL: 18.0, "other": 0.0}
+    clock.t = 104.0
+    assert read() == {POOL: 20.0, "other": 2.0}
+    metrics.forget_pool("other")
+    assert read() == {POOL: 20.0}

@@ -26,16 +26,18 @@ from __future__ import annotations
 
 import copy
 import enum
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from preheat.core import metric_names as mn
 from preheat.core.errors import ErrorCode
 from preheat.core.routing.plugins.queue import clock_trusted
 from preheat.core.routing.types import StepClock
+from preheat.core.traffic.arrivals import ArrivalBins
 
 
 class RouterOutcome(enum.Enum):
@@ -79,7 +81,12 @@ _REFUSED = {
 
 
 class RouterMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None, pool: str | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        pool: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         pm = [mn.LABEL_POOL, mn.LABEL_MODEL]  # every pool's series: its name and model
@@ -209,6 +216,10 @@ class RouterMetrics:
             [*pm, mn.LABEL_TENANT, mn.LABEL_LIMIT],
             registry=r,
         )
+        # arrivals per second of each (pool, model), for preheat_router_arrival_burst_total
+        # (shared by every view, read at scrape time: :class:`ArrivalBurstCollector`)
+        self.bursts = ArrivalBurstCollector(clock)
+        r.register(self.bursts)
         self.pool = ""
         self.model = ""
         self._bound: tuple[str, str] | None = None
@@ -224,6 +235,7 @@ class RouterMetrics:
         self.pool, self.model = pool, model
         self._bound = (pool, model)
         self.arrivals.labels(pool, model)
+        self.bursts.bins(pool, model)
         for reason in _REFUSED.values():
             self.refused.labels(pool, model, reason)
         self.queue_depth.labels(pool, model)
@@ -243,12 +255,14 @@ class RouterMetrics:
             for values in list(family._metrics):
                 if values[0] == pool:
                     family.remove(*values)
+        self.bursts.forget(lambda p, _: p == pool)
 
     def _remove(self, pool: str, model: str) -> None:
         for family in self._families():
             for values in list(family._metrics):
                 if values[:2] == (pool, model):
                     family.remove(*values)
+        self.bursts.forget(lambda p, m: (p, m) == (pool, model))
 
     def _families(self) -> tuple[Counter | Gauge | Histogram, ...]:
         """The families labelled by pool (first) and model (second)."""
@@ -282,6 +296,7 @@ class RouterMetrics:
     def observe_arrival(self) -> None:
         """A valid request for the pool arrived (once per request, before it is routed)."""
         self.arrivals.labels(self.pool, self.model).inc()
+        self.bursts.observe(self.pool, self.model)
 
     def observe_outcome(
         self, api: str, outcome: RouterOutcome, *, reason: str = "", slo_class: str | None = None
@@ -295,6 +310,45 @@ class RouterMetrics:
         refused = outcome.refused
         if refused:
             self.refused.labels(self.pool, self.model, reason or refused).inc()
+
+
+class ArrivalBurstCollector(Collector):
+    """``preheat_router_arrival_burst_total{pool, model_name}``: the sum, over the
+    one-second bins of a pool's arrivals (those ``preheat_router_arrivals_total`` counts),
+    of the squared difference of consecutive bins' counts (:mod:`preheat.core.traffic.arrivals`).
+    Over a window, ``increase(burst) / (2 * increase(arrivals))`` is the arrivals' index of
+    dispersion (1: Poisson; more: they come in bursts), which the autoscaler's capacity
+    estimate sizes for. Bins are closed at scrape time (``clock``: monotonic seconds)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._bins: dict[tuple[str, str], ArrivalBins] = {}
+
+    def bins(self, pool: str, model: str) -> ArrivalBins:
+        """The pool's bins (created on first use: the series exists from the start)."""
+        got = self._bins.get((pool, model))
+        if got is None:
+            got = self._bins[(pool, model)] = ArrivalBins()
+        return got
+
+    def observe(self, pool: str, model: str) -> None:
+        self.bins(pool, model).observe(self._clock())
+
+    def forget(self, which: Callable[[str, str], bool]) -> None:
+        for key in [k for k in self._bins if which(*k)]:
+            del self._bins[key]
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            mn.ROUTER_ARRIVAL_BURST,
+            "Sum over one-second bins of the squared change in arrivals from the bin before: "
+            "increase(this) / (2 * increase(arrivals)) is the arrivals' index of dispersion",
+            labels=[mn.LABEL_POOL, mn.LABEL_MODEL],
+        )
+        now = self._clock()
+        for (pool, model), bins in sorted(self._bins.items()):
+            family.add_metric([pool, model], bins.flush(now))
+        yield family
 
 
 #: each pool's (name, model, endpoint id -> step clock), for :class:`StepClockCollector`
