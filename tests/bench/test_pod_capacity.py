@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from preheat.bench.pod_capacity import PodRun, run_pod
-from preheat.core.autoscaling.capacity import pod_rate
+from preheat.core.autoscaling.capacity import pod_rate, predicted_ttft_ms
 from preheat.core.autoscaling.cost import ServiceCost
 from preheat.core.autoscaling.types import Mix
 from preheat.workload.traces import TraceOptions, TraceRequest, load_trace
@@ -101,3 +101,24 @@ def test_pods_sharing_the_arrivals_queue_less_than_one_pod_at_the_same_rate_per_
     assert pooled.ttft_ms < alone.ttft_ms
     with pytest.raises(ValueError, match="pods >= 1"):
         run_pod(trace, 1.0, pods=0)
+
+
+@pytest.mark.needs_shared(AZURE)
+@pytest.mark.parametrize(("pods", "rate"), [(1, 0.5), (2, 2.0)])
+def test_with_arrivals_in_bursts_the_estimate_moves_towards_the_simulated_pod(
+    pods: int, rate: float
+) -> None:
+    """Batches of mean 4 at one instant (``run_pod(burst=4)``): the Poisson estimate is far
+    under the simulated p99; the burst model (proposal 0016) is closer and still not over
+    it. Measured gap, written down in the proposal: 1 pod 381 ms against the simulated 560,
+    2 pods 192 against 420 (Poisson: 107 and 128), so feedback still corrects the
+    remainder."""
+    trace = _trace("azure")
+    sim = run_pod(trace, rate, seconds=400.0, pods=pods, burst=4.0)
+    mix = _mix(sim)
+    poisson = predicted_ttft_ms(ServiceCost(), mix, rate * pods, 99.0, pods)
+    bursty = predicted_ttft_ms(ServiceCost(), mix, rate * pods, 99.0, pods, burst=4.0)
+    assert poisson < bursty <= sim.ttft_ms
+    assert sim.ttft_ms - bursty < (sim.ttft_ms - poisson) * 0.8
+    with pytest.raises(ValueError, match="burst >= 1"):
+        run_pod(trace, 1.0, burst=0.5)

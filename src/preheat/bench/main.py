@@ -76,7 +76,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sim_bench.add_arguments(sim)
     tr = sub.add_parser(
         "traces",
-        help="write the autoscaling benchmark's traces (burst, diurnal) for simulate --compare",
+        help=(
+            "write the autoscaling benchmark's traces (burst, diurnal, clustered) for "
+            "simulate --compare"
+        ),
         description=traces.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

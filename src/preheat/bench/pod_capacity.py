@@ -56,14 +56,19 @@ def run_pod(
     seed: int = 0,
     cost: CostModel | None = None,
     pods: int = 1,
+    burst: float = 1.0,
 ) -> PodRun:
     """Replay ``trace``'s requests (from the first, wrapping around) at ``rate`` req/s per
     pod, Poisson, for ``seconds`` on ``pods`` simulated pods; TTFT percentile of those
     arriving after ``warmup_s``. With several pods each request goes to the pod with the
     fewest waiting requests, then the fewest running (a stand-in for the router's least
-    predicted TTFT)."""
-    if rate <= 0 or seconds <= warmup_s or not trace or pods < 1:
-        raise ValueError("rate > 0, seconds > warmup_s, pods >= 1 and a non-empty trace are needed")
+    predicted TTFT). ``burst`` > 1: the requests arrive in batches at one instant, batches
+    Poisson at ``rate / burst``, their sizes geometric with mean ``burst`` (the capacity
+    estimate's model of over-dispersed arrivals, ``capacity.sojourn_ms``)."""
+    if rate <= 0 or seconds <= warmup_s or not trace or pods < 1 or burst < 1:
+        raise ValueError(
+            "rate > 0, seconds > warmup_s, pods >= 1, burst >= 1 and a non-empty trace are needed"
+        )
     sim = SimConfig()
     cores = [SimCore(sim.core_config(), cost or CostModel.default()) for _ in range(pods)]
     namer = BlockNamer(sim.block_size)
@@ -73,9 +78,14 @@ def run_pod(
     measured: list[str] = []
     sizes: dict[str, tuple[int, int]] = {}
     cached: dict[str, int] = {}
-    t, i = 0.0, 0
+    t, i, left = 0.0, 0, 0
     while True:
-        t += rng.expovariate(rate * pods)
+        if left <= 0:  # the next batch: its time and size (geometric, mean ``burst``)
+            t += rng.expovariate(rate * pods / burst)
+            left = 1
+            while rng.random() > 1.0 / burst:
+                left += 1
+        left -= 1
         if t >= seconds:
             break
         req = trace[i % len(trace)]
@@ -147,16 +157,21 @@ def saturating_rate(
     hi: float = 200.0,
     rel: float = 0.02,
     pods: int = 1,
+    burst: float = 1.0,
 ) -> tuple[float, PodRun]:
     """The highest rate (within ``rel``) at which one pod's TTFT percentile is within
     ``target_ms``, by bisection on :func:`run_pod` (same seed: the same arrivals, scaled),
     and the run at that rate."""
-    best = run_pod(trace, lo, seconds=seconds, percentile=percentile, seed=seed, pods=pods)
+    best = run_pod(
+        trace, lo, seconds=seconds, percentile=percentile, seed=seed, pods=pods, burst=burst
+    )
     if best.ttft_ms > target_ms:
         return 0.0, best
     while hi / lo > 1.0 + rel:
         mid = math.sqrt(lo * hi)
-        got = run_pod(trace, mid, seconds=seconds, percentile=percentile, seed=seed, pods=pods)
+        got = run_pod(
+            trace, mid, seconds=seconds, percentile=percentile, seed=seed, pods=pods, burst=burst
+        )
         if got.ttft_ms <= target_ms:
             lo, best = mid, got
         else:
@@ -177,6 +192,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--pods", type=int, default=1, help="pods sharing the arrivals (rates are per pod)"
     )
+    ap.add_argument(
+        "--burst",
+        type=float,
+        default=1.0,
+        help="mean size of the batches requests arrive in at one instant (1: Poisson)",
+    )
     args = ap.parse_args(argv)
     trace = load_trace(args.trace, TraceOptions(max_input_tokens=args.max_input_tokens))
     for target in args.target_ms:
@@ -188,9 +209,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             lo=min(0.1, args.hi / 4),
             hi=args.hi,
             pods=args.pods,
+            burst=args.burst,
         )
         mix = Mix(run.requests, run.prompt_tokens, run.cached_tokens, run.output_tokens)
-        est = pod_rate(ServiceCost(), mix, target, args.percentile, pods=args.pods)
+        est = pod_rate(
+            ServiceCost(), mix, target, args.percentile, pods=args.pods, burst=args.burst
+        )
         ratio = f"{est / rate:.2f}" if rate > 0 else "-"
         print(
             f"p{args.percentile:g} <= {target:g} ms, {args.pods} pod(s): simulated "

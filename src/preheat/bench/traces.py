@@ -8,7 +8,11 @@
   TTFT <= 500 ms, the size issue 17 asks of the peak), each 10-minute window replayed in
   ``--diurnal-window-s`` seconds (600: a 24-hour replay), Azure conv request sizes;
   ``diurnal-schedule.json``: the day before, same scale (``--schedule`` for the
-  ``scheduled`` policy).
+  ``scheduled`` policy);
+- ``clustered.jsonl``: a synthetic stand-in for bursty, prefill-heavy traffic
+  (:mod:`preheat.workload.clusters`: 20 minutes, a 2 req/s Poisson background plus a
+  cluster of 5-40 requests within 2 s every 10 s on average, prompts of about 2,000
+  tokens and outputs of 28, the Azure *code* trace's published means); not a copy of it.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import argparse
 import json
 from pathlib import Path
 
-from preheat.workload import bursts, diurnal
+from preheat.workload import bursts, clusters, diurnal
 
 DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
 
@@ -44,6 +48,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--diurnal-window-s", type=float, default=600.0)
     p.add_argument("--diurnal-day", type=int, default=1)
     p.add_argument("--diurnal-workload", default="language/m-large")
+    p.add_argument(
+        "--clustered-duration-s",
+        type=float,
+        default=1200.0,
+        help="length of clustered.jsonl, seconds (its other parameters: ClusterSpec's defaults)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
         )
         day, day_curve, ref = diurnal.diurnal_trace(day_spec, servegen, azure)
+        spread = clusters.ClusterSpec(duration_s=args.clustered_duration_s, seed=args.seed)
+        clustered = clusters.clustered_trace(spread)
     except ValueError as e:
         print(f"error: {e}")
         return 2
@@ -87,5 +99,15 @@ def run(args: argparse.Namespace) -> int:
         f"{max(day_curve.rates_rps):.1f} req/s, mean {mean:.1f} req/s, each 10-min window in "
         f"{day_spec.window_s:g} s; {len(day):,} requests with Azure conv sizes; schedule "
         f"reference: day {day_spec.reference_day} -> {out / 'diurnal-schedule.json'}"
+    )
+    bursts.write_preheat_jsonl(clustered, out / "clustered.jsonl")
+    n = max(1, len(clustered))
+    print(
+        f"{out / 'clustered.jsonl'}: {len(clustered):,} requests over {spread.duration_s:g} s "
+        f"(synthetic: {spread.background_rps:g} req/s background, clusters of "
+        f"{spread.cluster_min}-{spread.cluster_max} within {spread.spread_s:g} s at "
+        f"{spread.clusters_per_s:g}/s), mean prompt "
+        f"{sum(r.input_tokens for r in clustered) / n:.0f}, output "
+        f"{sum(r.output_tokens for r in clustered) / n:.0f} tokens"
     )
     return 0
