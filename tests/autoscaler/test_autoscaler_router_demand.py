@@ -4,6 +4,8 @@ counters, and how the signals read to a person."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from preheat.autoscaler.describe import describe_signals
@@ -110,6 +112,12 @@ def test_the_signals_text_names_what_the_routers_refused() -> None:
         demand=Demand(arrival_rate=12.0, refused_rate=5.76, window_s=60.0),
     )
     assert describe_signals(cfg, refusing) == "ttft_p95 210/400, refused 48% of 12.0 req/s"
+    noisy = replace(plain, demand=Demand(12.0, 0.0, 60.0, arrival_dispersion=1.4))
+    assert describe_signals(cfg, noisy) == "ttft_p95 210/400"  # within Poisson noise
+    bursty = replace(plain, demand=Demand(12.0, 0.0, 60.0, arrival_dispersion=9.0))
+    assert describe_signals(cfg, bursty) == (
+        "ttft_p95 210/400, arrivals in bursts of 4.8 (dispersion 9.0)"
+    )
 
 
 def test_requests_over_a_tenants_quota_are_not_demand() -> None:
