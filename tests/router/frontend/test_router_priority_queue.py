@@ -27,6 +27,15 @@ def waiting_by_priority(r: Router, wid: str) -> dict[int, int]:
     return {}
 
 
+def counts(r: Router, wid: str) -> tuple[int, int]:
+    """(waiting, running) as the router holds them: the queue term's totals, which may come
+    from another read than ``waiting_by_priority`` and lag it."""
+    for e in r.server.store.snapshot():
+        if e.id == wid:
+            return e.num_waiting, e.num_running
+    return 0, 0
+
+
 async def pick(r: Router, prompt: str, priority: int) -> router_pb2.PickResponse:
     req = router_pb2.PickRequest(request=gen(prompt, 4, priority=priority))
     answer: router_pb2.PickResponse = await r.router.Pick(req, timeout=10)
@@ -42,11 +51,14 @@ async def test_a_batch_flood_on_one_worker_does_not_push_interactive_requests_aw
         async with flooded(a, 12, 2000, BATCH), flooded(b, 6, 2000, INTERACTIVE):
             # the workers report their waiting requests by engine priority (0 interactive,
             # 2 batch): A's batch requests wait (7 of 12 once the worker's bounds took
-            # theirs), B's interactive ones (4 of 6)
+            # theirs), B's interactive ones (4 of 6); and the router's total of each has
+            # caught up with them (a CI run once picked while A's total still said 3)
             await eventually(
                 lambda: (
                     waiting_by_priority(r, "A").get(2, 0) >= 5
                     and waiting_by_priority(r, "B").get(0, 0) >= 3
+                    and counts(r, "A")[0] > counts(r, "B")[0] >= 3
+                    and counts(r, "A")[1] == counts(r, "B")[1] == 2
                 ),
                 10,
             )
