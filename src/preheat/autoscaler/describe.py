@@ -10,7 +10,7 @@ Shared by the operator (the ``Autoscaling`` condition, its metrics' ``signal`` l
 from __future__ import annotations
 
 from preheat.core.autoscaling import Signals
-from preheat.core.autoscaling.capacity import burst_size
+from preheat.core.autoscaling.capacity import bursts_said
 from preheat.core.pool import AutoscalingConfig, Objective
 
 __all__ = ["describe_signals", "signal_label", "signals_seen"]
@@ -44,14 +44,13 @@ def describe_signals(config: AutoscalingConfig, signals: Signals) -> str:
     """``ttft_p95 612/400, queueDepth 3/4`` (observed/target; ``-``: none), then
     ``, refused 48% of 12.0 req/s`` when the routers refused requests over the window, and
     ``, arrivals in bursts of 3.0 (dispersion 5.7)`` when they came burstier than Poisson
-    noise (:func:`~preheat.core.autoscaling.capacity.burst_size`)."""
+    noise (:func:`~preheat.core.autoscaling.capacity.bursts_said`)."""
     seen = signals_seen(config, signals)
     text = ", ".join(f"{k} {_shown(v)}/{t:g}" for k, (v, t) in seen.items())
     d = signals.demand
     if d is not None and d.refused_rate > 0:
         text += f", refused {d.refused_fraction * 100:.0f}% of {d.arrival_rate:.1f} req/s"
-    if d is not None and d.arrival_dispersion is not None:
-        burst = burst_size(d.arrival_dispersion, d.window_s)
-        if burst > 1.0:
-            text += f", arrivals in bursts of {burst:.1f} (dispersion {d.arrival_dispersion:.1f})"
+    bursts = "" if d is None else bursts_said(d.arrival_dispersion, d.window_s)
+    if bursts:
+        text += f", arrivals in {bursts}"
     return text

@@ -54,6 +54,7 @@ from preheat.core.traffic.arrivals import BIN_S
 __all__ = [
     "ServiceCost",
     "burst_size",
+    "bursts_said",
     "combine",
     "idle_floor_ms",
     "in_flight",
@@ -119,6 +120,23 @@ def burst_size(dispersion: float | None, window_s: float, z: float = 2.0) -> flo
     return 1.0 + max(0.0, excess) / 2.0
 
 
+def bursts_said(dispersion: float | None, window_s: float) -> str:
+    """``bursts of 3.0 (dispersion 5.7)``: the batches :func:`burst_size` sizes for, as the
+    decision's reason and the signals' text say them; "" when arrivals are sized as
+    Poisson."""
+    burst = burst_size(dispersion, window_s)
+    if burst <= 1.0 or dispersion is None:
+        return ""
+    return f"bursts of {burst:.1f} (dispersion {dispersion:.1f})"
+
+
+def _waits(servers: int, rho: float, burst: float) -> tuple[float, float]:
+    """(the chance a prefill waits, ``m_n`` the batch's share of each pod) on ``servers``
+    pods busy ``rho`` each, arrivals in batches of mean ``burst``: :func:`sojourn_ms`."""
+    share = 1.0 + (max(1.0, burst) - 1.0) / servers
+    return 1.0 - (1.0 - erlang_c(servers, servers * rho)) / share, share
+
+
 def sojourn_ms(
     work_ms: float, rho: float, servers: int, percentile: float, burst: float = 1.0
 ) -> float:
@@ -145,12 +163,11 @@ def sojourn_ms(
     if not 0.0 < tail < 1.0:
         return work_ms
     servers = max(1, servers)
-    share = 1.0 + (max(1.0, burst) - 1.0) / servers  # m_n
+    c, share = _waits(servers, rho, burst)
     if share == 1.0 and servers == 1:
         return work_ms * math.log(1.0 / tail) / (1.0 - rho)
     mu = 1.0 / work_ms
     theta = servers * mu * (1.0 - rho) / share
-    c = 1.0 - (1.0 - erlang_c(servers, servers * rho)) / share
 
     def over(t: float) -> float:  # P(T > t)
         if abs(mu - theta) < 1e-12 * mu:
@@ -309,8 +326,7 @@ def in_flight(cost: ServiceCost, mix: Mix, lam: float, pods: int, burst: float =
         return math.inf
     batch, step, rho = st
     w, _, _ = _work(cost, mix)
-    share = 1.0 + (max(1.0, burst) - 1.0) / pods
-    waits = 1.0 - (1.0 - erlang_c(pods, pods * rho)) / share
+    waits, share = _waits(pods, rho, burst)
     wait = waits * share * w / (pods * (1.0 - rho))
     return batch + per_pod * (step + w + wait) / 1000.0
 

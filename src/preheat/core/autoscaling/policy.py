@@ -406,11 +406,8 @@ def _with_capacity(
         )
         for v, m, is_late, is_under in zip(views, models, late, under, strict=True)
     ]
-    bursts = (
-        f" in bursts of {burst:.1f} (dispersion {seen.arrival_dispersion:.1f})"
-        if burst > 1.0 and seen.arrival_dispersion is not None
-        else ""
-    )
+    batches = capacity.bursts_said(seen.arrival_dispersion, seen.window_s)
+    bursts = f" in {batches}" if batches else ""
     note = (
         f"capacity: {rate:.1f} req/s{bursts} of {mix.prompt_tokens:.0f} prompt "
         f"({mix.cached_tokens:.0f} cached) / {mix.output_tokens:.0f} output tokens "
