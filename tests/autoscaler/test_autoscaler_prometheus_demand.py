@@ -92,12 +92,27 @@ async def test_a_pool_whose_router_refuses_half_its_traffic_scales_up(tmp_path: 
                 try:
                     stub = inference_pb2_grpc.InferenceStub(channel)
                     long_prompt = " ".join(f"w{i}" for i in range(3000))
-                    for k in range(6):
+
+                    async def served(k: int) -> None:
                         chunks = [c async for c in stub.Generate(_gen(f"ok {k}"), timeout=20)]
                         assert chunks[-1].usage.completion_tokens == 2
+
+                    async def refused() -> None:
                         with pytest.raises(grpc.aio.AioRpcError) as ei:
                             await stub.Generate(_gen(long_prompt, deadline_ms=1), timeout=20).read()
                         assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+                    # two waves of six at once, back to back (the sim worker holds four at a
+                    # time): twelve arrivals within a second or two however slow this
+                    # machine is (sent one after another they spread over as many seconds
+                    # as they take, and evenly spaced arrivals are *less* dispersed than
+                    # Poisson)
+                    await asyncio.gather(
+                        *(served(k) for k in range(3)), *(refused() for _ in range(3))
+                    )
+                    await asyncio.gather(
+                        *(served(k) for k in range(3, 6)), *(refused() for _ in range(3))
+                    )
 
                     def seen(s: Signals) -> bool:
                         d = s.demand
@@ -106,6 +121,9 @@ async def test_a_pool_whose_router_refuses_half_its_traffic_scales_up(tmp_path: 
                             and d is not None
                             and d.refused_rate > 0
                             and abs(d.refused_fraction - 0.5) < 0.05
+                            # the burst counter counts a one-second bin once it has closed:
+                            # a scrape in the arrivals' own second sees none of them yet
+                            and bool(d.arrival_dispersion)
                         )
 
                     signals = await _poll(source, seen, timeout_s=20.0)
@@ -118,8 +136,8 @@ async def test_a_pool_whose_router_refuses_half_its_traffic_scales_up(tmp_path: 
     assert demand is not None
     assert demand.window_s == WINDOW_S
     assert [r for r, _ in demand.by_reason] == ["rejected"]
-    # Prometheus evaluated the dispersion from the router's burst counter: twelve requests
-    # sent back to back in a few seconds, then none, are burstier than Poisson
+    # Prometheus evaluated the dispersion from the router's burst counter: twelve arrivals
+    # in at most three one-second bins, then none, give D >= 1.2 however they fall
     assert demand.arrival_dispersion is not None
     assert demand.arrival_dispersion > 1.0
     ttft = signals.find(TTFT95)
