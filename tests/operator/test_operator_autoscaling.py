@@ -7,6 +7,7 @@ the test sets.
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from kmockkit import (
     NAMESPACE,
+    PODS,
     POOLS,
     OperatorProcess,
     PreheatKube,
@@ -26,6 +28,7 @@ from kmockkit import (
     kube_fixture,  # noqa: F401
     no_leaked_tasks_fixture,  # noqa: F401
     patch_pool,
+    set_ready,
 )
 
 from preheat.autoscaler.source import SignalQuery
@@ -219,14 +222,16 @@ async def test_the_scale_down_window_survives_an_operator_restart(
     """Spike, lull, restart. The new operator goes on from the window the pool's status
     kept: it scales down when the spike's recommendations leave the 100 s window, not 100 s
     after its own start (what it did when the history was only in memory). The arrival-rate
-    forecast goes on too (its season needs a whole day of history)."""
+    forecast goes on too (its season needs a whole day of history), and so does the pool's
+    measured cold start (the forecast's horizon) after the pod that measured it is gone."""
     clock = JumpClock()
     source = FakeSource(clock.monotonic)
     options = AutoscalerOptions(interval_s=0.2, source_factory=lambda _target: source,
                                 clock=clock.monotonic, wall_clock=clock.wall)  # fmt: skip
     spec = pool(scaleDown={"stabilization": "100s", "cooldown": "0s"})
     await create_pool(kube, spec)
-    await add_pods(kube, NAMESPACE, NAME, 1, ready=True)
+    [measured] = await add_pods(kube, NAMESPACE, NAME, 1, ready=True)
+    await _ready_after(kube, measured, 240.0)  # created to Ready: a 240-s cold start
     source.arrival_rate = 12.0
     first = await OperatorProcess(autoscaler=options).start()
     try:
@@ -246,6 +251,12 @@ async def test_the_scale_down_window_survives_an_operator_restart(
     learned = kept["forecast"]
     assert learned["level"] == pytest.approx(12.0)
     assert learned["periodSeconds"] == 86_400.0
+    assert kept["coldStartSeconds"] == 240.0
+    # the pod that measured it gone (replaced by one warm from before: no start seen)
+    await set_ready(kube, NAMESPACE, [measured])
+    assert get(kube, PODS, NAMESPACE, measured)["status"]["conditions"] == [
+        {"type": "Ready", "status": "True"}
+    ]
 
     second = await OperatorProcess(autoscaler=options).start()
     try:
@@ -255,6 +266,7 @@ async def test_the_scale_down_window_survives_an_operator_restart(
         # the forecast went on from the one kept (a fresh one would start its history now)
         assert status(kube)["policyHistory"]["forecast"]["since"] == learned["since"]
         assert status(kube)["policyHistory"]["forecast"]["time"] > learned["time"]
+        assert status(kube)["policyHistory"]["coldStartSeconds"] == 240.0
         assert "window began at start-up" not in autoscaling_message(kube)
         clock.offset += 35.0  # the spike is out of the window; the new process is 35 s old
         await eventually(lambda: desired(kube) == 1)
@@ -291,6 +303,20 @@ async def test_a_pool_without_policy_history_holds_its_size_at_start_up(
         await eventually(lambda: desired(kube) == 2)
     finally:
         await op.stop()
+
+
+async def _ready_after(kube: PreheatKube, pod: str, seconds: float) -> None:
+    """Marks ``pod`` Ready ``seconds`` after its creation (its measured cold start)."""
+    created = get(kube, PODS, NAMESPACE, pod)["metadata"]["creationTimestamp"]
+    at = datetime.datetime.fromisoformat(created.replace("Z", "+00:00"))
+    since = (at + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ready = {"type": "Ready", "status": "True", "lastTransitionTime": since}
+    resp = await kube.patch(
+        f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}/status",
+        json={"status": {"conditions": [ready]}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert resp.status == 200, await resp.text()
 
 
 def autoscaling_message(kube: PreheatKube) -> str:

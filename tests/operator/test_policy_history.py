@@ -113,3 +113,17 @@ def test_a_time_read_back_and_moved_between_clocks_keeps_its_stamp() -> None:
     assert back is not None
     for jitter in (-3e-6, -1e-7, 0.0, 2e-6):
         assert to_status(Memory(back.since + jitter, back.history))["since"] == stamp
+
+
+def test_the_cold_start_round_trips_and_a_bad_one_is_dropped_alone() -> None:
+    mem = Memory(WALL, ((WALL, 3),), cold_start_s=55.7)
+    doc = to_status(mem)
+    assert doc["coldStartSeconds"] == 55.7
+    InferencePoolStatus.model_validate({FIELD: doc})  # the CRD's status schema takes it
+    assert from_status({FIELD: doc}) == mem
+    assert "coldStartSeconds" not in to_status(Memory(WALL, ((WALL, 3),)))
+    for bad in (0, -3.0, "4m", float("inf"), float("nan"), None, True, [55.7]):
+        # a restart then waits for a pod's start to measure it; the window is kept
+        assert from_status({FIELD: {**doc, "coldStartSeconds": bad}}) == replace(
+            mem, cold_start_s=None
+        ), bad

@@ -726,6 +726,13 @@ class PolicyHistory(_Model):
         description="The arrival-rate forecast (autoscaling.predictive), so that its season, "
         "learned over a whole period, survives a restart.",
     )
+    cold_start_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="The pool's last measured cold start (a pod's creation to warm): the "
+        "predictive horizon unless autoscaling.predictive.horizon is set, kept for when the "
+        "pods that measured it have gone.",
+    )
 
 
 class InferencePoolStatus(_Model):

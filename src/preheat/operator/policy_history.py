@@ -23,10 +23,14 @@ whatever node it starts::
         weekSince: "2026-11-16T08:00:00.000Z"  # predictive.weekly: the weekly season's first
         week: [1.5, -0.4, ...]                 # req/s the weekday adds, per hour of 7 periods
         error: 0.12                            # its last checked prediction, off by 12%
+      coldStartSeconds: 55.7                   # the pool's last measured cold start: the
+                                               # predictive horizon (the pods that measured
+                                               # it may have left by the restart)
 
 A status that cannot be read (an older operator's, an edited one) is ignored: the policy
 then starts as a fresh one does (it holds one window after start-up). A forecast that
-cannot be read is dropped alone (the forecast starts again; the window is kept).
+cannot be read is dropped alone (the forecast starts again; the window is kept), and so is
+a cold start that is not a positive number of seconds.
 """
 
 from __future__ import annotations
@@ -89,6 +93,8 @@ def to_status(memory: Memory) -> dict[str, Any]:
         if f.error is not None:
             fc["error"] = f.error
         out["forecast"] = fc
+    if memory.cold_start_s is not None:
+        out["coldStartSeconds"] = round(memory.cold_start_s, 3)
     return out
 
 
@@ -127,6 +133,15 @@ def _forecast(doc: Any) -> tuple[Forecast | None, float]:
     return f, _number(doc.get("periodSeconds"))
 
 
+def _cold_start(v: Any) -> float | None:
+    """A ``coldStartSeconds`` (None: absent, or not a positive number: dropped alone)."""
+    try:
+        seconds = _number(v)
+    except ValueError:
+        return None
+    return seconds if seconds > 0 else None
+
+
 def from_status(status: Mapping[str, Any] | None) -> Memory | None:
     """The memory a pool's status holds; None when it holds none or one not readable."""
     doc = (status or {}).get(FIELD)
@@ -149,6 +164,7 @@ def from_status(status: Mapping[str, Any] | None) -> Memory | None:
             last_direction=direction if last_at is not None else Direction.HOLD,
             forecast=forecast,
             forecast_period_s=period,
+            cold_start_s=_cold_start(doc.get("coldStartSeconds")),
         )
     except (KeyError, TypeError, ValueError):
         return None

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from preheat.api.pool import to_config
-from preheat.core.autoscaling import Demand, Mix, Signals, decide
+from preheat.core.autoscaling import Demand, Mix, PolicyState, Signals, decide
 from preheat.core.autoscaling.forecast import (
     MAX_PENDING,
     Accuracy,
@@ -24,6 +24,7 @@ from preheat.core.autoscaling.forecast import (
     seasonal,
     weekly,
 )
+from preheat.core.autoscaling.memory import remember, restore
 from preheat.core.pool import PredictiveConfig
 from tests.core.autoscaling.autoscalingkit import config, ctx, signals
 
@@ -297,6 +298,37 @@ def test_the_measured_cold_start_outlives_the_pods_that_measured_it() -> None:
     d, state = decide(newer)
     assert d.forecast is not None
     assert (d.forecast.horizon_s, state.cold_start_s) == (40.0, 40.0)
+
+
+def test_the_measured_cold_start_outlives_a_restart() -> None:
+    """The cold start goes into the policy's memory (the operator keeps it in
+    ``status.policyHistory``) and a restarted policy forecasts as far ahead, whatever the
+    gap: the pods that measured it may have left, and a fresh policy would look its
+    default 60 s ahead until a new pod's start is seen."""
+    wall = 1_800_000_000.0
+    unset = replace(config(), predictive=PredictiveConfig(enabled=True))
+    first = ctx(0.0, _rising(0.0, 10.0), desired=2, cfg=unset, max_=40)
+    _, state = decide(replace(first, counts=replace(first.counts, cold_start_s=240.0)))
+    mem = remember(state, now=0.0, wall_now=wall, config=unset)
+    assert mem is not None
+    assert mem.cold_start_s == 240.0
+    # a day later (the scale-down window long gone), on a new process's clock
+    restored = restore(PolicyState(), mem, now=5.0, wall_now=wall + 86_400.0, config=unset)
+    assert restored.history == ()
+    assert restored.cold_start_s == 240.0
+    after = replace(ctx(5.0, _rising(5.0, 10.0), desired=2, cfg=unset, max_=40), state=restored)
+    d, _ = decide(after)
+    assert d.forecast is not None
+    assert d.forecast.horizon_s == 240.0
+    assert "in 240 s (the pods' cold start)" in d.reason
+    d, _ = decide(ctx(5.0, _rising(5.0, 10.0), desired=2, cfg=unset, max_=40))  # no memory
+    assert d.forecast is not None
+    assert d.forecast.horizon_s == 60.0
+    # the pods' own measurement, when there is one, wins over the remembered one
+    now = replace(after, counts=replace(after.counts, cold_start_s=50.0))
+    d, state = decide(now)
+    assert d.forecast is not None
+    assert (d.forecast.horizon_s, state.cold_start_s) == (50.0, 50.0)
 
 
 def test_the_horizon_is_the_pods_measured_cold_start_unless_set() -> None:

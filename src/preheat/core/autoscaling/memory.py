@@ -27,6 +27,11 @@ epoch), for the driver to keep where it survives (the operator: the pool's
   changed) keeps its level and starts its season again (the weekly one too, and that one
   also when ``predictive.weekly`` was turned on or off). Its pending predictions (kept
   only to measure its error) are not.
+- The pool's last measured cold start (:attr:`PolicyState.cold_start_s`: the predictive
+  horizon when ``predictive.horizon`` is not set) is kept too, whatever the gap: it is a
+  property of the pool's image and model, not of the moment, and the pods that measured it
+  may have left by the restart (a restarted operator would otherwise forecast its default
+  horizon ahead until a new pod's start is seen).
 """
 
 from __future__ import annotations
@@ -57,6 +62,8 @@ class Memory:
     # length it was learned for; None: no arrival rate seen yet
     forecast: Forecast | None = None
     forecast_period_s: float = 0.0
+    # the pool's last measured cold start, seconds (None: none measured)
+    cold_start_s: float | None = None
 
 
 def compress(history: tuple[tuple[float, int], ...]) -> tuple[tuple[float, int], ...]:
@@ -82,7 +89,7 @@ def _moved(f: Forecast, shift: float) -> Forecast:
 def remember(
     state: PolicyState, now: float, wall_now: float, config: AutoscalingConfig
 ) -> Memory | None:
-    """``state``'s history, first evaluation, last scale and forecast on the wall clock
+    """``state``'s history, first evaluation, last scale, forecast and cold start on the wall clock
     (``now`` on the policy's clock is ``wall_now``; ``config``: the pool's, whose
     ``predictive.period`` the forecast was learned for); None before the first evaluation."""
     if state.since is None:
@@ -96,6 +103,7 @@ def remember(
         last_direction=state.last_direction,
         forecast=None if f is None else _moved(f, shift),
         forecast_period_s=0.0 if f is None else config.predictive.period_s,
+        cold_start_s=state.cold_start_s,
     )
 
 
@@ -128,12 +136,14 @@ def restore(
 ) -> PolicyState:
     """``state`` (a fresh process's) with ``memory`` put back on its clock (``now`` is
     ``wall_now``). Entries older than the windows' horizon or later than ``now`` (a clock
-    that went back) are dropped; with none left, only the forecast is restored (``hw``:
-    the policy's smoothing, for its number of seasonal slots)."""
+    that went back) are dropped; with none left, only the forecast and the cold start are
+    restored (``hw``: the policy's smoothing, for its number of seasonal slots)."""
     shift = now - wall_now
     f = _restored_forecast(memory, shift, now, config, hw)
     if f is not None:
         state = replace(state, forecast=f)
+    if memory.cold_start_s is not None and state.cold_start_s is None:
+        state = replace(state, cold_start_s=memory.cold_start_s)
     horizon = stabilize.horizon(config)
     kept = tuple((t + shift, r) for t, r in memory.history if now - horizon <= t + shift <= now)
     if not kept:
