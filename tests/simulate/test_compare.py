@@ -67,7 +67,8 @@ def test_slo_is_the_flag_else_the_pools_ttft_objective() -> None:
 
 def test_fixed_sizes_default_up_to_the_pools_max() -> None:
     assert default_values("fixed", 500, 8) == (1, 2, 3, 4, 5, 6, 8)
-    assert default_values("preheat", 500, 8) == (200, 300, 400, 500)
+    # preheat's target from 0.4 to 3 x the SLO, about as wide as the baselines' knobs (8x)
+    assert default_values("preheat", 500, 8) == (200, 300, 400, 500, 750, 1000, 1500)
 
 
 def test_each_policy_is_swept_over_its_knob() -> None:

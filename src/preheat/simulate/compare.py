@@ -6,8 +6,11 @@ and its knob change (:func:`settings` says how each becomes pool overrides and a
 ``SimOptions.autoscale`` policy). The knobs, with their defaults:
 
 ``preheat`` (the pool's ``autoscaling``, :func:`preheat.core.autoscaling.decide`)
-    the target (ms) of the pool's first latency objective; default 0.4, 0.6, 0.8 and 1.0 x
-    the SLO (a pool without a latency objective gets ``ttft`` p99 at that target).
+    the target (ms) of the pool's first latency objective; default 0.4, 0.6, 0.8, 1.0,
+    1.5, 2 and 3 x the SLO (a pool without a latency objective gets ``ttft`` p99 at that
+    target). Targets looser than the SLO are swept too, as the baselines' knobs are over
+    an eightfold range: a p99 target over the SLO can still keep 99% of the requests
+    within it, on fewer GPU-hours, and only the sweep shows where.
 ``hpa`` (:class:`~preheat.core.autoscaling.baselines.Hpa`)
     the target in flight per pod (the average-utilization target times the pod's slots);
     default 8, 16, 32, 48, 64.
@@ -76,7 +79,7 @@ DecideFn = Callable[[Context], tuple[Decision, PolicyState]]
 POLICIES: tuple[str, ...] = ("preheat", "hpa", "keda", "kpa", "scheduled", "fixed")
 HPA_SLOTS = 64  # the pod's batch slots the HPA's utilization is a share of
 FIXED_SIZES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
-PREHEAT_FRACTIONS: tuple[float, ...] = (0.4, 0.6, 0.8, 1.0)
+PREHEAT_FRACTIONS: tuple[float, ...] = (0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0)
 KNOB_UNITS = {
     "preheat": "objective target ms",
     "hpa": "in flight per pod",
