@@ -354,12 +354,21 @@ async def add_pods(
 
 
 async def set_ready(
-    server: kmock.KubernetesEmulator, namespace: str, names: Iterable[str], ready: bool = True
+    server: kmock.KubernetesEmulator,
+    namespace: str,
+    names: Iterable[str],
+    ready: bool = True,
+    since: str | None = None,
 ) -> None:
+    """Sets the pods' Ready condition (``since``: its ``lastTransitionTime``, RFC 3339;
+    None: without one, as for a pod whose start was not seen)."""
+    condition: dict[str, str] = {"type": "Ready", "status": str(ready)}
+    if since is not None:
+        condition["lastTransitionTime"] = since
     for name in names:
         resp = await server.patch(
             f"/api/v1/namespaces/{namespace}/pods/{name}/status",
-            json={"status": {"conditions": [{"type": "Ready", "status": str(ready)}]}},
+            json={"status": {"conditions": [condition]}},
             headers={"Content-Type": "application/merge-patch+json"},
         )
         assert resp.status == 200, await resp.text()

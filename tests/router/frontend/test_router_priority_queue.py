@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from frontendkit import Router, eventually, flooded, gen, router, words, workers
 
+from preheat.core.routing.types import Endpoint
 from preheat.proto.preheat.v1 import inference_pb2, router_pb2
 
 # two slots, real-time steps: the floods below keep their queues for many seconds
@@ -20,20 +21,21 @@ PRIORITY_ENGINE = {
 INTERACTIVE, BATCH = inference_pb2.PRIORITY_INTERACTIVE, inference_pb2.PRIORITY_BATCH
 
 
+def endpoint(r: Router, wid: str) -> Endpoint | None:
+    """The router's view of worker ``wid`` (None: not in its store)."""
+    return next((e for e in r.server.store.snapshot() if e.id == wid), None)
+
+
 def waiting_by_priority(r: Router, wid: str) -> dict[int, int]:
-    for e in r.server.store.snapshot():
-        if e.id == wid:
-            return dict(e.waiting_by_priority or ())
-    return {}
+    e = endpoint(r, wid)
+    return {} if e is None else dict(e.waiting_by_priority or ())
 
 
 def counts(r: Router, wid: str) -> tuple[int, int]:
     """(waiting, running) as the router holds them: the queue term's totals, which may come
     from another read than ``waiting_by_priority`` and lag it."""
-    for e in r.server.store.snapshot():
-        if e.id == wid:
-            return e.num_waiting, e.num_running
-    return 0, 0
+    e = endpoint(r, wid)
+    return (0, 0) if e is None else (e.num_waiting, e.num_running)
 
 
 async def pick(r: Router, prompt: str, priority: int) -> router_pb2.PickResponse:
