@@ -104,6 +104,12 @@ _OUTCOME = {
     ErrorCode.CANCELLED: WorkerOutcome.CANCELLED,
 }
 
+#: a call cancelled with at most this much of its deadline left ended by the deadline: the
+#: client cancels when its deadline passes, and the server's copy of it runs later by the
+#: request's trip (gRPC sends the time left), so on a loaded machine the client's cancel
+#: arrives with a little of the server's deadline left and was counted ``cancelled``
+DEADLINE_SLACK_S = 0.5
+
 
 @dataclass(frozen=True)
 class WorkerConfig:
@@ -644,7 +650,7 @@ class WorkerServer:
                 await abort(context, e)
             except asyncio.CancelledError:
                 remaining = context.time_remaining()
-                expired = remaining is not None and remaining <= 0
+                expired = remaining is not None and remaining <= DEADLINE_SLACK_S
                 outcome = WorkerOutcome.DEADLINE if expired else WorkerOutcome.CANCELLED
                 raise
             except Exception as e:
