@@ -14,8 +14,10 @@ import pytest
 
 pytest.importorskip("vllm", reason="needs the vLLM CPU build (run in .venv-vllm)")
 
+from preheat.router.app import RouterConfig, RouterServer
+from preheat.router.endpoints import StaticDiscovery
 from preheat.router.frontend.passthrough import PromptIds
-from preheat.router.frontend.tokenizer import HFPromptTokenizer
+from preheat.router.frontend.tokenizer import HFPromptTokenizer, TokenizerLoadError
 
 pytestmark = pytest.mark.vllm
 
@@ -171,3 +173,26 @@ def test_continue_final_message_equals_vllms(model_dir: Path) -> None:
     )
     mine = ids.encode(text, False, 1 << 20)
     assert mine == _vllm_ids(model_dir, messages, None, continue_final=True)
+
+
+async def test_the_router_loads_its_tokenizer_before_it_listens(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    # a first request that loaded it held the router's loop for the load (10 s importing
+    # transformers on a loaded machine), long enough for its endpoint's figures to go stale
+    for spec in (model_dir, model_dir / "tokenizer.json"):
+        server = RouterServer(StaticDiscovery([]), RouterConfig(tokenizer=f"hf:{spec}"))
+        await server.start()
+        try:
+            tok = server.pools.tokenizer
+            assert isinstance(tok, HFPromptTokenizer)
+            assert tok.loaded
+        finally:
+            await server.stop()
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text("{not a tokenizer")
+    server = RouterServer(StaticDiscovery([]), RouterConfig(tokenizer=f"hf:{bad}"))
+    with pytest.raises(TokenizerLoadError, match=f"--tokenizer hf:{bad}: "):
+        await server.start()
+    assert server.ports is None  # nothing was bound
+    await server.stop()

@@ -227,8 +227,22 @@ class RouterServer:
         return [name for name, _ in self.pools.models()]
 
     async def start(self) -> RouterPorts:
-        """Starts discovery, then binds gRPC and HTTP; returns the bound ports."""
+        """Loads the tokenizer and chat template (in a thread), starts discovery, then binds
+        gRPC and HTTP; returns the bound ports. Raises :class:`TokenizerLoadError` when the
+        tokenizer cannot be loaded (nothing is bound then)."""
         loop = asyncio.get_running_loop()
+        frontend = HttpFrontend(
+            self.pools,
+            self.config.frontend_coalesce(),
+            ready=self.ready,
+            registries=[self.metrics.registry],
+            api_keys=self.config.api_keys,
+            tenant_header=self.config.tenant_header,
+            limits=self.config.http,
+        )
+        # before listening, off the loop: a request that loaded it held the loop for the
+        # load (10 s importing transformers on a loaded machine; the metrics looked stale)
+        await asyncio.to_thread(frontend.ids.load)
         self.pools.start()
         for svc in ("", INFERENCE_SERVICE, ROUTER_SERVICE):
             await self._health.set(svc, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -246,15 +260,6 @@ class RouterServer:
             raise OSError(f"could not bind gRPC on {self.config.host}:{self.config.grpc_port}")
         await server.start()
         self._grpc = server
-        frontend = HttpFrontend(
-            self.pools,
-            self.config.frontend_coalesce(),
-            ready=self.ready,
-            registries=[self.metrics.registry],
-            api_keys=self.config.api_keys,
-            tenant_header=self.config.tenant_header,
-            limits=self.config.http,
-        )
         self._http, http_port = await start_http(frontend, self.config.host, self.config.http_port)
         self.ports = RouterPorts(grpc=grpc_port, http=http_port)
         self._tasks.append(loop.create_task(self._health_loop()))

@@ -53,7 +53,7 @@ from preheat.router.endpoints import DiscoverySource, StaticDiscovery, StaticDis
 from preheat.router.endpoints.static import decode as decode_pools_file
 from preheat.router.frontend.auth import CredentialFileError, KeySet
 from preheat.router.frontend.http import HttpLimits
-from preheat.router.frontend.tokenizer import build_tokenizer
+from preheat.router.frontend.tokenizer import TokenizerLoadError, build_tokenizer
 from preheat.router.pools import PoolSource, PoolSpec, StaticPools, is_multi_pool
 from preheat.router.settings import (
     DEFAULT_TARGET_KEY,
@@ -474,7 +474,12 @@ async def serve(
     server = RouterServer(discovery, config, pool_source=pool_source)
     status = 0
     try:
-        ports = await server.start()
+        try:
+            ports = await server.start()
+        except TokenizerLoadError as e:
+            log.error("tokenizer_failed", extra=fields(error=str(e)))
+            print(f"preheat router: cannot load the tokenizer: {e}", file=sys.stderr, flush=True)
+            return 2
         print(json.dumps(describe(ports)), flush=True)
         stopper = asyncio.ensure_future(stop.wait())
         assert server.store_task is not None

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from preheat.router.main import add_arguments, build_config, build_discovery, load_config_file
+from preheat.router.app import RouterConfig
+from preheat.router.endpoints import StaticDiscovery
+from preheat.router.main import (
+    add_arguments,
+    build_config,
+    build_discovery,
+    load_config_file,
+    serve,
+)
 
 EXAMPLE = Path(__file__).parents[3] / "router" / "example-routing.yaml"
 
@@ -78,3 +86,16 @@ def test_the_workers_cache_token_comes_from_a_file_or_the_environment(
     f.write_text("")
     with pytest.raises(ValueError, match=r"--worker-cache-token-file: token file .* is empty"):
         build_config(_args("--worker-cache-token-file", str(f)))
+
+
+async def test_a_tokenizer_that_cannot_load_stops_the_router_before_it_listens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # loaded at start (off the loop), not by the first request: a bad path is the
+    # operator's error, said once at start, not a 400 on every request
+    missing = tmp_path / "no-such-tokenizer"
+    config = RouterConfig(tokenizer=f"hf:{missing}")
+    assert await serve(StaticDiscovery([]), config) == 2
+    out, err = capsys.readouterr()
+    assert f"cannot load the tokenizer: --tokenizer hf:{missing}: no such file" in err
+    assert "router_ready" not in out  # nothing was bound

@@ -100,6 +100,7 @@ from preheat.router.frontend.tokenizer import (
     PromptTokenizer,
     TooManyTokens,
     encode_within,
+    load_tokenizer,
 )
 from preheat.wire.coalesce import CoalesceConfig
 
@@ -189,11 +190,26 @@ def routing_fields(
 # --- the templated prompt's token ids ---------------------------------------------------------
 class PromptIds:
     """Token ids of a request's prompt as the engine will see them (see the module
-    docstring); the chat template is loaded from the tokenizer's folder on first use."""
+    docstring); the chat template is loaded from the tokenizer's folder by :meth:`load`
+    (the router calls it as it starts), else on first use."""
 
     def __init__(self, tokenizer: PromptTokenizer) -> None:
         self.tokenizer = tokenizer
         self._template: tuple[ChatTemplate | None] | None = None
+
+    def load(self) -> None:
+        """Loads the tokenizer and the chat template and compiles the template now (blocking:
+        run it off the event loop). Raises :class:`TokenizerLoadError` when the tokenizer
+        cannot be loaded; a template that does not compile is logged and left to each chat
+        request to report (completions still work)."""
+        load_tokenizer(self.tokenizer)
+        template = self.template
+        if template is None:
+            return
+        try:
+            template.default_openai_content  # noqa: B018 - compiles the default template
+        except TemplateError as e:
+            log.warning("chat_template_invalid", extra=fields(error=str(e)))
 
     @property
     def template(self) -> ChatTemplate | None:

@@ -6,8 +6,12 @@ The router cuts a prompt into the same chained block hashes the workers report
 - ``sim`` / ``sim:VOCAB``: the sim engine's word-level tokenizer (vocabulary 32000 unless
   given; it must equal the sim workers' ``vocab_size`` for precise prefix matches).
 - ``hf:PATH``: a Hugging Face tokenizer (``tokenizers``' ``tokenizer.json``, or a
-  ``transformers`` directory), loaded lazily on first use so that start-up stays fast and
-  the packages are needed only when asked for.
+  ``transformers`` directory; the packages are needed only when asked for). The router
+  loads it when it starts, in a thread and before it listens (:func:`load_tokenizer`): a
+  first request that loaded it held the event loop for the load (10 s on a loaded 2-core
+  machine, importing ``transformers``), long enough for every endpoint's metrics to look
+  stale; and a path that cannot be loaded stops the router with the reason instead of
+  failing every request.
 
 Tokenizing is CPU work: the sim tokenizer costs microseconds per typical prompt, an HF
 tokenizer a fraction of a millisecond, but a prompt of megabytes costs hundreds of
@@ -44,6 +48,10 @@ class TextTokenizer(PromptTokenizer, Protocol):
 PIECE_CHARS = 64 * 1024
 #: Tokens a subword tokenizer may count differently per cut (pieces only stop early).
 PIECE_SLACK_TOKENS = 4
+
+
+class TokenizerLoadError(RuntimeError):
+    """The router's tokenizer cannot be loaded (the path, the file, a missing package)."""
 
 
 class TooManyTokens(Exception):
@@ -134,23 +142,39 @@ class HFPromptTokenizer:
         self._tok: Any = None  # tokenizers.Tokenizer (a file) or a transformers tokenizer
         self._fast_file = Path(path).is_file()
 
+    def load(self) -> None:
+        """Loads the tokenizer now (once); raises :class:`TokenizerLoadError`."""
+        self._load()
+
+    @property
+    def loaded(self) -> bool:
+        return self._tok is not None
+
     def _load(self) -> Any:
         if self._tok is not None:
             return self._tok
         p = Path(self.path)
+        if not p.exists():
+            raise TokenizerLoadError(f"--tokenizer hf:{self.path}: no such file or directory")
         if self._fast_file:
             from tokenizers import Tokenizer
 
-            self._tok = Tokenizer.from_file(str(p))
+            try:
+                self._tok = Tokenizer.from_file(str(p))
+            except Exception as e:  # tokenizers raises its own Exception for a bad file
+                raise TokenizerLoadError(f"--tokenizer hf:{self.path}: {e}") from e
             return self._tok
         try:
             from transformers import AutoTokenizer
         except ImportError as e:  # pragma: no cover - depends on the environment
-            raise RuntimeError(
+            raise TokenizerLoadError(
                 f"--tokenizer hf:{self.path} needs the 'transformers' package for a directory "
                 "(or point it at a tokenizer.json, which needs only 'tokenizers')"
             ) from e
-        self._tok = AutoTokenizer.from_pretrained(str(p))
+        try:
+            self._tok = AutoTokenizer.from_pretrained(str(p))
+        except (OSError, ValueError) as e:
+            raise TokenizerLoadError(f"--tokenizer hf:{self.path}: {e}") from e
         return self._tok
 
     def encode(self, text: str) -> list[int]:
@@ -169,6 +193,13 @@ class HFPromptTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return str(self._load().decode(ids, skip_special_tokens=False))
+
+
+def load_tokenizer(tokenizer: PromptTokenizer) -> None:
+    """Loads ``tokenizer`` now if it loads lazily (an ``hf:`` one); a no-op otherwise.
+    Raises :class:`TokenizerLoadError`."""
+    if isinstance(tokenizer, HFPromptTokenizer):
+        tokenizer.load()
 
 
 def build_tokenizer(spec: str) -> PromptTokenizer:
