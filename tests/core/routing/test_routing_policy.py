@@ -223,6 +223,24 @@ def test_all_stale_still_routes_but_predicts_saturation() -> None:
     assert d.reason == "rejected"
 
 
+def test_a_default_target_is_not_refused_on_stale_figures_alone() -> None:
+    # the router's refreshes could not run (its loop stalled): the figures are old, not bad
+    eps = [make_endpoint("w-0", age_s=10.0), make_endpoint("w-1", age_s=12.0, queue=1)]
+    default = dataclasses.replace(make_request(deadline_ms=2000.0), deadline_is_default=True)
+    d = run(make_ctx(eps, default))
+    assert picked(d) == "w-0"
+    assert d.predicted_ttft_ms > 10_000  # the prediction keeps the penalty (logs, ranking)
+    assert "stale metrics" in d.explanation
+    # the client's own deadline (or its class's) still refuses stale endpoints
+    assert run(make_ctx(eps, make_request(deadline_ms=2000.0))).reason == "rejected"
+    # and stale figures that miss the default target on their own refuse it
+    full = [make_endpoint("w-0", age_s=10.0, queue=30)]
+    d = run(make_ctx(full, default))
+    assert d.reason == "rejected"
+    assert d.predicted_ttft_ms < 10_000 + 2000  # reported without the penalty
+    assert "exceeds the deadline of 2000 ms" in d.explanation
+
+
 def test_kv_pressure_steers_away_from_a_full_cache() -> None:
     eps = [make_endpoint("w-0", kv=0.99), make_endpoint("w-1", kv=0.5)]
     for i in range(10):

@@ -15,6 +15,7 @@ from frontendkit import Worker, eventually, gen, router, words, workers
 
 from preheat.bench.workerproc import spawn_worker
 from preheat.core.routing.admission import AdmissionConfig
+from preheat.core.routing.config import SchedulerConfig
 from preheat.proto.preheat.v1 import inference_pb2_grpc
 from preheat.router.app import RouterConfig, RouterServer
 from preheat.router.endpoints import DiscoveredEndpoint, StaticDiscovery
@@ -54,6 +55,33 @@ async def test_request_without_deadline_is_admitted_against_the_default_target()
         # a request's own deadline takes precedence over the default
         chunks = await r.generate(gen("short prompt", 2, ttft_deadline_ms=60_000))
         assert chunks[-1].usage.completion_tokens == 2
+
+
+async def test_stale_figures_alone_do_not_refuse_requests_without_a_deadline() -> None:
+    # one Status at start, then none for a minute: the figures go stale (as when the
+    # router's loop stalls longer than stalenessSeconds and its refreshes cannot run)
+    stale = SchedulerConfig(staleness_s=0.05)
+    adm = AdmissionConfig(default_ttft_target_ms=2000.0)
+    async with (
+        workers([{"id": "w-1"}]) as ws,
+        router(
+            [w.endpoint for w in ws], admission=adm, scheduler=stale, refresh_interval_s=60.0
+        ) as r,
+    ):
+        await asyncio.sleep(0.2)
+        # no deadline: admitted against the default target on the last figures
+        async with r.http.post(
+            r.url + "/v1/completions", json={"prompt": "x y", "max_tokens": 2}
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+        # the client's own deadline still refuses an endpoint it knows nothing fresh of
+        async with r.http.post(
+            r.url + "/v1/completions",
+            json={"prompt": "x y", "max_tokens": 2},
+            headers={"x-ttft-deadline-ms": "2000"},
+        ) as resp:
+            assert resp.status == 429
+            assert "stale metrics" in (await resp.json())["error"]["message"]
 
 
 async def test_pool_bound_refuses_with_a_drain_time_retry_after() -> None:

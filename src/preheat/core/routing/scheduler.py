@@ -14,7 +14,10 @@ RTT; the ``rtt`` scorer ranks with a dead-band, ``plugins/rtt.py``; + the stale 
 already decoding there) and ``session`` only steer. With a TTFT deadline, only endpoints predicted
 within it are eligible; none: the request is rejected with a retry-after of
 ``max(min_retry_after_s, (best predicted TTFT - deadline) / 1000)`` (the queue drains in
-real time).
+real time). Against the pool's default target (``RequestInfo.deadline_is_default``) a stale
+endpoint is judged on its last figures, without the stale penalty: a router that stalled for
+longer than ``staleness_s`` (its refreshes could not run) would otherwise refuse every
+request that named no deadline until they ran again.
 
 Decision reasons (``REASONS``):
 
@@ -265,15 +268,18 @@ def _preheat(
     margin = config.tie_margin_ms
     ranked = _break_ties(ctx, [c for _, c in keyed], rank, margin, turns)
     deadline = ctx.request.ttft_deadline_ms
+    admitted = ttft
+    if ctx.request.deadline_is_default:  # stale figures do not refuse a default target
+        admitted = {c.endpoint.id: ttft[c.endpoint.id] - c.terms.get("stale", 0.0) for c in ranked}
     eligible = ranked
     if deadline is not None:
         eligible = _break_ties(
-            ctx, [c for c in ranked if ttft[c.endpoint.id] <= deadline], rank, margin, turns
+            ctx, [c for c in ranked if admitted[c.endpoint.id] <= deadline], rank, margin, turns
         )
     if not eligible:
         assert deadline is not None
-        best = min(ranked, key=lambda c: (ttft[c.endpoint.id], c.endpoint.id))
-        best_t = ttft[best.endpoint.id]
+        best = min(ranked, key=lambda c: (admitted[c.endpoint.id], c.endpoint.id))
+        best_t = admitted[best.endpoint.id]
         retry = max(config.min_retry_after_s, (best_t - deadline) / 1000.0)
         return RouteDecision(
             endpoint=None,

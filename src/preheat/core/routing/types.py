@@ -73,6 +73,10 @@ class RequestInfo:
     client_region: str = ""
     client_zone: str = ""
     ttft_deadline_ms: float | None = None  # admission: reject when no endpoint predicts within
+    # the deadline is the pool's default target (the request named none, nor a class): the
+    # stale penalty does not count against it (stale figures are not a prediction; the
+    # concurrency limit still bounds what the pool holds)
+    deadline_is_default: bool = False
     # the engine priority it will run at (lower first, vLLM's convention: 0 interactive,
     # 1 standard, 2 batch); the queue scorer counts only the waiting work at this value or
     # lower (``plugins/queue.py``)

@@ -428,6 +428,7 @@ class Dispatcher:
             client_region=client_region or self.config.region,
             client_zone=client_zone or (self.config.zone if not client_region else ""),
             ttft_deadline_ms=target,
+            deadline_is_default=deadline_ms is None and slo_ms is None and target is not None,
             priority=engine_priority(req.priority),  # what the engine will run it at
         )
         self.metrics.observe_arrival()  # a valid request for the pool: demand, served or not
