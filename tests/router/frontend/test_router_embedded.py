@@ -3,6 +3,8 @@ process, answered by a function call; the caller then goes straight to the worke
 
 from __future__ import annotations
 
+import re
+
 import grpc
 import pytest
 from frontendkit import MODEL, gen, router, words, workers
@@ -71,5 +73,9 @@ async def test_an_embedded_router_refuses_when_nothing_is_routable_and_before_st
         with pytest.raises(PreheatError) as none:
             await embedded.pick(_pick(words(8)), timeout_s=0.2)
         assert none.value.code is ErrorCode.UNAVAILABLE
-        assert "no routable endpoint within 0.2s" in none.value.message
+        # the wait left of the 0.2 s when the request joined the queue (a loaded machine
+        # takes a few ms to get it there: 0.196s was seen)
+        waited = re.search(r"no routable endpoint within ([0-9.]+)s", none.value.message)
+        assert waited is not None, none.value.message
+        assert 0 <= float(waited.group(1)) <= 0.2
     assert embedded.store_task is None  # stopped with the block
