@@ -4,6 +4,7 @@ for lookaside picks, per-tenant prefix hashes, and session ids kept out of the l
 from __future__ import annotations
 
 import argparse
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,33 @@ async def test_lookaside_picks_need_the_token_and_generate_does_not() -> None:
         async with embedded:
             await embedded.wait_ready(1, timeout_s=10)
             assert (await embedded.pick(pick, timeout_s=5)).endpoint.worker_id == "w-1"
+
+
+async def test_a_denied_pick_stream_is_answered_whether_or_not_the_client_half_closes() -> None:
+    # the refusal waits for what the client sends at once (so its writes do not race the
+    # status), but not for a stream the client keeps open: bounded by DENY_READ_S
+    tokens = KeySet.of(["gw-secret"])
+    pick = router_pb2.PickRequest(request=gen(words(64)))
+    held_open = asyncio.Event()
+
+    async def one_then_wait() -> Any:
+        yield router_pb2.PickStreamRequest(id=1, pick=pick)
+        await held_open.wait()
+
+    async def many() -> Any:
+        for i in range(100):
+            yield router_pb2.PickStreamRequest(id=i, pick=pick)
+
+    async with (
+        workers([{"id": "w-1"}]) as ws,
+        router([w.endpoint for w in ws], pick_tokens=tokens) as r,
+    ):
+        for requests in (one_then_wait(), many()):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                async for _ in r.router.PickStream(requests, timeout=10):
+                    pass
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        held_open.set()
 
 
 def test_tenants_name_the_same_prompt_with_different_blocks() -> None:
