@@ -210,22 +210,21 @@ def _deny(handler: Any, message: str) -> Any:
         "request_deserializer": None if handler.request_streaming else handler.request_deserializer,
         "response_serializer": handler.response_serializer,
     }
-    if handler.response_streaming:
-
-        async def deny_stream(request: Any, context: Any) -> Any:
-            if handler.request_streaming:
-                await _drain_requests(request)
-            await context.abort(code, message)
-            yield  # pragma: no cover  (an async generator, as a streaming handler is)
-
-        if handler.request_streaming:
-            return grpc.stream_stream_rpc_method_handler(deny_stream, **kw)
-        return grpc.unary_stream_rpc_method_handler(deny_stream, **kw)
 
     async def deny(request: Any, context: Any) -> Any:
         if handler.request_streaming:
             await _drain_requests(request)
         await context.abort(code, message)
+
+    if handler.response_streaming:
+
+        async def deny_stream(request: Any, context: Any) -> Any:
+            await deny(request, context)
+            yield  # pragma: no cover  (an async generator, as a streaming handler is)
+
+        if handler.request_streaming:
+            return grpc.stream_stream_rpc_method_handler(deny_stream, **kw)
+        return grpc.unary_stream_rpc_method_handler(deny_stream, **kw)
 
     if handler.request_streaming:
         return grpc.stream_unary_rpc_method_handler(deny, **kw)
