@@ -1,7 +1,7 @@
 """Live vs simulated on the same short scenario: TTFT p50/p95 and cache hit rate within 10%.
 
 Live: real ``preheat worker --engine sim`` processes and a real ``preheat router`` on
-127.0.0.1, replayed with ``preheat load``'s client (bounded: 114 requests over 30 s, three
+127.0.0.1, replayed with ``preheat load``'s client (bounded: 114 requests over 30 s, five
 replays one after another, each live value the median over them: see
 ``preheat.bench.fidelity``'s module doc for why one replay's p95 is not enough).
 """
@@ -50,6 +50,9 @@ async def test_live_and_simulated_agree_within_ten_percent(tmp_path: Path) -> No
 
 
 def test_a_live_value_is_the_median_of_its_replays() -> None:
-    # one disturbed replay of three does not move the compared value; two do
-    assert Row("TTFT p95 (ms)", (495.0, 601.0, 494.0), 470.0).live == 495.0
-    assert Row("TTFT p95 (ms)", (495.0, 601.0, 580.0), 470.0).error > BOUND
+    # two disturbed replays of five do not move the compared value; three do (the
+    # replays of CI's failing run of 2026-11-30, and of a quiet run the same day)
+    assert RUNS == 5
+    assert Row("TTFT p95 (ms)", (604.6, 581.9, 475.4, 495.4, 472.9), 469.7).live == 495.4
+    assert Row("TTFT p95 (ms)", (604.6, 581.9, 475.4, 495.4, 472.9), 469.7).error <= BOUND
+    assert Row("TTFT p95 (ms)", (604.6, 581.9, 598.6, 495.4, 472.9), 469.7).error > BOUND
