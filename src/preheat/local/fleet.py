@@ -30,7 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from preheat.api.poolfile import PoolFile
+from preheat.local.listening import RouterProbe
 from preheat.local.runtime import (
     BAD_FLAGS_EXIT,
     DISCOVERY_FILE,
@@ -204,6 +207,7 @@ class LocalFleet:
         self._stop = asyncio.Event()
         self.t0_unix = time.time()
         self._state: str | None = None
+        self._probe = RouterProbe(f"http://127.0.0.1:{router.http_port}/healthz")
 
     @property
     def router_address(self) -> str:
@@ -221,6 +225,7 @@ class LocalFleet:
     async def run(self) -> int:
         """Runs until stopped (or a pool or the router cannot go on); 0 after a clean drain."""
         tasks: list[asyncio.Task[int]] = []
+        http = aiohttp.ClientSession()
         try:
             self.router.write(force=True)
             await self.router.start()
@@ -232,11 +237,15 @@ class LocalFleet:
                 for p, t in zip(self.pools, tasks, strict=True):
                     if t.done() and not self.fatal:
                         self.fatal = p.fatal or f"pool {p.pool.name} stopped on its own"
+                await self._probe.check(http, self.router.child)
                 self._write_state()
                 if self.fatal:
                     self.stop()
         finally:
-            await self._shutdown(tasks)
+            try:
+                await self._shutdown(tasks)
+            finally:
+                await http.close()
         return 2 if self.fatal else 0
 
     async def _shutdown(self, tasks: list[asyncio.Task[int]]) -> None:
@@ -266,7 +275,9 @@ class LocalFleet:
                 "restarts": self.router.restarts,
             },
             "pools": {p.pool.name: str(p.out) for p in self.pools},
-            "ready": (not stopped) and all(p.ready() for p in self.pools),
+            "ready": (not stopped)
+            and self._probe.answered(child)
+            and all(p.ready() for p in self.pools),
             "stopped": stopped,
             "t0_unix": self.t0_unix,
         }

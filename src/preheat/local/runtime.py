@@ -56,6 +56,7 @@ from preheat.core.control import ControlState, signal_query, step
 from preheat.core.manifests import BuildOptions, startup_failure_threshold, worker_args
 from preheat.core.pool import EngineConfig, PoolConfig, Signal
 from preheat.local import workers
+from preheat.local.listening import RouterProbe
 from preheat.local.stats import LiveStats, TrafficView, scrape_into
 from preheat.process.children import Child, preheat_argv, spawn
 from preheat.process.logs import fields
@@ -280,6 +281,8 @@ class LocalPool:
         self._next_decide = 0.0
         self._next_sample = 0.0
         self._http: aiohttp.ClientSession | None = None
+        # up.json's `ready` waits for the router to listen (see preheat.local.listening)
+        self._router_probe = RouterProbe(f"http://127.0.0.1:{self.router_http}/healthz")
         self.writer = RunWriter(
             self.out,
             RunMeta(
@@ -309,8 +312,10 @@ class LocalPool:
         return self._stop.is_set()
 
     def ready(self) -> bool:
-        """At least its desired count of active workers (one at least) is serving."""
-        return workers.counts(self._views()).active >= max(self.desired, 1)
+        """At least its desired count of active workers (one at least) is serving, and its
+        router, where it runs one, has answered on its HTTP port."""
+        router_up = self.host is not None or self._router_probe.answered(self.router)
+        return router_up and workers.counts(self._views()).active >= max(self.desired, 1)
 
     def _kill_all(self, why: str) -> None:
         children = [w.child for w in self.workers.values()]
@@ -378,6 +383,8 @@ class LocalPool:
             await self._autoscale(now)
         await self._reconcile(now)
         self._write_discovery()
+        if self.host is None and self._http is not None:
+            await self._router_probe.check(self._http, self.router)
         self._write_state()
         if self.options.prometheus_url:
             self.write_prometheus_targets()
