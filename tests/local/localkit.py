@@ -2,6 +2,29 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
+
+def up_state(run: Path) -> dict[str, Any]:
+    """``RUN_DIR/up.json`` (``preheat up``'s live state), or {} while it is not there yet."""
+    try:
+        data: dict[str, Any] = json.loads((run / "up.json").read_text())
+        return data
+    except (OSError, ValueError):
+        return {}
+
+
+class NullView:
+    """A view that shows nothing (for a :class:`LocalPool` run in-process)."""
+
+    def update(self, snapshot: Any) -> None:
+        pass
+
+    def event(self, line: Any) -> None:
+        pass
+
 
 def autoscaled_pool(name: str) -> str:
     """InferencePool YAML: sim workers 10x slower than an H100 with quick start-up, 1-3

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from localkit import NullView
 
 from preheat.api.poolfile import parse_pool
 from preheat.local import workers as local_workers
@@ -39,14 +40,6 @@ class FakeProc:
     async def wait(self) -> int:
         self.returncode = 0 if self.returncode is None else self.returncode
         return self.returncode
-
-
-class NullView:
-    def update(self, snapshot: Any) -> None:
-        pass
-
-    def event(self, line: Any) -> None:
-        pass
 
 
 def _pool(tmp_path: Path, text: str = POOL, **options: Any) -> LocalPool:

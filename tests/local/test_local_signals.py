@@ -10,7 +10,6 @@ limits here are hang guards, not speed assertions.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -21,6 +20,7 @@ from typing import Any
 
 import aiohttp
 import yaml
+from localkit import NullView, up_state
 
 from preheat.api.poolfile import parse_pool
 from preheat.local.runtime import LocalPool, UpOptions
@@ -50,14 +50,6 @@ def _gone(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
-def _state(run: Path) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads((run / "up.json").read_text())
-        return data
-    except (OSError, ValueError):
-        return {}
-
-
 def _wait(pred: Any, timeout_s: float, what: str, run: Path) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -65,7 +57,7 @@ def _wait(pred: Any, timeout_s: float, what: str, run: Path) -> None:
             return
         time.sleep(0.1)
     log = (run / "up.log").read_text()[-3000:] if (run / "up.log").exists() else ""
-    raise AssertionError(f"timed out waiting for {what}; up.json: {_state(run)}\n{log}")
+    raise AssertionError(f"timed out waiting for {what}; up.json: {up_state(run)}\n{log}")
 
 
 def _start_up(tmp: Path, text: str, *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
@@ -98,14 +90,6 @@ def _finish(up: subprocess.Popen[bytes]) -> None:
     if up.poll() is None:
         up.kill()
         up.wait()
-
-
-class NullView:
-    def update(self, snapshot: Any) -> None:
-        pass
-
-    def event(self, line: Any) -> None:
-        pass
 
 
 async def test_sigterm_in_a_start_burst_starts_nothing_more_and_leaves_no_child(
@@ -157,16 +141,16 @@ def test_sigterm_while_starting_exits_with_no_child_left(tmp_path):
     most --max-starting (2) were started, it exits 0, and no child is left."""
     up, run = _start_up(tmp_path, _pool_text("starting", "{min: 5, max: 5}", "loadTime: 30s"))
     try:
-        _wait(lambda: len(_state(run).get("workers", {})) >= 1, 60, "a worker", run)
+        _wait(lambda: len(up_state(run).get("workers", {})) >= 1, 60, "a worker", run)
         time.sleep(1.0)  # a few ticks: a bounded burst starts no more
-        started = len(_state(run)["workers"])
+        started = len(up_state(run)["workers"])
         up.send_signal(signal.SIGTERM)
         code = up.wait(timeout=60)
     finally:
         _finish(up)
     assert code == 0
     assert started <= 2
-    pids = _state(run)["pids"]
+    pids = up_state(run)["pids"]
     assert len(pids) <= 3  # the router and two workers
     assert [p for p in pids if not _gone(p)] == []
 
@@ -174,7 +158,7 @@ def test_sigterm_while_starting_exits_with_no_child_left(tmp_path):
 async def _stream_then_sigint(
     run: Path, up: subprocess.Popen[bytes]
 ) -> tuple[int, dict[str, Any], str, str]:
-    http = _state(run)["router"]["http"]
+    http = up_state(run)["router"]["http"]
     body = {"model": "sim-8b", "prompt": "hello " * 50, "max_tokens": 60, "stream": True}
     timeout = aiohttp.ClientTimeout(total=90)
     async with (
@@ -208,7 +192,7 @@ def test_ctrl_c_answers_new_requests_at_once_while_in_flight_ones_finish(tmp_pat
         "30",
     )
     try:
-        _wait(lambda: _state(run).get("ready") is True, 60, "the pool", run)
+        _wait(lambda: up_state(run).get("ready") is True, 60, "the pool", run)
         status, error, retry_after, rest = asyncio.run(_stream_then_sigint(run, up))
         code = up.wait(timeout=60)
     finally:
@@ -220,25 +204,25 @@ def test_ctrl_c_answers_new_requests_at_once_while_in_flight_ones_finish(tmp_pat
     assert "[DONE]" in rest  # the stream in flight finished
     assert '"finish_reason": "length"' in rest or '"finish_reason":"length"' in rest, rest[-500:]
     assert code == 0
-    assert [p for p in _state(run)["pids"] if not _gone(p)] == []
+    assert [p for p in up_state(run)["pids"] if not _gone(p)] == []
 
 
 def test_a_worker_stopped_from_outside_is_replaced_once_not_restarted(tmp_path):
     up, run = _start_up(tmp_path, _pool_text("outside", "{min: 1, max: 1}"))
     try:
-        _wait(lambda: _state(run).get("ready") is True, 60, "the pool", run)
-        ((name, w),) = _state(run)["workers"].items()
+        _wait(lambda: up_state(run).get("ready") is True, 60, "the pool", run)
+        ((name, w),) = up_state(run)["workers"].items()
         os.kill(int(w["pid"]), signal.SIGTERM)  # not `preheat up`: someone else
 
         def replaced() -> bool:
-            s = _state(run)
+            s = up_state(run)
             ws = s.get("workers", {})
             return s.get("ready") is True and name not in ws and _gone(int(w["pid"]))
 
         _wait(replaced, 60, "a replacement", run)
         time.sleep(2.0)  # a few more ticks: nothing else is started
-        workers = _state(run)["workers"]
-        pids = _state(run)["pids"]
+        workers = up_state(run)["workers"]
+        pids = up_state(run)["pids"]
         up.send_signal(signal.SIGINT)
         code = up.wait(timeout=60)
     finally:

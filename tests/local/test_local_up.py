@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 import yaml
-from localkit import autoscaled_pool
+from localkit import autoscaled_pool, up_state
 
 from preheat.load.replay import LoadOptions, LoadSummary, replay
 from preheat.report.record import REQUESTS_FILE, RunMeta, RunWriter, ScaleEvent, read_run
@@ -57,14 +57,6 @@ def _requests() -> list[TraceRequest]:
     ]
 
 
-def _state(run: Path) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads((run / "up.json").read_text())
-        return data
-    except (OSError, ValueError):
-        return {}
-
-
 def _gone(pid: int) -> bool:
     """No such process (or only a zombie): checked in /proc, no psutil."""
     try:
@@ -81,7 +73,7 @@ async def _wait_for(pred: Any, timeout_s: float, what: str, run: Path) -> None:
             return
         await asyncio.sleep(0.2)
     log = (run / "up.log").read_text()[-3000:] if (run / "up.log").exists() else ""
-    raise AssertionError(f"timed out waiting for {what}; up.json: {_state(run)}\n{log}")
+    raise AssertionError(f"timed out waiting for {what}; up.json: {up_state(run)}\n{log}")
 
 
 def _start_up(run: Path, pool: Path, *extra: str) -> subprocess.Popen[bytes]:
@@ -128,8 +120,8 @@ async def _scenario(tmp: Path) -> Scenario:
     run, load_dir = tmp / "run", tmp / "load"
     up = _start_up(run, pool)
     try:
-        await _wait_for(lambda: _state(run).get("ready") is True, 60, "the pool to be ready", run)
-        target = _state(run)["router"]["grpc"]
+        await _wait_for(lambda: up_state(run).get("ready") is True, 60, "the pool to be ready", run)
+        target = up_state(run)["router"]["grpc"]
         writer = RunWriter(load_dir, RunMeta(name="load"), parts=(REQUESTS_FILE,))
         options = LoadOptions(request_timeout_s=40.0, drain_s=5.0)
         load = asyncio.create_task(replay(target, _requests(), options, writer))
@@ -139,7 +131,7 @@ async def _scenario(tmp: Path) -> Scenario:
         await _wait_for(
             lambda: time.monotonic() - started >= KILL_AT_S or load.done(), 60, "kill time", run
         )
-        workers = _state(run)["workers"]
+        workers = up_state(run)["workers"]
         actives = sorted(n for n, w in workers.items() if w["state"] == "active")
         assert len(actives) >= 2, f"expected a scaled-up pool at {KILL_AT_S} s: {workers}"
         killed = actives[0]
@@ -151,11 +143,11 @@ async def _scenario(tmp: Path) -> Scenario:
         writer.close()
 
         def scaled_down() -> bool:
-            s = _state(run)
+            s = up_state(run)
             return s.get("desired") == 1 and s.get("counts", {}).get("active") == 1
 
         await _wait_for(scaled_down, 40, "the scale-down after the load", run)
-        pids = list(_state(run)["pids"])
+        pids = list(up_state(run)["pids"])
         up.send_signal(signal.SIGINT)
         exit_code = up.wait(timeout=40)
     finally:
@@ -292,7 +284,7 @@ def test_sigint_drains_and_leaves_no_process(scenario: Scenario) -> None:
     assert len(scenario.pids) >= 5  # router, 2 at start, 1+ scaled up, 1 restart
     left = [p for p in scenario.pids if not _gone(p)]
     assert left == []
-    state = _state(scenario.run)
+    state = up_state(scenario.run)
     assert state["stopped"] is True
     assert _first(scenario.events, "shutdown").t_s > 0
 
@@ -304,10 +296,10 @@ def test_sigkill_of_up_takes_its_children_with_it(tmp_path: Path) -> None:
     up = _start_up(run, pool)
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and _state(run).get("ready") is not True:
+        while time.monotonic() < deadline and up_state(run).get("ready") is not True:
             assert up.poll() is None, (run / "up.log").read_text()[-2000:]
             time.sleep(0.2)
-        pids = list(_state(run)["pids"])
+        pids = list(up_state(run)["pids"])
         assert len(pids) == 3  # router, active, standby
         assert not any(_gone(p) for p in pids)
         up.send_signal(signal.SIGKILL)
@@ -345,10 +337,10 @@ async def _wake(tmp: Path) -> tuple[LoadSummary, list[ScaleEvent], int]:
     run = tmp / "run"
     up = _start_up(run, pool, "--router-arg=--queue-timeout-s=60")
     try:
-        await _wait_for(lambda: "router" in _state(run), 60, "the router", run)
+        await _wait_for(lambda: "router" in up_state(run), 60, "the router", run)
         await asyncio.sleep(2.0)
-        assert _state(run)["workers"] == {}  # at zero: no worker at all
-        target = _state(run)["router"]["grpc"]
+        assert up_state(run)["workers"] == {}  # at zero: no worker at all
+        target = up_state(run)["router"]["grpc"]
         writer = RunWriter(tmp / "load", RunMeta(name="wake"), parts=(REQUESTS_FILE,))
         one = [TraceRequest(arrival_s=0.0, input_tokens=64, output_tokens=4, index=0)]
         summary = await replay(target, one, LoadOptions(request_timeout_s=60.0), writer)
@@ -398,4 +390,4 @@ def test_a_worker_not_warm_in_time_is_killed_and_restarted(tmp_path: Path) -> No
     assert "SIGKILL: not warm 2 s after start" in crash.reason
     assert _first(events, "restart", crash.worker).t_s >= crash.t_s
     assert code == 0
-    assert all(_gone(p) for p in _state(run)["pids"])
+    assert all(_gone(p) for p in up_state(run)["pids"])

@@ -11,13 +11,13 @@ worker about 1.7x (as in test_local_up.py) while the CPU work stays small.
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+
+from localkit import up_state
 
 from preheat.load.replay import LoadOptions, replay
 from preheat.report.record import REQUESTS_FILE, RunMeta, RunWriter, count_outcomes, read_run
@@ -59,18 +59,10 @@ def _requests() -> list[TraceRequest]:
     ]
 
 
-def _state(run: Path) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads((run / "up.json").read_text())
-        return data
-    except (OSError, ValueError):
-        return {}
-
-
 async def _ready(run: Path, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if _state(run).get("ready") is True:
+        if up_state(run).get("ready") is True:
             return
         await asyncio.sleep(0.2)
     log = (run / "up.log").read_text()[-3000:] if (run / "up.log").exists() else ""
@@ -97,12 +89,12 @@ async def _run(tmp: Path) -> tuple[Path, Path, int]:
     up = _start_up(run, pool)
     try:
         await _ready(run, 60)
-        target = _state(run)["router"]["grpc"]
+        target = up_state(run)["router"]["grpc"]
         writer = RunWriter(load_dir, RunMeta(name="load"), parts=(REQUESTS_FILE,))
         options = LoadOptions(request_timeout_s=40.0, drain_s=5.0, ttft_deadline_ms=DEADLINE_MS)
         await asyncio.wait_for(replay(target, _requests(), options, writer), 120)
         writer.close()
-        max_active = int(_state(run).get("counts", {}).get("active", 0))
+        max_active = int(up_state(run).get("counts", {}).get("active", 0))
         up.send_signal(signal.SIGINT)
         up.wait(timeout=40)
     finally:

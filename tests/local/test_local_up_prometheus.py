@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from localkit import autoscaled_pool
+from localkit import autoscaled_pool, up_state
 from promkit import file_sd_prometheus
 
 from preheat.process.ports import ReservedPort
@@ -26,14 +26,6 @@ from preheat.process.ports import ReservedPort
 REPO = Path(__file__).resolve().parents[2]
 
 POOL = autoscaled_pool("promtest")
-
-
-def _state(run: Path) -> dict[str, object]:
-    try:
-        data: dict[str, object] = json.loads((run / "up.json").read_text())
-        return data
-    except (OSError, ValueError):
-        return {}
 
 
 def _wait(pred: object, timeout_s: float, what: str, log: Path) -> None:
@@ -136,17 +128,17 @@ def test_signals_from_prometheus_scale_the_pool_up(prometheus: tuple[str, Path])
     try:
 
         def warm() -> bool:
-            counts = _state(run).get("counts") or {}
+            counts = up_state(run).get("counts") or {}
             return isinstance(counts, dict) and counts.get("active") == counts.get("standby") == 1
 
         _wait(warm, 60, "an active and a standby worker", log)
         _wait(lambda: _up_targets(url) >= 3, 60, "Prometheus to scrape them and the router", log)
-        assert _state(run)["metrics"] == f"prometheus {url}"
+        assert up_state(run)["metrics"] == f"prometheus {url}"
         targets = json.loads((run / "prometheus-targets.json").read_text())
         assert targets[0]["labels"] == {"pool": "promtest", "component": "worker"}
         assert len(targets[0]["targets"]) == 2  # the active and the standby
         assert targets[1]["labels"] == {"pool": "promtest", "component": "router"}
-        router = _state(run)["router"]
+        router = up_state(run)["router"]
         assert isinstance(router, dict)
         _load(str(router["grpc"]), run.parent, seconds=20, rate=3.0)
     finally:
@@ -167,8 +159,8 @@ def test_unreachable_prometheus_falls_back_to_direct_scrape(tmp_path: Path) -> N
         up = _up(run, pool, f"http://{nothing.address}")
         log = run / "up.log"
         try:
-            _wait(lambda: _state(run).get("ready") is True, 60, "the pool to be ready", log)
-            assert _state(run)["metrics"] == "direct scrape"
+            _wait(lambda: up_state(run).get("ready") is True, 60, "the pool to be ready", log)
+            assert up_state(run)["metrics"] == "direct scrape"
         finally:
             code = _stop(up)
     assert code == 0
