@@ -11,6 +11,7 @@ workers run, on 127.0.0.1; time limits are hang guards.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 import sys
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ import yaml
 from localkit import NullView, up_state
 
 from preheat.api.poolfile import parse_pool
+from preheat.local.fleet import LocalFleet, SharedRouter, pool_out
 from preheat.local.listening import RouterProbe
 from preheat.local.runtime import LocalPool, UpOptions
 from preheat.process import children
@@ -86,6 +88,54 @@ async def test_ready_waits_for_the_router_to_listen(tmp_path: Path, monkeypatch:
         code = await asyncio.wait_for(run, 60)
     assert code == 0
     # the worker was serving before the router listened, and `ready` waited for it
+    assert warm_not_ready > 0
+
+
+async def test_several_pools_are_ready_once_their_shared_router_listens(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    options = UpOptions(out=tmp_path / "run")
+    files = [
+        parse_pool(
+            yaml.safe_load(POOL.replace("ready", name).replace("sim-8b", model)), f"{name}.yaml"
+        )
+        for name, model in (("chat", "sim-chat"), ("code", "sim-code"))
+    ]
+    host = SharedRouter(files, options)
+    pools = [
+        LocalPool(
+            f, dataclasses.replace(options, out=pool_out(options.out, f)), NullView(), host=host
+        )
+        for f in files
+    ]
+    fleet = LocalFleet(pools, host)
+    real_spawn = children.spawn
+
+    async def slow_router(name: str, argv: Sequence[str], *args: Any, **kw: Any) -> children.Child:
+        if name == "router":
+            argv = [sys.executable, "-c", SLOW_START, str(BIND_DELAY_S), *argv]
+        return await real_spawn(name, argv, *args, **kw)
+
+    monkeypatch.setattr("preheat.local.fleet.spawn", slow_router)
+    run = asyncio.create_task(fleet.run())
+    warm_not_ready = 0  # both pools' workers serving, the run's `ready` false
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(600):  # 60 s at most
+                state = up_state(options.out)
+                if state.get("ready") is True:
+                    assert await _answers(http, state["router"]["http"]), state
+                    break
+                if all(p.ready() for p in pools):
+                    warm_not_ready += 1
+                assert not run.done(), state
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError(f"never ready: {up_state(options.out)}")
+    finally:
+        fleet.stop()
+        code = await asyncio.wait_for(run, 60)
+    assert code == 0
     assert warm_not_ready > 0
 
 
