@@ -2,18 +2,7 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
-
-
-def up_state(run: Path) -> dict[str, Any]:
-    """``RUN_DIR/up.json`` (``preheat up``'s live state), or {} while it is not there yet."""
-    try:
-        data: dict[str, Any] = json.loads((run / "up.json").read_text())
-        return data
-    except (OSError, ValueError):
-        return {}
 
 
 class NullView:

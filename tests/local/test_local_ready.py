@@ -14,13 +14,14 @@ import asyncio
 import dataclasses
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import yaml
-from localkit import NullView, up_state
+from localkit import NullView
+from upkit import up_state
 
 from preheat.api.poolfile import parse_pool
 from preheat.local.fleet import LocalFleet, SharedRouter, pool_out
@@ -55,40 +56,56 @@ async def _answers(http: aiohttp.ClientSession, url: str) -> bool:
         return False
 
 
-async def test_ready_waits_for_the_router_to_listen(tmp_path: Path, monkeypatch: Any) -> None:
-    lp = LocalPool(
-        parse_pool(yaml.safe_load(POOL), "ready.yaml"), UpOptions(out=tmp_path / "run"), NullView()
-    )
+def _slow_router(monkeypatch: Any, module: str) -> None:
+    """``module``'s spawn starts the router slow to bind (:data:`SLOW_START`)."""
     real_spawn = children.spawn
 
-    async def slow_router(name: str, argv: Sequence[str], *args: Any, **kw: Any) -> children.Child:
+    async def spawn(name: str, argv: Sequence[str], *args: Any, **kw: Any) -> children.Child:
         if name == "router":
             argv = [sys.executable, "-c", SLOW_START, str(BIND_DELAY_S), *argv]
         return await real_spawn(name, argv, *args, **kw)
 
-    monkeypatch.setattr("preheat.local.runtime.spawn", slow_router)
+    monkeypatch.setattr(f"{module}.spawn", spawn)
+
+
+async def _reads_serving_not_ready(
+    out: Path, run: asyncio.Task[int], serving: Callable[[], bool]
+) -> int:
+    """Reads ``out/up.json`` every 0.1 s until it says ready (60 s at most), then checks that
+    the router answers at the address it gives. Returns how many reads found the workers
+    ``serving()`` but ``ready`` false."""
+    count = 0
+    async with aiohttp.ClientSession() as http:
+        for _ in range(600):
+            state = up_state(out)
+            if state.get("ready") is True:
+                assert await _answers(http, state["router"]["http"]), state
+                return count
+            if serving():
+                count += 1
+            assert not run.done(), state
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"never ready: {up_state(out)}")
+
+
+async def test_ready_waits_for_the_router_to_listen(tmp_path: Path, monkeypatch: Any) -> None:
+    lp = LocalPool(
+        parse_pool(yaml.safe_load(POOL), "ready.yaml"), UpOptions(out=tmp_path / "run"), NullView()
+    )
+    _slow_router(monkeypatch, "preheat.local.runtime")
+
+    def serving() -> bool:
+        return int((up_state(lp.out).get("counts") or {}).get("active", 0)) >= 1
+
     run = asyncio.create_task(lp.run())
-    warm_not_ready = 0  # up.json read with the worker serving but `ready` false
     try:
-        async with aiohttp.ClientSession() as http:
-            for _ in range(600):  # 60 s at most
-                state = up_state(lp.out)
-                if state.get("ready") is True:
-                    # ready: the router answers at the address up.json gives
-                    assert await _answers(http, state["router"]["http"]), state
-                    break
-                if (state.get("counts") or {}).get("active", 0) >= 1:
-                    warm_not_ready += 1
-                assert not run.done(), state
-                await asyncio.sleep(0.1)
-            else:
-                raise AssertionError(f"never ready: {up_state(lp.out)}")
+        waited = await _reads_serving_not_ready(lp.out, run, serving)
     finally:
         lp.stop()
         code = await asyncio.wait_for(run, 60)
     assert code == 0
     # the worker was serving before the router listened, and `ready` waited for it
-    assert warm_not_ready > 0
+    assert waited > 0
 
 
 async def test_several_pools_are_ready_once_their_shared_router_listens(
@@ -109,34 +126,17 @@ async def test_several_pools_are_ready_once_their_shared_router_listens(
         for f in files
     ]
     fleet = LocalFleet(pools, host)
-    real_spawn = children.spawn
-
-    async def slow_router(name: str, argv: Sequence[str], *args: Any, **kw: Any) -> children.Child:
-        if name == "router":
-            argv = [sys.executable, "-c", SLOW_START, str(BIND_DELAY_S), *argv]
-        return await real_spawn(name, argv, *args, **kw)
-
-    monkeypatch.setattr("preheat.local.fleet.spawn", slow_router)
+    _slow_router(monkeypatch, "preheat.local.fleet")
     run = asyncio.create_task(fleet.run())
-    warm_not_ready = 0  # both pools' workers serving, the run's `ready` false
     try:
-        async with aiohttp.ClientSession() as http:
-            for _ in range(600):  # 60 s at most
-                state = up_state(options.out)
-                if state.get("ready") is True:
-                    assert await _answers(http, state["router"]["http"]), state
-                    break
-                if all(p.ready() for p in pools):
-                    warm_not_ready += 1
-                assert not run.done(), state
-                await asyncio.sleep(0.1)
-            else:
-                raise AssertionError(f"never ready: {up_state(options.out)}")
+        waited = await _reads_serving_not_ready(
+            options.out, run, lambda: all(p.ready() for p in pools)
+        )
     finally:
         fleet.stop()
         code = await asyncio.wait_for(run, 60)
     assert code == 0
-    assert warm_not_ready > 0
+    assert waited > 0
 
 
 async def test_the_probe_asks_each_router_process_until_it_answers(tmp_path: Path) -> None:

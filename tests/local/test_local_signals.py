@@ -20,7 +20,8 @@ from typing import Any
 
 import aiohttp
 import yaml
-from localkit import NullView, up_state
+from localkit import NullView
+from upkit import up_state
 
 from preheat.api.poolfile import parse_pool
 from preheat.local.runtime import LocalPool, UpOptions

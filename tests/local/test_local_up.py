@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 import yaml
-from localkit import autoscaled_pool, up_state
+from localkit import autoscaled_pool
+from upkit import up_state
 
 from preheat.load.replay import LoadOptions, LoadSummary, replay
 from preheat.report.record import REQUESTS_FILE, RunMeta, RunWriter, ScaleEvent, read_run

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from localkit import up_state
+from upkit import up_state
 
 from preheat.load.replay import LoadOptions, replay
 from preheat.report.record import REQUESTS_FILE, RunMeta, RunWriter, count_outcomes, read_run

@@ -18,8 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from localkit import autoscaled_pool, up_state
+from localkit import autoscaled_pool
 from promkit import file_sd_prometheus
+from upkit import up_state
 
 from preheat.process.ports import ReservedPort
 
