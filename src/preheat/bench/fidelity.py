@@ -17,8 +17,8 @@ The trace stamps its arrivals in steps of about 3 s (0, 3000, 5999, 9000 ms, ...
 as they are, each step's requests (up to five in this slice) arrive at one instant, and
 which of them, and of the next ones, share an engine step is decided by a few ms of timing
 on the live side. The tail then flips between outcomes: with ties kept, 17 live replays on
-a quiet machine on 2026-11-30 gave a TTFT p95 of 473-499 ms twelve times and 598-602 ms
-five times (the simulator: 470), and CI on c1c1796 failed on two such replays of three.
+a quiet machine on 2026-11-30 gave a TTFT p95 of 473-499 ms thirteen times and 598-602 ms
+four times (the simulator: 470), and CI on c1c1796 failed on two such replays of three.
 So :attr:`Scenario.spread_ties` (on) spreads each step's requests evenly up to the next
 step: 8 replays then gave p95 572-580 ms (simulator 570), hit rate 60.4-61.6% (60.0%).
 
