@@ -159,7 +159,7 @@ async def test_the_probe_asks_each_router_process_until_it_answers(tmp_path: Pat
         # a port that is bound but not listening: connections to it are refused
         with socket.socket() as closed:
             closed.bind(("127.0.0.1", 0))
-            probe = RouterProbe(f"http://127.0.0.1:{closed.getsockname()[1]}/healthz")
+            probe = RouterProbe(closed.getsockname()[1])
             try:
                 assert not await probe.check(http, silent)
                 assert not await probe.check(http, silent)  # asked again: still not
@@ -176,7 +176,7 @@ async def test_the_probe_asks_each_router_process_until_it_answers(tmp_path: Pat
                 if port_file.exists() and port_file.read_text():
                     break
                 await asyncio.sleep(0.1)
-            probe = RouterProbe(f"http://127.0.0.1:{port_file.read_text()}/healthz")
+            probe = RouterProbe(int(port_file.read_text()))
             assert await probe.check(http, child)
             assert probe.answered(child)
         finally:

@@ -207,7 +207,7 @@ class LocalFleet:
         self._stop = asyncio.Event()
         self.t0_unix = time.time()
         self._state: str | None = None
-        self._probe = RouterProbe(f"http://127.0.0.1:{router.http_port}/healthz")
+        self._probe = RouterProbe(router.http_port)
 
     @property
     def router_address(self) -> str:

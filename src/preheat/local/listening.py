@@ -18,10 +18,11 @@ PROBE_TIMEOUT_S = 0.5
 
 
 class RouterProbe:
-    """Asks ``url`` (a router's ``/healthz``) until it answers 200, once per router pid."""
+    """Asks the router on 127.0.0.1:``http_port`` for ``/healthz`` until it answers 200,
+    once per router pid."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, http_port: int) -> None:
+        self.url = f"http://127.0.0.1:{http_port}/healthz"
         self._answered_pid = 0
 
     def answered(self, child: Child | None) -> bool:

@@ -282,7 +282,7 @@ class LocalPool:
         self._next_sample = 0.0
         self._http: aiohttp.ClientSession | None = None
         # up.json's `ready` waits for the router to listen (see preheat.local.listening)
-        self._router_probe = RouterProbe(f"http://127.0.0.1:{self.router_http}/healthz")
+        self._router_probe = RouterProbe(self.router_http)
         self.writer = RunWriter(
             self.out,
             RunMeta(
