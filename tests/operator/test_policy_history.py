@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from preheat.api.pool import InferencePoolStatus
 from preheat.core.autoscaling import Direction
-from preheat.core.autoscaling.forecast import Forecast
+from preheat.core.autoscaling.forecast import SHORTFALL_EDGES, Forecast
 from preheat.core.autoscaling.memory import Memory
 from preheat.operator.policy_history import FIELD, from_status, to_status
 
@@ -99,6 +99,27 @@ def test_a_weekly_season_round_trips_and_a_bad_one_drops_the_forecast() -> None:
         assert from_status({FIELD: {**doc, "forecast": bad}}) == replace(
             mem, forecast=None, forecast_period_s=0.0
         ), bad
+
+
+def test_the_shortfall_histogram_round_trips_and_a_bad_one_is_counted_again() -> None:
+    counts = tuple(float(i) for i in range(len(SHORTFALL_EDGES)))
+    f = Forecast(t=WALL, level=40.0, trend=0.0, season=(0.0,) * 24, since=WALL - 600.0,
+                 epoch=WALL, base=40.0, shortfalls=counts)  # fmt: skip
+    mem = Memory(WALL, ((WALL, 3),), forecast=f, forecast_period_s=86_400.0)
+    doc = to_status(mem)
+    assert doc["forecast"]["shortfalls"] == list(counts)
+    InferencePoolStatus.model_validate({FIELD: doc})
+    assert from_status({FIELD: doc}) == mem
+    assert (
+        "shortfalls" not in to_status(replace(mem, forecast=replace(f, shortfalls=())))["forecast"]
+    )
+    for odd in ([1.0, 2.0], [-1.0] * len(SHORTFALL_EDGES)):  # other buckets; a negative count
+        kept = from_status({FIELD: {**doc, "forecast": {**doc["forecast"], "shortfalls": odd}}})
+        assert kept == replace(mem, forecast=replace(f, shortfalls=())), odd  # the rest kept
+    bad = {**doc["forecast"], "shortfalls": "many"}
+    assert from_status({FIELD: {**doc, "forecast": bad}}) == replace(
+        mem, forecast=None, forecast_period_s=0.0
+    )
 
 
 def test_a_time_read_back_and_moved_between_clocks_keeps_its_stamp() -> None:

@@ -13,6 +13,7 @@ import pytest
 from preheat.api.poolfile import PoolFileError
 from preheat.core import autoscaling as core_autoscaling
 from preheat.core.autoscaling import Context, Decision, PolicyState
+from preheat.core.autoscaling.forecast import SHORTFALL_EDGES, learn, shortfall
 from preheat.core.pool import PoolConfig
 from preheat.core.routing.baselines import SchedulerState
 from preheat.core.routing.config import SchedulerConfig
@@ -583,3 +584,62 @@ def test_cli_forecast_history_is_read_and_said(
     assert rc == 2
     assert "--forecast-history" in err
     assert "Traceback" not in err
+
+
+def test_a_forecast_history_teaches_the_headroom_from_the_first_evaluation() -> None:
+    """``autoscaling.predictive.headroom`` with ``--forecast-history``: the history is learned
+    with a prediction at the pool's horizon after each window, as at an evaluation, so the
+    forecast's shortfall (here: days whose rate jumps 2 -> 20 req/s, which a forecast 60 s
+    ahead runs short of) is read from the first evaluation on, and the run's figures say it."""
+    period = 240.0
+    spec: dict[str, Any] = {
+        "model": {"name": "m"},
+        "engine": {"kind": "sim"},
+        "replicas": {"min": 1, "max": 4, "desired": 1},
+        "autoscaling": {
+            "objectives": [{"signal": "ttft", "percentile": 95, "targetMs": 500}],
+            "predictive": {"enabled": True, "horizon": "60s", "period": "4m", "headroom": 90},
+        },
+    }
+    pool = pool_config(spec_document("p", spec))
+    history = tuple(
+        (float(t), 20.0 if (t % period) >= period / 2 else 2.0)
+        for t in range(int(-6 * period), 0, 5)
+    )
+    reads: list[tuple[float, tuple[float, float] | None]] = []
+
+    def decide(ctx: Context) -> tuple[Decision, PolicyState]:
+        decision, state = core_autoscaling.decide(ctx)
+        if decision.forecast is not None:
+            reads.append((ctx.now, decision.forecast.headroom))
+        return decision, state
+
+    for learned in (True, False):
+        reads.clear()
+        options = SimOptions(autoscale_interval_s=5.0, autoscale=decide,
+                             forecast_history=history if learned else ())  # fmt: skip
+        run, _ = simulate(pool, _trace(150, rate=2.0), options)
+        assert reads, run.meta.extra
+        first = reads[0][1]
+        fc = run.meta.extra["forecast"]
+        assert isinstance(fc, dict)
+        if learned:
+            assert first is not None
+            assert first[0] == 90.0
+            # what the history alone teaches at the pool's horizon (a jump the season does
+            # not place to the minute runs the forecast short), give or take a bucket: the
+            # first evaluation also checks the history's last predictions against t=0's rate
+            hw = SimOptions().tuning.smoothing(pool.autoscaling.predictive)
+            taught = learn(None, history, hw, 60.0)
+            assert taught is not None
+            want = shortfall(taught, 0.9)
+            assert want is not None
+            assert want > 0.0
+            edge = SHORTFALL_EDGES.index
+            assert abs(edge(first[1]) - edge(want)) <= 1, (first, want)
+            room = fc["headroom"]
+            assert isinstance(room, dict)
+            assert room["percentile"] == 90.0
+            assert room["evaluations"] == len(reads)
+        else:
+            assert first is None  # nothing checked yet: no headroom read

@@ -396,6 +396,14 @@ class PredictiveSpec(_Model):
         "one, by the slot (168 offsets: an hour of a week), used once the history covers "
         "seven periods.",
     )
+    headroom: float = Field(
+        default=0,
+        ge=0,
+        lt=100,
+        description="Size for this percentile of the forecast's own shortfall: how far the "
+        "arrival rate a horizon later ran above the forecast, over about the last period "
+        "(90: the rise that 9 in 10 of the horizons stayed within). 0: none.",
+    )
 
 
 class AutoscalingSpec(_Model):
@@ -701,6 +709,13 @@ class ForecastState(_Model):
     )
     error: float | None = Field(
         default=None, ge=0, description="|forecast - observed| / observed of its last checked one."
+    )
+    shortfalls: list[float] = Field(
+        default_factory=list,
+        max_length=32,
+        description="How far the observed rate ran above each checked forecast, as a share of "
+        "the observed: counts per bucket (upper edges 0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, "
+        "0.5, 0.6, 0.75, 1), decayed over about a period (autoscaling.predictive.headroom).",
     )
 
 
@@ -1054,6 +1069,7 @@ def config_from_spec(spec: InferencePoolSpec, *, name: str, namespace: str) -> P
                 trust=predictive.trust,
                 period_s=parse_duration(predictive.period),
                 weekly=predictive.weekly,
+                headroom=predictive.headroom,
             ),
         ),
         routing=RoutingConfig(

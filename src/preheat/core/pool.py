@@ -113,7 +113,10 @@ class PredictiveConfig:
     """``autoscaling.predictive``: size for the forecast arrival rate :meth:`horizon` ahead
     (the pool's measured cold start when ``horizon_measured``, else or until one is measured
     ``horizon_s``), trusting ``trust`` of the predicted rise; the forecast's season is
-    ``period_s`` long (a day), with a weekly one of seven periods if ``weekly``."""
+    ``period_s`` long (a day), with a weekly one of seven periods if ``weekly``. With
+    ``headroom`` (a percentile, 0: none), at least the forecast corrected by that
+    percentile of its own shortfall at the horizon (:func:`~preheat.core.autoscaling.
+    forecast.shortfall`)."""
 
     enabled: bool = False
     horizon_s: float = DEFAULT_HORIZON_S
@@ -121,6 +124,7 @@ class PredictiveConfig:
     trust: float = 0.5
     period_s: float = 86_400.0
     weekly: bool = False
+    headroom: float = 0.0  # percentile of the forecast's shortfall to size for; 0 = none
 
     def horizon(self, cold_start_s: float | None) -> float:
         """How far ahead to forecast: the pool's measured cold start (a pod's creation to

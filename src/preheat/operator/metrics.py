@@ -95,6 +95,14 @@ class AutoscalerMetrics:
             pool,
             registry=registry,
         )
+        self.forecast_shortfall = Gauge(
+            m.AUTOSCALER_FORECAST_SHORTFALL,
+            "autoscaling.predictive.headroom: that percentile of how far the arrival rate a "
+            "horizon later ran above the forecast, as a share of the observed (the pool is "
+            "sized for forecast / (1 - this)).",
+            pool,
+            registry=registry,
+        )
         self._signals: dict[tuple[str, str], set[str]] = {}
         self._causes: dict[tuple[str, str], set[str]] = {}
 
@@ -118,6 +126,11 @@ class AutoscalerMetrics:
             self.forecast.labels(namespace, pool).set(forecast.rate)
             if forecast.error is not None:
                 self.forecast_error.labels(namespace, pool).set(forecast.error)
+            if forecast.headroom is not None:
+                self.forecast_shortfall.labels(namespace, pool).set(forecast.headroom[1])
+            else:
+                with contextlib.suppress(KeyError):
+                    self.forecast_shortfall.remove(namespace, pool)
         self.desired.labels(namespace, pool).set(desired)
         self.current.labels(namespace, pool).set(current)
         self.decisions.labels(namespace, pool, cause).inc()
@@ -134,7 +147,15 @@ class AutoscalerMetrics:
 
     def forget_pool(self, namespace: str, pool: str) -> None:
         key = (namespace, pool)
-        for gauge in (self.desired, self.current, self.stale, self.forecast, self.forecast_error):
+        gauges = (
+            self.desired,
+            self.current,
+            self.stale,
+            self.forecast,
+            self.forecast_error,
+            self.forecast_shortfall,
+        )
+        for gauge in gauges:
             with contextlib.suppress(KeyError):
                 gauge.remove(namespace, pool)
         for name in self._signals.pop(key, set()):

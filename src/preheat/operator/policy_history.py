@@ -23,6 +23,8 @@ whatever node it starts::
         weekSince: "2026-11-16T08:00:00.000Z"  # predictive.weekly: the weekly season's first
         week: [1.5, -0.4, ...]                 # req/s the weekday adds, per hour of 7 periods
         error: 0.12                            # its last checked prediction, off by 12%
+        shortfalls: [80.1, 3.2, ...]           # how far the rate ran above the checked
+                                               # predictions: decayed counts per bucket
       coldStartSeconds: 55.7                   # the pool's last measured cold start: the
                                                # predictive horizon (the pods that measured
                                                # it may have left by the restart)
@@ -41,7 +43,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from preheat.core.autoscaling import Direction
-from preheat.core.autoscaling.forecast import Forecast
+from preheat.core.autoscaling.forecast import SHORTFALL_EDGES, Forecast
 from preheat.core.autoscaling.memory import Memory
 
 FIELD = "policyHistory"
@@ -92,6 +94,8 @@ def to_status(memory: Memory) -> dict[str, Any]:
             fc["week"] = list(f.week)
         if f.error is not None:
             fc["error"] = f.error
+        if f.shortfalls:
+            fc["shortfalls"] = list(f.shortfalls)
         out["forecast"] = fc
     if memory.cold_start_s is not None:
         out["coldStartSeconds"] = round(memory.cold_start_s, 3)
@@ -118,6 +122,12 @@ def _forecast(doc: Any) -> tuple[Forecast | None, float]:
     if not isinstance(week, list | None):
         raise ValueError("forecast.week: not a list")
     week_since = doc.get("weekSince")
+    shortfalls = doc.get("shortfalls")
+    if not isinstance(shortfalls, list | None):
+        raise ValueError("forecast.shortfalls: not a list")
+    counts = tuple(_number(v) for v in shortfalls or ())
+    if len(counts) != len(SHORTFALL_EDGES) or any(c < 0 for c in counts):
+        counts = ()  # another shape (another operator's buckets): counted again
     f = Forecast(
         t=_seconds(doc.get("time")),
         level=_number(doc.get("level")),
@@ -129,6 +139,7 @@ def _forecast(doc: Any) -> tuple[Forecast | None, float]:
         base=_number(doc.get("base")),
         week=tuple(_number(v) for v in week or ()),
         week_since=None if week_since is None else _seconds(week_since),
+        shortfalls=counts,
     )
     return f, _number(doc.get("periodSeconds"))
 

@@ -663,6 +663,14 @@ def _report(result: _Result, args: argparse.Namespace) -> int:
             f"{float(fc['error_median']) * 100:.0f}% (median), "
             f"{float(fc['error_p90']) * 100:.0f}% (p90) over {int(fc['evaluations'])} evaluations"
         )
+        room = fc.get("headroom")
+        if isinstance(room, dict):
+            print(
+                f"  headroom: its p{float(room['percentile']):g} shortfall read "
+                f"{float(room['shortfall_median']) * 100:.0f}% (median), "
+                f"{float(room['shortfall_p90']) * 100:.0f}% (p90) over "
+                f"{int(room['evaluations'])} evaluations (sized for forecast / (1 - it))"
+            )
         if fc.get("history_s"):
             print(
                 f"  it started from {float(fc['history_s']):g} s of history before t=0 "

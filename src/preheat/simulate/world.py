@@ -258,6 +258,8 @@ class _World:
         self.control = ControlState(policy=_policy_start(pool, options))
         # each evaluation's forecast error (the forecast runs with predictive off too)
         self.forecast_errors: list[float] = []
+        # each evaluation's shortfall read (autoscaling.predictive.headroom set)
+        self.forecast_shortfalls: list[float] = []
         # the last evaluation's forecast horizon and what set it ("": the configuration)
         self.forecast_horizon: tuple[float, str] | None = None
         zones = pool.topology.zones or ("zone-a",)
@@ -887,6 +889,8 @@ class _World:
             self.forecast_horizon = (decision.forecast.horizon_s, decision.forecast.basis)
             if decision.forecast.error is not None:
                 self.forecast_errors.append(decision.forecast.error)
+            if decision.forecast.headroom is not None:
+                self.forecast_shortfalls.append(decision.forecast.headroom[1])
         if decision.active != self.desired:
             kind = "scale_up" if decision.active > self.desired else "scale_down"
             self.events.append(
@@ -1034,7 +1038,11 @@ class _World:
                 "schedule_calls": st.schedule_calls,
                 "decide_calls": st.decide_calls,
                 **_forecast_extra(
-                    self.forecast_errors, self.pool, self.options, self.forecast_horizon
+                    self.forecast_errors,
+                    self.forecast_shortfalls,
+                    self.pool,
+                    self.options,
+                    self.forecast_horizon,
                 ),
             },
         )
@@ -1046,12 +1054,16 @@ def _policy_start(pool: PoolConfig, options: SimOptions) -> PolicyState:
     ``options.forecast_history`` (with the pool's season length)."""
     if not options.forecast_history:
         return PolicyState()
-    hw = options.tuning.smoothing(pool.autoscaling.predictive)
-    return PolicyState(forecast=learn(None, options.forecast_history, hw))
+    pred = pool.autoscaling.predictive
+    hw = options.tuning.smoothing(pred)
+    # predicting at the horizon the pool starts with (its pods' cold start is not measured
+    # yet), so the history teaches the forecast's error and shortfall too
+    return PolicyState(forecast=learn(None, options.forecast_history, hw, pred.horizon(None)))
 
 
 def _forecast_extra(
     errors: list[float],
+    shortfalls: list[float],
     pool: PoolConfig,
     options: SimOptions,
     horizon: tuple[float, str] | None,
@@ -1060,14 +1072,29 @@ def _forecast_extra(
     ({} when it made no checked prediction: no router figures, or a run too short), its
     horizon at the last evaluation and what set it (``horizon_basis``: "" for the
     configuration, else the pods' measured cold start), its season's period and how much
-    history it started from (s before t=0)."""
+    history it started from (s before t=0); with a headroom, the shortfall it read (median
+    and p90 over the evaluations that read one)."""
     acc = forecast_accuracy(errors)
     if acc is None:
         return {}
     history = options.forecast_history
     h, basis = horizon or (pool.autoscaling.predictive.horizon(None), "")
+    room = forecast_accuracy(shortfalls)
+    headroom = (
+        {}
+        if room is None
+        else {
+            "headroom": {
+                "percentile": pool.autoscaling.predictive.headroom,
+                "evaluations": room.count,
+                "shortfall_median": room.median,
+                "shortfall_p90": room.p90,
+            }
+        }
+    )
     return {
         "forecast": {
+            **headroom,
             "horizon_s": h,
             "horizon_basis": basis,
             "period_s": pool.autoscaling.predictive.period_s,

@@ -36,6 +36,14 @@ Its error: each prediction (:func:`ahead`) is kept until its time comes; the fir
 observation at or after that time resolves it, and ``error = |forecast - observed| /
 observed`` of the latest prediction so resolved is what the decision's reason and the
 ``preheat_autoscaler_forecast_error_ratio`` metric say (:class:`Outlook`).
+
+Its shortfall (``autoscaling.predictive.headroom``): every prediction so resolved also
+counts, in a histogram (``Forecast.shortfalls``, buckets up to :data:`SHORTFALL_EDGES`),
+how far the observed rate ran above it, as a share of the observed: ``max(0, observed -
+forecast) / observed`` (0 when the forecast was at or over it). The counts decay by
+``exp(-dt / period_s)`` per ``dt`` seconds, so the histogram holds about the last period;
+:func:`shortfall` reads a percentile of it (a bucket's upper edge), and a rate sized for
+``forecast / (1 - shortfall)`` covers that share of the horizons seen.
 """
 
 from __future__ import annotations
@@ -45,6 +53,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 __all__ = [
+    "MAX_SHORTFALL",
+    "SHORTFALL_EDGES",
     "Accuracy",
     "Forecast",
     "HoltWinters",
@@ -56,11 +66,20 @@ __all__ = [
     "offset",
     "predict",
     "seasonal",
+    "shortfall",
     "weekly",
 ]
 
 MIN_RATE = 1e-6  # req/s: below it nothing arrived, and no relative error is defined
 MAX_PENDING = 64  # predictions awaiting their time (horizon / interval of them, normally)
+#: the shortfall histogram's buckets, by upper edge: bucket 0 counts the predictions at or
+#: over the observed rate, bucket i those short by more than edge i-1 and at most edge i
+SHORTFALL_EDGES = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0)
+#: a shortfall read at most this (sizing at most 4x the forecast): past it, the forecast
+#: said next to nothing of what came (a rise from silence), and no multiple of it would
+MAX_SHORTFALL = 0.75
+#: the (decayed) number of resolved predictions before :func:`shortfall` reads a percentile
+MIN_SHORTFALLS = 10.0
 
 
 @dataclass(frozen=True)
@@ -115,6 +134,8 @@ class Forecast:
     # since ``week_since``; () and None without one
     week: tuple[float, ...] = ()
     week_since: float | None = None
+    # the shortfall histogram: one decayed count per bucket of SHORTFALL_EDGES; () = none
+    shortfalls: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -126,13 +147,24 @@ class Outlook:
     horizon_s: float
     error: float | None
     basis: str = ""  # what set the horizon, when not the configuration ("the pods' cold start")
+    # ``autoscaling.predictive.headroom``: (its percentile, the shortfall read there); None
+    # when off or not yet read (too few predictions resolved)
+    headroom: tuple[float, float] | None = None
 
     def describe(self) -> str:
         """``forecast 31.0 req/s in 60 s, last forecast off by 12%`` (``in 56 s, the pods'
-        cold start, ...`` when measured)."""
+        cold start, ...`` when measured; ``, sized for 41.3 req/s: its p90 shortfall 25%``
+        with a headroom)."""
         err = "" if self.error is None else f", last forecast off by {self.error * 100:.0f}%"
         basis = f" ({self.basis})" if self.basis else ""
-        return f"forecast {self.rate:.1f} req/s in {round(self.horizon_s, 1):g} s{basis}{err}"
+        room = ""
+        if self.headroom is not None:
+            q, s = self.headroom
+            room = (
+                f", sized for {self.rate / (1.0 - s):.1f} req/s: its p{q:g} shortfall "
+                f"{s * 100:.0f}%"
+            )
+        return f"forecast {self.rate:.1f} req/s in {round(self.horizon_s, 1):g} s{basis}{err}{room}"
 
 
 def observe(f: Forecast | None, t: float, y: float, hw: HoltWinters = HoltWinters()) -> Forecast:
@@ -150,10 +182,12 @@ def observe(f: Forecast | None, t: float, y: float, hw: HoltWinters = HoltWinter
     error = f.error
     due = [v for at, v in f.pending if at <= t + 1e-6]
     pending = tuple(p for p in f.pending if p[0] > t + 1e-6)
+    dt = t - f.t
+    shortfalls = _decayed(f.shortfalls, dt, hw)
     if due and y > MIN_RATE:
         error = abs(due[-1] - y) / y
-    f = replace(f, pending=pending, error=error)
-    dt = t - f.t
+        shortfalls = _counted(shortfalls, [max(0.0, y - v) / y for v in due])
+    f = replace(f, pending=pending, error=error, shortfalls=shortfalls)
     if dt <= 0:
         return replace(f, level=y)
     k = hw.slot(t - f.epoch)
@@ -181,13 +215,57 @@ def observe(f: Forecast | None, t: float, y: float, hw: HoltWinters = HoltWinter
     )
 
 
+def _decayed(counts: tuple[float, ...], dt: float, hw: HoltWinters) -> tuple[float, ...]:
+    """The shortfall histogram ``dt`` seconds later (() stays (): nothing counted yet; one
+    of another shape, from an older state, starts again)."""
+    if len(counts) != len(SHORTFALL_EDGES):
+        return ()
+    if dt <= 0:
+        return counts
+    k = math.exp(-dt / hw.period_s)
+    return tuple(c * k for c in counts)
+
+
+def _counted(counts: tuple[float, ...], shortfalls: Sequence[float]) -> tuple[float, ...]:
+    """The histogram with each of ``shortfalls`` (in [0, 1]) counted once."""
+    out = list(counts) if counts else [0.0] * len(SHORTFALL_EDGES)
+    for s in shortfalls:
+        i = next((i for i, e in enumerate(SHORTFALL_EDGES) if s <= e), len(out) - 1)
+        out[i] += 1.0
+    return tuple(out)
+
+
+def shortfall(f: Forecast, q: float) -> float | None:
+    """The ``q`` quantile (0-1) of how far the observed rate ran above the forecast over
+    about the last period, as a share of the observed: the upper edge of the bucket it
+    falls in, at most :data:`MAX_SHORTFALL` (None: fewer than :data:`MIN_SHORTFALLS`
+    predictions resolved)."""
+    counts = f.shortfalls
+    total = sum(counts)
+    if len(counts) != len(SHORTFALL_EDGES) or total < MIN_SHORTFALLS:
+        return None
+    need, seen = q * total, 0.0
+    for edge, c in zip(SHORTFALL_EDGES, counts, strict=True):
+        seen += c
+        if seen >= need - 1e-9:
+            return min(edge, MAX_SHORTFALL)
+    return MAX_SHORTFALL
+
+
 def learn(
-    f: Forecast | None, samples: Iterable[tuple[float, float]], hw: HoltWinters = HoltWinters()
+    f: Forecast | None,
+    samples: Iterable[tuple[float, float]],
+    hw: HoltWinters = HoltWinters(),
+    horizon_s: float | None = None,
 ) -> Forecast | None:
     """The state after observing each ``(time, rate)`` of ``samples`` in order (a history
-    the forecast starts from: the pool's rates before now)."""
+    the forecast starts from: the pool's rates before now). With ``horizon_s``, a prediction
+    that far ahead follows each observation, as at an evaluation, so the history also
+    teaches the forecast's error and shortfall."""
     for t, y in samples:
         f = observe(f, t, y, hw)
+        if horizon_s is not None:
+            f, _ = ahead(f, horizon_s, hw)
     return f
 
 

@@ -12,7 +12,9 @@ The pipeline, each step a small module of its own:
    corrects the model only after a whole window late, to twice the model at most);
    :mod:`~.forecast` (``autoscaling.predictive``, off by default): the estimate also sizes
    for the arrival rate forecast ``horizon`` ahead, acting on ``trust`` of a predicted rise
-   (never on a predicted fall: the observed rate and the objectives keep what they need);
+   (never on a predicted fall: the observed rate and the objectives keep what they need),
+   and with ``headroom`` at least the forecast over one minus that percentile of its own
+   shortfall (:func:`~.forecast.shortfall`: how far the rate a horizon later ran above it);
    :mod:`~.demand`: what the routers refused is demand too (the served load times
    ``A / (A - R)``);
 3. :mod:`~.panic`: far past a latency target -> scale up now, never down for a while;
@@ -132,7 +134,7 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
     f = state.forecast
     if f is not None and f is not ctx.state.forecast and f.pending:
         at, rate = f.pending[-1]
-        outlook = Outlook(rate, at - f.t, f.error, _horizon_basis(ctx))
+        outlook = Outlook(rate, at - f.t, f.error, _horizon_basis(ctx), _headroom(ctx, f))
         decision = replace(decision, forecast=outlook)
     return decision, state
 
@@ -302,12 +304,22 @@ def _forecast(ctx: Context) -> tuple[float | None, Forecast | None, Outlook | No
     f = forecast.observe(ctx.state.forecast, ctx.now, seen.arrival_rate, hw)
     horizon = pred.horizon(_cold_start(ctx))
     f, outlook = forecast.ahead(f, horizon, hw)
-    outlook = replace(outlook, basis=_horizon_basis(ctx))
+    outlook = replace(outlook, basis=_horizon_basis(ctx), headroom=_headroom(ctx, f))
     if not pred.enabled:
         return None, f, outlook
     now_rate = seen.arrival_rate
     rate = now_rate + pred.trust * max(0.0, outlook.rate - now_rate)
+    if outlook.headroom is not None:
+        rate = max(rate, outlook.rate / (1.0 - outlook.headroom[1]))
     return rate, f, outlook
+
+
+def _headroom(ctx: Context, f: Forecast) -> tuple[float, float] | None:
+    """``autoscaling.predictive.headroom``'s percentile and the forecast's shortfall read
+    there (None: no headroom set, or too few predictions checked yet)."""
+    q = ctx.autoscaling.predictive.headroom
+    s = forecast.shortfall(f, q / 100.0) if q > 0 else None
+    return None if s is None else (q, s)
 
 
 def _cold_start(ctx: Context) -> float | None:

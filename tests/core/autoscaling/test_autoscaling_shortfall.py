@@ -1,0 +1,209 @@
+"""``autoscaling.predictive.headroom``: the forecast's shortfall (how far the rate a horizon
+later ran above each checked forecast) read as a percentile of its histogram (pure and
+property tests), and the policy sizing for the forecast over one minus it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from preheat.api.pool import PoolSpecError, to_config
+from preheat.core.autoscaling import Demand, Mix, PolicyState, Signals, decide
+from preheat.core.autoscaling.forecast import (
+    MAX_SHORTFALL,
+    SHORTFALL_EDGES,
+    Forecast,
+    HoltWinters,
+    ahead,
+    learn,
+    observe,
+    shortfall,
+)
+from preheat.core.pool import PredictiveConfig
+from tests.core.autoscaling.autoscalingkit import config, ctx, signals
+
+NEVER = HoltWinters(period_s=math.inf)  # nothing decays: counts stay whole
+
+
+def _checked(pairs: list[tuple[float, float]], hw: HoltWinters = NEVER) -> Forecast:
+    """A forecast whose predictions ``(forecast, observed)`` were each checked, 15 s apart."""
+    f = observe(None, 0.0, 1.0, hw)
+    for i, (predicted, seen) in enumerate(pairs, start=1):
+        t = 15.0 * i
+        f = observe(replace(f, pending=((t, predicted),)), t, seen, hw)
+    return f
+
+
+def test_the_shortfall_is_a_percentile_of_the_checked_forecasts() -> None:
+    # 18 forecasts at or over what came, two 25% short of it (75 against 100)
+    f = _checked([(100.0, 100.0)] * 9 + [(110.0, 100.0)] * 9 + [(75.0, 100.0)] * 2)
+    assert shortfall(f, 0.9) == 0.0
+    assert shortfall(f, 0.95) == 0.25
+    assert shortfall(f, 0.99) == 0.25
+
+
+def test_no_shortfall_is_read_before_ten_forecasts_are_checked() -> None:
+    f = _checked([(75.0, 100.0)] * 9)
+    assert shortfall(f, 0.9) is None
+    assert shortfall(_checked([(75.0, 100.0)] * 10), 0.9) == 0.25
+    assert shortfall(observe(None, 0.0, 5.0), 0.9) is None
+
+
+def test_a_rise_from_silence_reads_at_most_the_cap() -> None:
+    f = _checked([(0.0, 50.0)] * 12)  # forecast nothing, 50 req/s came
+    assert shortfall(f, 0.9) == MAX_SHORTFALL
+
+
+def test_the_shortfall_forgets_over_about_a_period() -> None:
+    hw = HoltWinters(period_s=3_600.0)
+    short = _checked([(60.0, 100.0)] * 20, hw)  # 40% short
+    assert shortfall(short, 0.9) == 0.4
+    f = short
+    for i in range(1, 4 * 240 + 1):  # four periods of forecasts that were right
+        t = f.t + 15.0
+        f = observe(replace(f, pending=((t, 100.0),)), t, 100.0, hw)
+        if i == 20:
+            assert shortfall(f, 0.9) == 0.4  # 20 right against 20 short: still read
+    assert shortfall(f, 0.9) == 0.0
+    assert sum(f.shortfalls) < 400  # about a period's worth (240) kept, not all 980
+
+
+@given(
+    st.lists(st.tuples(st.floats(0, 1e3), st.floats(0.01, 1e3)), min_size=10, max_size=80),
+    st.sampled_from([0.5, 0.75, 0.9, 0.99]),
+)
+def test_the_percentile_is_the_first_bucket_edge_that_covers_that_share(
+    pairs: list[tuple[float, float]], q: float
+) -> None:
+    f = _checked(pairs)
+    s = shortfall(f, q)
+    assert s is not None
+    shorts = [max(0.0, seen - predicted) / seen for predicted, seen in pairs]
+    n = len(shorts)
+    assert 0.0 <= s <= MAX_SHORTFALL
+    if s < MAX_SHORTFALL:
+        assert sum(x <= s for x in shorts) >= q * n - 1e-6  # it covers q of them
+    i = SHORTFALL_EDGES.index(s)
+    if i > 0:
+        below = SHORTFALL_EDGES[i - 1]
+        assert sum(x <= below for x in shorts) < q * n + 1e-6  # the edge before does not
+
+
+def test_a_history_learned_with_a_horizon_teaches_the_shortfall() -> None:
+    # a rate that doubles every 10 minutes: a trend follows it, and still runs short
+    samples = [(-3_600.0 + 60.0 * i, 10.0 * 2 ** (i / 10)) for i in range(60)]
+    taught = learn(None, samples, HoltWinters(), horizon_s=120.0)
+    plain = learn(None, samples, HoltWinters())
+    assert taught is not None
+    assert plain is not None
+    assert plain.shortfalls == ()
+    assert sum(taught.shortfalls) > 50
+    s = shortfall(taught, 0.9)
+    assert s is not None
+    assert s > 0.0
+    assert (taught.level, taught.trend) == (plain.level, plain.trend)  # it only predicts
+
+
+MIX = Mix(requests=100, prompt_tokens=1155, cached_tokens=0, output_tokens=211)
+
+
+def _at(now: float, rate: float) -> Signals:
+    return replace(
+        signals(now, 100.0),
+        demand=Demand(arrival_rate=rate, refused_rate=0.0, window_s=30.0),
+        mix=MIX,
+    )
+
+
+RATE = 100.0  # req/s: about 5 pods at the estimate's ~20 per pod (proposal 0014)
+
+
+def _short(q: float, s: float) -> Forecast:
+    """A forecast of a steady ``RATE`` whose checked predictions fell ``s`` short ``1 - q``
+    of the time (and were right otherwise)."""
+    right = round(100 * q)
+    return _checked([(RATE, RATE)] * right + [(RATE * (1 - s), RATE)] * (100 - right))
+
+
+def test_headroom_sizes_for_the_forecast_over_its_shortfall_and_says_so() -> None:
+    f = _short(0.85, 0.25)  # 15 in 100 were 25% short: the p90 is 25%
+    state = PolicyState(forecast=f)
+    now = f.t + 15.0
+
+    def run(pred: PredictiveConfig, rate: float = RATE) -> tuple[int | None, str]:
+        cfg = replace(config(), predictive=pred)
+        d, _ = decide(ctx(now, _at(now, rate), desired=2, cfg=cfg, max_=40, state=state))
+        return d.recommendation, d.reason
+
+    with_room, reason = run(PredictiveConfig(enabled=True, headroom=90))
+    without, plain_reason = run(PredictiveConfig(enabled=True))
+    sized_for, _ = run(PredictiveConfig(enabled=True), rate=RATE / 0.75)
+    assert with_room is not None
+    assert without is not None
+    assert with_room > without
+    assert with_room == sized_for  # the estimate sized for RATE / (1 - 0.25) req/s
+    assert "sized for 133.3 req/s: its p90 shortfall 25%" in reason, reason
+    assert "shortfall" not in plain_reason
+    # off: the forecast says it (decision.forecast), and nothing is sized for it
+    off, off_reason = run(PredictiveConfig(enabled=False, headroom=90))
+    plain, _ = run(PredictiveConfig(enabled=False))
+    assert off == plain
+    assert "shortfall" not in off_reason
+
+
+def test_the_decision_carries_the_shortfall_read() -> None:
+    f = _short(0.85, 0.25)
+    now = f.t + 15.0
+    for q, want in ((90.0, 0.25), (80.0, 0.0)):
+        cfg = replace(config(), predictive=PredictiveConfig(enabled=True, headroom=q))
+        c = ctx(now, _at(now, RATE), desired=2, cfg=cfg, state=PolicyState(forecast=f))
+        d, state = decide(c)
+        assert d.forecast is not None
+        assert d.forecast.headroom == (q, want)
+        assert state.forecast is not None
+        # nothing was due to be checked: the counts only decayed over the 15 s, by a day's
+        decay = math.exp(-15.0 / 86_400.0)
+        assert sum(state.forecast.shortfalls) == pytest.approx(sum(f.shortfalls) * decay)
+    cfg = replace(config(), predictive=PredictiveConfig(enabled=True))
+    d, _ = decide(ctx(now, _at(now, RATE), desired=2, cfg=cfg, state=PolicyState(forecast=f)))
+    assert d.forecast is not None
+    assert d.forecast.headroom is None
+
+
+def test_headroom_is_never_below_what_the_trust_alone_sizes_for() -> None:
+    f = _short(1.0, 0.0)  # never short: the headroom reads 0
+    now = f.t + 15.0
+    for q in (0.0, 90.0):
+        cfg = replace(config(), predictive=PredictiveConfig(enabled=True, trust=1.0, headroom=q))
+        d, _ = decide(ctx(now, _at(now, RATE), desired=2, cfg=cfg, state=PolicyState(forecast=f)))
+        assert d.recommendation is not None
+        if q == 0.0:
+            base = d.recommendation
+    assert d.recommendation == base
+
+
+def test_the_crd_field_reads_a_percentile_and_refuses_100() -> None:
+    spec: dict[str, object] = {
+        "model": {"name": "m"},
+        "engine": {"kind": "sim"},
+        "replicas": {"min": 1, "max": 2},
+        "autoscaling": {"predictive": {"enabled": True}},
+    }
+    assert to_config(spec, name="p", namespace="n").autoscaling.predictive.headroom == 0.0
+    spec["autoscaling"] = {"predictive": {"enabled": True, "headroom": 90}}
+    assert to_config(spec, name="p", namespace="n").autoscaling.predictive.headroom == 90.0
+    for bad in (100, -1):
+        spec["autoscaling"] = {"predictive": {"enabled": True, "headroom": bad}}
+        with pytest.raises(PoolSpecError, match=r"autoscaling\.predictive\.headroom"):
+            to_config(spec, name="p", namespace="n")
+
+
+def test_the_forecast_ahead_keeps_its_histogram() -> None:
+    f = _short(0.85, 0.25)
+    g, said = ahead(f, 60.0, NEVER)
+    assert g.shortfalls == f.shortfalls
+    assert said.headroom is None  # the policy reads it, with the pool's percentile
