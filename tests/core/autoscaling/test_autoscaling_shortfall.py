@@ -146,7 +146,7 @@ def test_headroom_sizes_for_the_forecast_over_its_shortfall_and_says_so() -> Non
     assert without is not None
     assert with_room > without
     assert with_room == sized_for  # the estimate sized for RATE / (1 - 0.25) req/s
-    assert "sized for 133.3 req/s: its p90 shortfall 25%" in reason, reason
+    assert "its p90 shortfall 25%: at least 133.3 req/s" in reason, reason
     assert "shortfall" not in plain_reason
     # off: the forecast says it (decision.forecast), and nothing is sized for it
     off, off_reason = run(PredictiveConfig(enabled=False, headroom=90))

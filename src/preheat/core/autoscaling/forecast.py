@@ -153,7 +153,7 @@ class Outlook:
 
     def describe(self) -> str:
         """``forecast 31.0 req/s in 60 s, last forecast off by 12%`` (``in 56 s, the pods'
-        cold start, ...`` when measured; ``, sized for 41.3 req/s: its p90 shortfall 25%``
+        cold start, ...`` when measured; ``, its p90 shortfall 25%: at least 41.3 req/s``
         with a headroom)."""
         err = "" if self.error is None else f", last forecast off by {self.error * 100:.0f}%"
         basis = f" ({self.basis})" if self.basis else ""
@@ -161,8 +161,7 @@ class Outlook:
         if self.headroom is not None:
             q, s = self.headroom
             room = (
-                f", sized for {self.rate / (1.0 - s):.1f} req/s: its p{q:g} shortfall "
-                f"{s * 100:.0f}%"
+                f", its p{q:g} shortfall {s * 100:.0f}%: at least {self.rate / (1.0 - s):.1f} req/s"
             )
         return f"forecast {self.rate:.1f} req/s in {round(self.horizon_s, 1):g} s{basis}{err}{room}"
 
