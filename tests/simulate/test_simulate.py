@@ -500,12 +500,10 @@ def test_the_simulated_router_sees_the_step_clocks_the_live_one_reads_from_token
             assert k == pytest.approx(round(k), abs=1e-6)
 
 
-def test_a_forecast_history_lets_the_first_evaluations_see_the_rise_it_learned() -> None:
-    """``SimOptions.forecast_history`` (``--forecast-history``): the policy's forecast
-    starts having learned the days before, with the pool's season
-    (``autoscaling.predictive.period``), as a pool's forecast does that its status kept
-    across restarts. Days of 2 req/s rising to 20 at the middle: with the history, the
-    first evaluations' forecast sees the coming rise; without, it says what it sees."""
+def _step_days(**predictive: Any) -> tuple[PoolConfig, tuple[tuple[float, float], ...]]:
+    """A pool forecasting 60 s ahead over 4-minute days (``predictive`` added to its
+    ``autoscaling.predictive``), and six such days of history before t=0, each 2 req/s for
+    its first half and 20 for its second."""
     period = 240.0
     spec: dict[str, Any] = {
         "model": {"name": "m"},
@@ -513,16 +511,23 @@ def test_a_forecast_history_lets_the_first_evaluations_see_the_rise_it_learned()
         "replicas": {"min": 1, "max": 4, "desired": 1},
         "autoscaling": {
             "objectives": [{"signal": "ttft", "percentile": 95, "targetMs": 500}],
-            "predictive": {"enabled": True, "horizon": "60s", "period": "4m"},
+            "predictive": {"enabled": True, "horizon": "60s", "period": "4m", **predictive},
         },
     }
-    pool = pool_config(spec_document("p", spec))
+    history = tuple(
+        (float(t), 20.0 if (t % period) >= period / 2 else 2.0)
+        for t in range(int(-6 * period), 0, 5)
+    )
+    return pool_config(spec_document("p", spec)), history
 
-    def rate(t: float) -> float:
-        return 20.0 if (t % period) >= period / 2 else 2.0
 
-    days = 6
-    history = tuple((float(t), rate(t)) for t in range(int(-days * period), 0, 5))
+def test_a_forecast_history_lets_the_first_evaluations_see_the_rise_it_learned() -> None:
+    """``SimOptions.forecast_history`` (``--forecast-history``): the policy's forecast
+    starts having learned the days before, with the pool's season
+    (``autoscaling.predictive.period``), as a pool's forecast does that its status kept
+    across restarts. Days of 2 req/s rising to 20 at the middle: with the history, the
+    first evaluations' forecast sees the coming rise; without, it says what it sees."""
+    pool, history = _step_days()
     trace = _trace(150, rate=2.0)  # the first 75 s of the next day: the quiet half
     outlooks: dict[bool, list[tuple[float, float]]] = {}
     for learned in (True, False):
@@ -591,21 +596,7 @@ def test_a_forecast_history_teaches_the_headroom_from_the_first_evaluation() -> 
     with a prediction at the pool's horizon after each window, as at an evaluation, so the
     forecast's shortfall (here: days whose rate jumps 2 -> 20 req/s, which a forecast 60 s
     ahead runs short of) is read from the first evaluation on, and the run's figures say it."""
-    period = 240.0
-    spec: dict[str, Any] = {
-        "model": {"name": "m"},
-        "engine": {"kind": "sim"},
-        "replicas": {"min": 1, "max": 4, "desired": 1},
-        "autoscaling": {
-            "objectives": [{"signal": "ttft", "percentile": 95, "targetMs": 500}],
-            "predictive": {"enabled": True, "horizon": "60s", "period": "4m", "headroom": 90},
-        },
-    }
-    pool = pool_config(spec_document("p", spec))
-    history = tuple(
-        (float(t), 20.0 if (t % period) >= period / 2 else 2.0)
-        for t in range(int(-6 * period), 0, 5)
-    )
+    pool, history = _step_days(headroom=90)
     reads: list[tuple[float, tuple[float, float] | None]] = []
 
     def decide(ctx: Context) -> tuple[Decision, PolicyState]:

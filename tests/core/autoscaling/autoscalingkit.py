@@ -9,6 +9,8 @@ from typing import Any
 from preheat.core.autoscaling import (
     Context,
     Decision,
+    Demand,
+    Mix,
     PolicyState,
     PolicyTuning,
     ReplicaCounts,
@@ -26,6 +28,8 @@ from preheat.core.pool import (
 )
 
 TTFT95 = Objective(Signal.TTFT, 95.0, 400.0)
+#: the Azure conv trace's request mix (prompt and output means), for the capacity estimate
+AZURE_MIX = Mix(requests=100, prompt_tokens=1155, cached_tokens=0, output_tokens=211)
 
 
 def config(
@@ -144,3 +148,14 @@ class Driver:
 
 def with_state(c: Context, **kw: Any) -> Context:
     return replace(c, state=replace(c.state, **kw))
+
+
+def at_rate(now: float, rate: float, mix: Mix = AZURE_MIX) -> Signals:
+    """A snapshot that meets its TTFT target (100 ms) with the routers' figures: ``rate``
+    req/s arriving over a 30-s window, of ``mix`` (what the capacity estimate and the
+    forecast read)."""
+    return replace(
+        signals(now, 100.0),
+        demand=Demand(arrival_rate=rate, refused_rate=0.0, window_s=30.0),
+        mix=mix,
+    )

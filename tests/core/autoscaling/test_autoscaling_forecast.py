@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from preheat.api.pool import to_config
-from preheat.core.autoscaling import Demand, Mix, PolicyState, Signals, decide
+from preheat.core.autoscaling import PolicyState, decide
 from preheat.core.autoscaling.forecast import (
     MAX_PENDING,
     Accuracy,
@@ -26,7 +26,7 @@ from preheat.core.autoscaling.forecast import (
 )
 from preheat.core.autoscaling.memory import remember, restore
 from preheat.core.pool import PredictiveConfig
-from tests.core.autoscaling.autoscalingkit import config, ctx, signals
+from tests.core.autoscaling.autoscalingkit import at_rate, config, ctx, signals
 
 HW = HoltWinters()
 
@@ -227,17 +227,6 @@ def test_bad_smoothing_is_refused() -> None:
         HoltWinters(alpha=1.5)
 
 
-MIX = Mix(requests=100, prompt_tokens=1155, cached_tokens=0, output_tokens=211)
-
-
-def _rising(now: float, rate: float) -> Signals:
-    return replace(
-        signals(now, 100.0),
-        demand=Demand(arrival_rate=rate, refused_rate=0.0, window_s=30.0),
-        mix=MIX,
-    )
-
-
 def _run(pred: PredictiveConfig) -> tuple[list[int], str]:
     cfg = replace(config(), predictive=pred)
     state = None
@@ -247,7 +236,7 @@ def _run(pred: PredictiveConfig) -> tuple[list[int], str]:
         now = 15.0 * i
         # +5 req/s every 15 s: steep enough that 60 s ahead needs more pods than now at
         # the estimate's ~20 req/s per pod at p95 <= 400 ms (proposal 0014)
-        c = ctx(now, _rising(now, 10.0 + 5.0 * i), desired=desired, cfg=cfg, max_=40)
+        c = ctx(now, at_rate(now, 10.0 + 5.0 * i), desired=desired, cfg=cfg, max_=40)
         if state is not None:
             c = replace(c, state=state)
         d, state = decide(c)
@@ -266,10 +255,10 @@ def test_predictive_sizes_ahead_of_a_rise_and_says_so() -> None:
 def test_the_decision_carries_the_forecast_whether_or_not_it_acts() -> None:
     for enabled in (False, True):
         cfg = replace(config(), predictive=PredictiveConfig(enabled=enabled, horizon_s=30.0))
-        d, state = decide(ctx(0.0, _rising(0.0, 10.0), desired=2, cfg=cfg, max_=40))
+        d, state = decide(ctx(0.0, at_rate(0.0, 10.0), desired=2, cfg=cfg, max_=40))
         assert d.forecast is not None
         assert (d.forecast.rate, d.forecast.horizon_s, d.forecast.error) == (10.0, 30.0, None)
-        d, state = decide(replace(ctx(30.0, _rising(30.0, 8.0), desired=2, cfg=cfg), state=state))
+        d, state = decide(replace(ctx(30.0, at_rate(30.0, 8.0), desired=2, cfg=cfg), state=state))
         assert d.forecast is not None
         assert d.forecast.error == pytest.approx(0.25)
         assert ("last forecast off by 25%" in d.reason) is enabled, d.reason
@@ -281,11 +270,11 @@ def test_the_measured_cold_start_outlives_the_pods_that_measured_it() -> None:
     """Once measured, the horizon stays the pool's cold start when the pods that measured
     it leave (a pool scaled down to the pods it started with, which measured none)."""
     unset = replace(config(), predictive=PredictiveConfig(enabled=True))
-    first = ctx(0.0, _rising(0.0, 10.0), desired=2, cfg=unset, max_=40)
+    first = ctx(0.0, at_rate(0.0, 10.0), desired=2, cfg=unset, max_=40)
     first = replace(first, counts=replace(first.counts, cold_start_s=95.5))
     _, state = decide(first)
     assert state.cold_start_s == 95.5
-    later = replace(ctx(15.0, _rising(15.0, 10.0), desired=2, cfg=unset, max_=40), state=state)
+    later = replace(ctx(15.0, at_rate(15.0, 10.0), desired=2, cfg=unset, max_=40), state=state)
     assert later.counts.cold_start_s is None  # none of the pods now measured one
     d, state = decide(later)
     assert d.forecast is not None
@@ -293,7 +282,7 @@ def test_the_measured_cold_start_outlives_the_pods_that_measured_it() -> None:
     assert "(the pods' cold start)" in d.reason
     assert state.cold_start_s == 95.5
     # a new measurement replaces it
-    newer = replace(ctx(30.0, _rising(30.0, 10.0), desired=2, cfg=unset, max_=40), state=state)
+    newer = replace(ctx(30.0, at_rate(30.0, 10.0), desired=2, cfg=unset, max_=40), state=state)
     newer = replace(newer, counts=replace(newer.counts, cold_start_s=40.0))
     d, state = decide(newer)
     assert d.forecast is not None
@@ -307,7 +296,7 @@ def test_the_measured_cold_start_outlives_a_restart() -> None:
     default 60 s ahead until a new pod's start is seen."""
     wall = 1_800_000_000.0
     unset = replace(config(), predictive=PredictiveConfig(enabled=True))
-    first = ctx(0.0, _rising(0.0, 10.0), desired=2, cfg=unset, max_=40)
+    first = ctx(0.0, at_rate(0.0, 10.0), desired=2, cfg=unset, max_=40)
     _, state = decide(replace(first, counts=replace(first.counts, cold_start_s=240.0)))
     mem = remember(state, now=0.0, wall_now=wall, config=unset)
     assert mem is not None
@@ -316,12 +305,12 @@ def test_the_measured_cold_start_outlives_a_restart() -> None:
     restored = restore(PolicyState(), mem, now=5.0, wall_now=wall + 86_400.0, config=unset)
     assert restored.history == ()
     assert restored.cold_start_s == 240.0
-    after = replace(ctx(5.0, _rising(5.0, 10.0), desired=2, cfg=unset, max_=40), state=restored)
+    after = replace(ctx(5.0, at_rate(5.0, 10.0), desired=2, cfg=unset, max_=40), state=restored)
     d, _ = decide(after)
     assert d.forecast is not None
     assert d.forecast.horizon_s == 240.0
     assert "in 240 s (the pods' cold start)" in d.reason
-    d, _ = decide(ctx(5.0, _rising(5.0, 10.0), desired=2, cfg=unset, max_=40))  # no memory
+    d, _ = decide(ctx(5.0, at_rate(5.0, 10.0), desired=2, cfg=unset, max_=40))  # no memory
     assert d.forecast is not None
     assert d.forecast.horizon_s == 60.0
     # the pods' own measurement, when there is one, wins over the remembered one
@@ -336,13 +325,13 @@ def test_the_horizon_is_the_pods_measured_cold_start_unless_set() -> None:
     pool's pods took from creation to warm (``ReplicaCounts.cold_start_s``: the control
     loop's median over its pods), 60 s until one is measured; set, it is what it says."""
     unset = replace(config(), predictive=PredictiveConfig(enabled=True))
-    measured = replace(ctx(0.0, _rising(0.0, 10.0), desired=2, cfg=unset, max_=40))
+    measured = replace(ctx(0.0, at_rate(0.0, 10.0), desired=2, cfg=unset, max_=40))
     measured = replace(measured, counts=replace(measured.counts, cold_start_s=95.5))
     d, _ = decide(measured)
     assert d.forecast is not None
     assert d.forecast.horizon_s == 95.5
     assert "forecast 10.0 req/s in 95.5 s (the pods' cold start)" in d.reason
-    d, _ = decide(ctx(0.0, _rising(0.0, 10.0), desired=2, cfg=unset, max_=40))
+    d, _ = decide(ctx(0.0, at_rate(0.0, 10.0), desired=2, cfg=unset, max_=40))
     assert d.forecast is not None
     assert d.forecast.horizon_s == 60.0  # none measured yet
     assert "in 60 s" in d.reason
@@ -364,8 +353,8 @@ def test_predictive_never_sizes_below_the_observed_rate() -> None:
     for i in range(12):
         now = 15.0 * i
         rate = max(1.0, 60.0 - 5.0 * i)  # falling
-        c = ctx(now, _rising(now, rate), desired=10, cfg=cfg, max_=40)
-        plain = ctx(now, _rising(now, rate), desired=10, max_=40)
+        c = ctx(now, at_rate(now, rate), desired=10, cfg=cfg, max_=40)
+        plain = ctx(now, at_rate(now, rate), desired=10, max_=40)
         if state is not None:
             c = replace(c, state=state)
         d, state = decide(c)

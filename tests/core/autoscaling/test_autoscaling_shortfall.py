@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from preheat.api.pool import PoolSpecError, to_config
-from preheat.core.autoscaling import Demand, Mix, PolicyState, Signals, decide
+from preheat.core.autoscaling import PolicyState, decide
 from preheat.core.autoscaling.forecast import (
     MAX_SHORTFALL,
     SHORTFALL_EDGES,
@@ -24,7 +24,7 @@ from preheat.core.autoscaling.forecast import (
     shortfall,
 )
 from preheat.core.pool import PredictiveConfig
-from tests.core.autoscaling.autoscalingkit import config, ctx, signals
+from tests.core.autoscaling.autoscalingkit import at_rate, config, ctx
 
 NEVER = HoltWinters(period_s=math.inf)  # nothing decays: counts stay whole
 
@@ -108,17 +108,6 @@ def test_a_history_learned_with_a_horizon_teaches_the_shortfall() -> None:
     assert (taught.level, taught.trend) == (plain.level, plain.trend)  # it only predicts
 
 
-MIX = Mix(requests=100, prompt_tokens=1155, cached_tokens=0, output_tokens=211)
-
-
-def _at(now: float, rate: float) -> Signals:
-    return replace(
-        signals(now, 100.0),
-        demand=Demand(arrival_rate=rate, refused_rate=0.0, window_s=30.0),
-        mix=MIX,
-    )
-
-
 RATE = 100.0  # req/s: about 5 pods at the estimate's ~20 per pod (proposal 0014)
 
 
@@ -136,7 +125,7 @@ def test_headroom_sizes_for_the_forecast_over_its_shortfall_and_says_so() -> Non
 
     def run(pred: PredictiveConfig, rate: float = RATE) -> tuple[int | None, str]:
         cfg = replace(config(), predictive=pred)
-        d, _ = decide(ctx(now, _at(now, rate), desired=2, cfg=cfg, max_=40, state=state))
+        d, _ = decide(ctx(now, at_rate(now, rate), desired=2, cfg=cfg, max_=40, state=state))
         return d.recommendation, d.reason
 
     with_room, reason = run(PredictiveConfig(enabled=True, headroom=90))
@@ -160,7 +149,7 @@ def test_the_decision_carries_the_shortfall_read() -> None:
     now = f.t + 15.0
     for q, want in ((90.0, 0.25), (80.0, 0.0)):
         cfg = replace(config(), predictive=PredictiveConfig(enabled=True, headroom=q))
-        c = ctx(now, _at(now, RATE), desired=2, cfg=cfg, state=PolicyState(forecast=f))
+        c = ctx(now, at_rate(now, RATE), desired=2, cfg=cfg, state=PolicyState(forecast=f))
         d, state = decide(c)
         assert d.forecast is not None
         assert d.forecast.headroom == (q, want)
@@ -169,7 +158,7 @@ def test_the_decision_carries_the_shortfall_read() -> None:
         decay = math.exp(-15.0 / 86_400.0)
         assert sum(state.forecast.shortfalls) == pytest.approx(sum(f.shortfalls) * decay)
     cfg = replace(config(), predictive=PredictiveConfig(enabled=True))
-    d, _ = decide(ctx(now, _at(now, RATE), desired=2, cfg=cfg, state=PolicyState(forecast=f)))
+    d, _ = decide(ctx(now, at_rate(now, RATE), desired=2, cfg=cfg, state=PolicyState(forecast=f)))
     assert d.forecast is not None
     assert d.forecast.headroom is None
 
@@ -179,7 +168,9 @@ def test_headroom_is_never_below_what_the_trust_alone_sizes_for() -> None:
     now = f.t + 15.0
     for q in (0.0, 90.0):
         cfg = replace(config(), predictive=PredictiveConfig(enabled=True, trust=1.0, headroom=q))
-        d, _ = decide(ctx(now, _at(now, RATE), desired=2, cfg=cfg, state=PolicyState(forecast=f)))
+        d, _ = decide(
+            ctx(now, at_rate(now, RATE), desired=2, cfg=cfg, state=PolicyState(forecast=f))
+        )
         assert d.recommendation is not None
         if q == 0.0:
             base = d.recommendation
