@@ -30,6 +30,7 @@ from pydantic.alias_generators import to_camel
 from preheat.api import engine_args
 from preheat.api.traffic import TrafficSpec, to_traffic
 from preheat.api.traffic import cross_problems as traffic_problems
+from preheat.core.autoscaling.forecast import SHORTFALL_EDGES
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.manifests import GROUP, KIND, PLURAL, VERSION
 from preheat.core.pool import (
@@ -676,6 +677,10 @@ class RecommendationEntry(_Model):
     replicas: int = Field(ge=0, description="Active replicas the policy recommended then.")
 
 
+# the shortfall histogram's bucket edges as the status schema describes them
+_SHORTFALL_EDGES = ", ".join(f"{e:g}" for e in SHORTFALL_EDGES)
+
+
 class ForecastState(_Model):
     time: str = Field(description="RFC 3339: the forecast's last observation.")
     since: str = Field(
@@ -714,8 +719,8 @@ class ForecastState(_Model):
         default_factory=list,
         max_length=32,
         description="How far the observed rate ran above each checked forecast, as a share of "
-        "the observed: counts per bucket (upper edges 0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, "
-        "0.5, 0.6, 0.75, 1), decayed over about a period (autoscaling.predictive.headroom).",
+        f"the observed: counts per bucket (upper edges {_SHORTFALL_EDGES}), decayed over about "
+        "a period (autoscaling.predictive.headroom).",
     )
 
 
