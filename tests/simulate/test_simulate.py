@@ -584,6 +584,16 @@ def test_cli_forecast_history_is_read_and_said(
     assert (
         "started from 240 s of history before t=0 (--forecast-history), season period 240 s" in out
     )
+    assert "headroom:" not in out  # none set
+    keep = ["--set", "autoscaling.predictive.headroom=90"]
+    keep += ["--set", "autoscaling.predictive.headroomMode=keep"]
+    rc = main(
+        [*argv, "--out", str(tmp_path / "kept"), "--forecast-history", str(day), *flags, *keep]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "  headroom: its p90 shortfall read" in out, out
+    assert "(pods kept for forecast / (1 - it), none started for it)" in out, out
     rc = main([*argv, "--out", str(tmp_path / "run2"), "--forecast-history", str(tmp_path / "no")])
     err = capsys.readouterr().err
     assert rc == 2
@@ -591,12 +601,14 @@ def test_cli_forecast_history_is_read_and_said(
     assert "Traceback" not in err
 
 
-def test_a_forecast_history_teaches_the_headroom_from_the_first_evaluation() -> None:
+@pytest.mark.parametrize("mode", ["size", "keep"])
+def test_a_forecast_history_teaches_the_headroom_from_the_first_evaluation(mode: str) -> None:
     """``autoscaling.predictive.headroom`` with ``--forecast-history``: the history is learned
     with a prediction at the pool's horizon after each window, as at an evaluation, so the
     forecast's shortfall (here: days whose rate jumps 2 -> 20 req/s, which a forecast 60 s
-    ahead runs short of) is read from the first evaluation on, and the run's figures say it."""
-    pool, history = _step_days(headroom=90)
+    ahead runs short of) is read from the first evaluation on, and the run's figures say it
+    (and what the headroom did: ``headroomMode``)."""
+    pool, history = _step_days(headroom=90, headroomMode=mode)
     reads: list[tuple[float, tuple[float, float] | None]] = []
 
     def decide(ctx: Context) -> tuple[Decision, PolicyState]:
@@ -631,6 +643,7 @@ def test_a_forecast_history_teaches_the_headroom_from_the_first_evaluation() -> 
             room = fc["headroom"]
             assert isinstance(room, dict)
             assert room["percentile"] == 90.0
+            assert room["mode"] == mode
             assert room["evaluations"] == len(reads)
         else:
             assert first is None  # nothing checked yet: no headroom read

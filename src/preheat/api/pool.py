@@ -405,6 +405,12 @@ class PredictiveSpec(_Model):
         "arrival rate a horizon later ran above the forecast, over about the last period "
         "(90: the rise that 9 in 10 of the horizons stayed within). 0: none.",
     )
+    headroom_mode: Literal["size", "keep"] = Field(
+        default="size",
+        description="What the headroom does. size: the pool is sized for the forecast over "
+        "its shortfall (scales up for it). keep: the headroom only keeps pods the pool "
+        "already has (a scale-down stops at it) and never starts one.",
+    )
 
 
 class AutoscalingSpec(_Model):
@@ -1075,6 +1081,7 @@ def config_from_spec(spec: InferencePoolSpec, *, name: str, namespace: str) -> P
                 period_s=parse_duration(predictive.period),
                 weekly=predictive.weekly,
                 headroom=predictive.headroom,
+                headroom_keeps=predictive.headroom_mode == "keep",
             ),
         ),
         routing=RoutingConfig(

@@ -116,7 +116,8 @@ class PredictiveConfig:
     ``period_s`` long (a day), with a weekly one of seven periods if ``weekly``. With
     ``headroom`` (a percentile, 0: none), at least the forecast corrected by that
     percentile of its own shortfall at the horizon (:func:`~preheat.core.autoscaling.
-    forecast.shortfall`)."""
+    forecast.shortfall`); with ``headroom_keeps``, the headroom only keeps pods the pool
+    already has (a scale-down stops at it) and never starts one."""
 
     enabled: bool = False
     horizon_s: float = DEFAULT_HORIZON_S
@@ -125,6 +126,7 @@ class PredictiveConfig:
     period_s: float = 86_400.0
     weekly: bool = False
     headroom: float = 0.0  # percentile of the forecast's shortfall to size for; 0 = none
+    headroom_keeps: bool = False  # the headroom keeps pods, never starts one
 
     def horizon(self, cold_start_s: float | None) -> float:
         """How far ahead to forecast: the pool's measured cold start (a pod's creation to

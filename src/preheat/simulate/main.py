@@ -665,11 +665,16 @@ def _report(result: _Result, args: argparse.Namespace) -> int:
         )
         room = fc.get("headroom")
         if isinstance(room, dict):
+            does = (
+                "pods kept for forecast / (1 - it), none started for it"
+                if room.get("mode") == "keep"
+                else "sized for forecast / (1 - it)"
+            )
             print(
                 f"  headroom: its p{float(room['percentile']):g} shortfall read "
                 f"{float(room['shortfall_median']) * 100:.0f}% (median), "
                 f"{float(room['shortfall_p90']) * 100:.0f}% (p90) over "
-                f"{int(room['evaluations'])} evaluations (sized for forecast / (1 - it))"
+                f"{int(room['evaluations'])} evaluations ({does})"
             )
         if fc.get("history_s"):
             print(

@@ -1086,6 +1086,7 @@ def _forecast_extra(
         else {
             "headroom": {
                 "percentile": pool.autoscaling.predictive.headroom,
+                "mode": "keep" if pool.autoscaling.predictive.headroom_keeps else "size",
                 "evaluations": room.count,
                 "shortfall_median": room.median,
                 "shortfall_p90": room.p90,

@@ -198,3 +198,69 @@ def test_the_forecast_ahead_keeps_its_histogram() -> None:
     g, said = ahead(f, 60.0, NEVER)
     assert g.shortfalls == f.shortfalls
     assert said.headroom is None  # the policy reads it, with the pool's percentile
+
+
+def _keep_run(desired: int, pred: PredictiveConfig, rate: float = RATE) -> tuple[int, str]:
+    """The recommendation and reason for a pool of ``desired`` at ``rate``, whose forecast's
+    p90 shortfall is 50% (see :func:`_short`)."""
+    f = _short(0.85, 0.5)
+    now = f.t + 15.0
+    cfg = replace(config(), predictive=pred)
+    c = ctx(
+        now, at_rate(now, rate), desired=desired, cfg=cfg, max_=40, state=PolicyState(forecast=f)
+    )
+    d, _ = decide(c)
+    assert d.recommendation is not None
+    return d.recommendation, d.reason
+
+
+def test_a_keeping_headroom_stops_a_scale_down_at_it_and_starts_nothing() -> None:
+    keep = PredictiveConfig(enabled=True, headroom=90, headroom_keeps=True)
+    plain = PredictiveConfig(enabled=True)
+    sized_for, _ = _keep_run(2, plain, rate=RATE / 0.5)  # what headroom 90 sizes for
+    needs, _ = _keep_run(2, plain)
+    assert sized_for > needs + 1  # room between the two for a pool to sit in
+    # a large pool keeps what the forecast over its shortfall needs, and says so
+    kept, reason = _keep_run(sized_for + 5, keep)
+    assert kept == sized_for
+    assert f"headroom keeps {sized_for} of {sized_for + 5}" in reason, reason
+    assert "its p90 shortfall 50%: at least 200.0 req/s" in reason
+    # a pool between the two keeps what it has
+    kept, reason = _keep_run(needs + 1, keep)
+    assert kept == needs + 1
+    assert f"headroom keeps {needs + 1} of {needs + 1}" in reason, reason
+    # a small pool grows to what the rate needs, not to the headroom
+    grown, reason = _keep_run(2, keep)
+    assert grown == needs
+    assert "headroom keeps" not in reason
+    # off: nothing kept
+    off, reason = _keep_run(sized_for + 5, replace(keep, enabled=False))
+    assert off == _keep_run(sized_for + 5, replace(plain, enabled=False))[0]
+    assert "headroom keeps" not in reason
+
+
+@given(st.integers(min_value=1, max_value=40), st.sampled_from([50.0, 80.0, 90.0]))
+def test_a_keeping_headroom_is_the_plain_recommendation_raised_to_at_most_the_pool(
+    desired: int, q: float
+) -> None:
+    """keep = max(plain, min(what the headroom sizes for, the pool)): never above the pool
+    unless the plain policy is, never below the plain policy."""
+    plain, _ = _keep_run(desired, PredictiveConfig(enabled=True))
+    sized, _ = _keep_run(desired, PredictiveConfig(enabled=True, headroom=q))
+    kept, _ = _keep_run(desired, PredictiveConfig(enabled=True, headroom=q, headroom_keeps=True))
+    assert kept == max(plain, min(sized, desired))
+
+
+def test_the_crd_field_reads_the_headroom_mode() -> None:
+    spec: dict[str, object] = {
+        "model": {"name": "m"},
+        "engine": {"kind": "sim"},
+        "replicas": {"min": 1, "max": 2},
+        "autoscaling": {"predictive": {"enabled": True, "headroom": 75}},
+    }
+    assert not to_config(spec, name="p", namespace="n").autoscaling.predictive.headroom_keeps
+    spec["autoscaling"] = {"predictive": {"headroom": 75, "headroomMode": "keep"}}
+    assert to_config(spec, name="p", namespace="n").autoscaling.predictive.headroom_keeps
+    spec["autoscaling"] = {"predictive": {"headroom": 75, "headroomMode": "hold"}}
+    with pytest.raises(PoolSpecError, match=r"autoscaling\.predictive\.headroomMode"):
+        to_config(spec, name="p", namespace="n")

@@ -14,7 +14,8 @@ The pipeline, each step a small module of its own:
    for the arrival rate forecast ``horizon`` ahead, acting on ``trust`` of a predicted rise
    (never on a predicted fall: the observed rate and the objectives keep what they need),
    and with ``headroom`` at least the forecast over one minus that percentile of its own
-   shortfall (:func:`~.forecast.shortfall`: how far the rate a horizon later ran above it);
+   shortfall (:func:`~.forecast.shortfall`: how far the rate a horizon later ran above it),
+   or with ``headroom_keeps`` that many pods kept but none started for it;
    :mod:`~.demand`: what the routers refused is demand too (the served load times
    ``A / (A - R)``);
 3. :mod:`~.panic`: far past a latency target -> scale up now, never down for a while;
@@ -205,6 +206,13 @@ def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
     if refused is not None and refused.replicas is not None:
         raw = refused.replicas if raw is None else max(raw, refused.replicas)
     rec = raw if raw is not None else 0  # no traffic anywhere: nothing asks for replicas
+    # 2c. a headroom that keeps: the pods the forecast over its shortfall needs, up to the
+    # pods the pool has (a scale-down stops there; nothing starts for it)
+    kept = _kept(ctx, outlook, predicted)
+    if kept is not None and min(kept, current) > rec:
+        rec = min(kept, current)
+        said = f"headroom keeps {rec} of {current}"
+        model_note = f"{model_note}; {said}" if model_note else said
 
     idle_from = zero.idle_since(st.idle_since, now, ctx.signals)
     lowest = zero.lower_bound(reps.min, idle_from, now, ctx.tuning.scale_to_zero_delay_s)
@@ -309,9 +317,15 @@ def _forecast(ctx: Context) -> tuple[float | None, Forecast | None, Outlook | No
         return None, f, outlook
     now_rate = seen.arrival_rate
     rate = now_rate + pred.trust * max(0.0, outlook.rate - now_rate)
-    if outlook.headroom is not None:
-        rate = max(rate, outlook.rate / (1.0 - outlook.headroom[1]))
+    if outlook.headroom is not None and not pred.headroom_keeps:
+        rate = max(rate, _with_headroom(outlook))
     return rate, f, outlook
+
+
+def _with_headroom(outlook: Outlook) -> float:
+    """The forecast over one minus its shortfall read (``outlook.headroom`` is set)."""
+    assert outlook.headroom is not None
+    return outlook.rate / (1.0 - outlook.headroom[1])
 
 
 def _headroom(ctx: Context, f: Forecast) -> tuple[float, float] | None:
@@ -359,22 +373,7 @@ def _with_capacity(
     rate = max(seen.arrival_rate, predicted or 0.0)
     burst = capacity.burst_size(seen.arrival_dispersion, seen.window_s)
     desired, tol = ctx.replicas.desired, ctx.autoscaling.tolerance
-    model: int | None = None
-    floors: list[str] = []  # TTFT targets under what an idle pod does at this mix
-    for v in views:
-        obj = v.objective
-        if obj.signal is Signal.TTFT:
-            goal = capacity.reachable_ms(cost, mix, obj.target, obj.percentile, tol)
-            if goal > obj.target:
-                floors.append(
-                    f"ttft p{obj.percentile:g} {obj.target:g} ms is under what an idle pod "
-                    f"does at this mix: sized for {goal:.0f} ms"
-                )
-            need = capacity.replicas_for(
-                rate, cost, mix, goal, obj.percentile, ctx.replicas.max, burst
-            )
-            if need is not None:
-                model = need if model is None else max(model, need)
+    model, floors = _ttft_model(ctx, cost, mix, rate, burst)
     if model is None:
         return views, "", None
     # each objective's model: the TTFT estimate, and for a concurrency objective the pods
@@ -439,6 +438,46 @@ def _with_capacity(
     elif since is not None and sure and ctx.now - since < ctx.autoscaling.window_s:
         note = f"{note}; late with {serving} serving over {SURE_TAIL:g}+ slow requests: corrected"
     return out, note, since
+
+
+def _ttft_model(
+    ctx: Context, cost: ServiceCost, mix: Mix, rate: float, burst: float
+) -> tuple[int | None, list[str]]:
+    """The pods ``rate`` needs to meet every TTFT objective (the largest; None without one),
+    and for each target under what an idle pod does at this mix, a note that it was sized
+    for what one does."""
+    model: int | None = None
+    floors: list[str] = []
+    for obj in ctx.autoscaling.objectives:
+        if obj.signal is not Signal.TTFT:
+            continue
+        goal = capacity.reachable_ms(
+            cost, mix, obj.target, obj.percentile, ctx.autoscaling.tolerance
+        )
+        if goal > obj.target:
+            floors.append(
+                f"ttft p{obj.percentile:g} {obj.target:g} ms is under what an idle pod "
+                f"does at this mix: sized for {goal:.0f} ms"
+            )
+        need = capacity.replicas_for(rate, cost, mix, goal, obj.percentile, ctx.replicas.max, burst)
+        if need is not None:
+            model = need if model is None else max(model, need)
+    return model, floors
+
+
+def _kept(ctx: Context, outlook: Outlook | None, predicted: float | None) -> int | None:
+    """With ``autoscaling.predictive.headroom`` keeping (``headroom_keeps``, predictive on and
+    a shortfall read): the pods the forecast over its shortfall needs (the capacity
+    estimate at that rate, at least ``predicted``); else None."""
+    pred = ctx.autoscaling.predictive
+    if not (pred.enabled and pred.headroom_keeps) or outlook is None or outlook.headroom is None:
+        return None
+    cost, mix, seen = ctx.tuning.cost, ctx.signals.mix, ctx.signals.demand
+    if cost is None or mix is None or seen is None or seen.arrival_rate <= 0:
+        return None
+    rate = max(_with_headroom(outlook), predicted or 0.0)
+    burst = capacity.burst_size(seen.arrival_dispersion, seen.window_s)
+    return _ttft_model(ctx, cost, mix, rate, burst)[0]
 
 
 #: Observations beyond a late latency percentile that make the reading sure, not noise (a
