@@ -224,7 +224,7 @@ def test_a_keeping_headroom_stops_a_scale_down_at_it_and_starts_nothing() -> Non
     kept, reason = _keep_run(sized_for + 5, keep)
     assert kept == sized_for
     assert f"headroom keeps {sized_for} of {sized_for + 5}" in reason, reason
-    assert "its p90 shortfall 50%: at least 200.0 req/s" in reason
+    assert "its p90 shortfall 50%: keeps pods for 200.0 req/s" in reason
     # a pool between the two keeps what it has
     kept, reason = _keep_run(needs + 1, keep)
     assert kept == needs + 1

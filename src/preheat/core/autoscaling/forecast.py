@@ -150,18 +150,20 @@ class Outlook:
     # ``autoscaling.predictive.headroom``: (its percentile, the shortfall read there); None
     # when off or not yet read (too few predictions resolved)
     headroom: tuple[float, float] | None = None
+    keeps: bool = False  # ``headroomMode: keep``: the headroom keeps pods, starts none
 
     def describe(self) -> str:
         """``forecast 31.0 req/s in 60 s, last forecast off by 12%`` (``in 56 s, the pods'
         cold start, ...`` when measured; ``, its p90 shortfall 25%: at least 41.3 req/s``
-        with a headroom)."""
+        with a headroom, ``...: keeps pods for 41.3 req/s`` with one that keeps)."""
         err = "" if self.error is None else f", last forecast off by {self.error * 100:.0f}%"
         basis = f" ({self.basis})" if self.basis else ""
         room = ""
         if self.headroom is not None:
             q, s = self.headroom
+            does = "keeps pods for" if self.keeps else "at least"
             room = (
-                f", its p{q:g} shortfall {s * 100:.0f}%: at least {self.rate / (1.0 - s):.1f} req/s"
+                f", its p{q:g} shortfall {s * 100:.0f}%: {does} {self.rate / (1.0 - s):.1f} req/s"
             )
         return f"forecast {self.rate:.1f} req/s in {round(self.horizon_s, 1):g} s{basis}{err}{room}"
 

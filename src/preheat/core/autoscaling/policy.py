@@ -135,7 +135,9 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
     f = state.forecast
     if f is not None and f is not ctx.state.forecast and f.pending:
         at, rate = f.pending[-1]
-        outlook = Outlook(rate, at - f.t, f.error, _horizon_basis(ctx), _headroom(ctx, f))
+        outlook = Outlook(
+            rate, at - f.t, f.error, _horizon_basis(ctx), _headroom(ctx, f), _keeps(ctx)
+        )
         decision = replace(decision, forecast=outlook)
     return decision, state
 
@@ -312,12 +314,14 @@ def _forecast(ctx: Context) -> tuple[float | None, Forecast | None, Outlook | No
     f = forecast.observe(ctx.state.forecast, ctx.now, seen.arrival_rate, hw)
     horizon = pred.horizon(_cold_start(ctx))
     f, outlook = forecast.ahead(f, horizon, hw)
-    outlook = replace(outlook, basis=_horizon_basis(ctx), headroom=_headroom(ctx, f))
+    outlook = replace(
+        outlook, basis=_horizon_basis(ctx), headroom=_headroom(ctx, f), keeps=_keeps(ctx)
+    )
     if not pred.enabled:
         return None, f, outlook
     now_rate = seen.arrival_rate
     rate = now_rate + pred.trust * max(0.0, outlook.rate - now_rate)
-    if outlook.headroom is not None and not pred.headroom_keeps:
+    if outlook.headroom is not None and not outlook.keeps:
         rate = max(rate, _with_headroom(outlook))
     return rate, f, outlook
 
@@ -334,6 +338,11 @@ def _headroom(ctx: Context, f: Forecast) -> tuple[float, float] | None:
     q = ctx.autoscaling.predictive.headroom
     s = forecast.shortfall(f, q / 100.0) if q > 0 else None
     return None if s is None else (q, s)
+
+
+def _keeps(ctx: Context) -> bool:
+    """Whether the headroom only keeps pods (``autoscaling.predictive.headroomMode: keep``)."""
+    return ctx.autoscaling.predictive.headroom_keeps
 
 
 def _cold_start(ctx: Context) -> float | None:
