@@ -223,12 +223,12 @@ def test_a_keeping_headroom_stops_a_scale_down_at_it_and_starts_nothing() -> Non
     # a large pool keeps what the forecast over its shortfall needs, and says so
     kept, reason = _keep_run(sized_for + 5, keep)
     assert kept == sized_for
-    assert f"headroom keeps {sized_for} of {sized_for + 5}" in reason, reason
+    assert f"headroom keeps at least {sized_for} of {sized_for + 5}" in reason, reason
     assert "its p90 shortfall 50%: keeps pods for 200.0 req/s" in reason
     # a pool between the two keeps what it has
     kept, reason = _keep_run(needs + 1, keep)
     assert kept == needs + 1
-    assert f"headroom keeps {needs + 1} of {needs + 1}" in reason, reason
+    assert f"headroom keeps at least {needs + 1} of {needs + 1}" in reason, reason
     # a small pool grows to what the rate needs, not to the headroom
     grown, reason = _keep_run(2, keep)
     assert grown == needs

@@ -213,7 +213,7 @@ def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
     kept = _kept(ctx, outlook, predicted)
     if kept is not None and min(kept, current) > rec:
         rec = min(kept, current)
-        said = f"headroom keeps {rec} of {current}"
+        said = f"headroom keeps at least {rec} of {current}"
         model_note = f"{model_note}; {said}" if model_note else said
 
     idle_from = zero.idle_since(st.idle_since, now, ctx.signals)
