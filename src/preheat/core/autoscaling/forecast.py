@@ -152,6 +152,10 @@ class Outlook:
     headroom: tuple[float, float] | None = None
     keeps: bool = False  # ``headroomMode: keep``: the headroom keeps pods, starts none
 
+    def with_headroom(self) -> float | None:
+        """The forecast over one minus its shortfall read (None: no headroom read)."""
+        return None if self.headroom is None else self.rate / (1.0 - self.headroom[1])
+
     def describe(self) -> str:
         """``forecast 31.0 req/s in 60 s, last forecast off by 12%`` (``in 56 s, the pods'
         cold start, ...`` when measured; ``, its p90 shortfall 25%: at least 41.3 req/s``
@@ -159,12 +163,11 @@ class Outlook:
         err = "" if self.error is None else f", last forecast off by {self.error * 100:.0f}%"
         basis = f" ({self.basis})" if self.basis else ""
         room = ""
-        if self.headroom is not None:
+        with_room = self.with_headroom()
+        if self.headroom is not None and with_room is not None:
             q, s = self.headroom
             does = "keeps pods for" if self.keeps else "at least"
-            room = (
-                f", its p{q:g} shortfall {s * 100:.0f}%: {does} {self.rate / (1.0 - s):.1f} req/s"
-            )
+            room = f", its p{q:g} shortfall {s * 100:.0f}%: {does} {with_room:.1f} req/s"
         return f"forecast {self.rate:.1f} req/s in {round(self.horizon_s, 1):g} s{basis}{err}{room}"
 
 

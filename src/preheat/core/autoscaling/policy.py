@@ -321,15 +321,10 @@ def _forecast(ctx: Context) -> tuple[float | None, Forecast | None, Outlook | No
         return None, f, outlook
     now_rate = seen.arrival_rate
     rate = now_rate + pred.trust * max(0.0, outlook.rate - now_rate)
-    if outlook.headroom is not None and not outlook.keeps:
-        rate = max(rate, _with_headroom(outlook))
+    room = outlook.with_headroom()
+    if room is not None and not outlook.keeps:
+        rate = max(rate, room)
     return rate, f, outlook
-
-
-def _with_headroom(outlook: Outlook) -> float:
-    """The forecast over one minus its shortfall read (``outlook.headroom`` is set)."""
-    assert outlook.headroom is not None
-    return outlook.rate / (1.0 - outlook.headroom[1])
 
 
 def _headroom(ctx: Context, f: Forecast) -> tuple[float, float] | None:
@@ -478,13 +473,13 @@ def _kept(ctx: Context, outlook: Outlook | None, predicted: float | None) -> int
     """With ``autoscaling.predictive.headroom`` keeping (``headroom_keeps``, predictive on and
     a shortfall read): the pods the forecast over its shortfall needs (the capacity
     estimate at that rate, at least ``predicted``); else None."""
-    pred = ctx.autoscaling.predictive
-    if not (pred.enabled and pred.headroom_keeps) or outlook is None or outlook.headroom is None:
+    room = None if outlook is None else outlook.with_headroom()
+    if not ctx.autoscaling.predictive.enabled or not _keeps(ctx) or room is None:
         return None
     cost, mix, seen = ctx.tuning.cost, ctx.signals.mix, ctx.signals.demand
     if cost is None or mix is None or seen is None or seen.arrival_rate <= 0:
         return None
-    rate = max(_with_headroom(outlook), predicted or 0.0)
+    rate = max(room, predicted or 0.0)
     burst = capacity.burst_size(seen.arrival_dispersion, seen.window_s)
     return _ttft_model(ctx, cost, mix, rate, burst)[0]
 
