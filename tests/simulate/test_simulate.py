@@ -500,6 +500,35 @@ def test_the_simulated_router_sees_the_step_clocks_the_live_one_reads_from_token
             assert k == pytest.approx(round(k), abs=1e-6)
 
 
+def test_the_simulated_router_holds_each_prompts_tokens_until_its_first_token() -> None:
+    # three long prompts sent at once to one pod, then a short one: the short one's router
+    # sees the three ahead with their own 4,000 tokens each (the queue term prices them),
+    # and nothing once every first token is back (Endpoint.in_flight_tokens, as the live
+    # router keeps it)
+    trace = [
+        *(
+            TraceRequest(arrival_s=0.001 * i, input_tokens=4000, output_tokens=4, index=i)
+            for i in range(3)
+        ),
+        TraceRequest(arrival_s=0.004, input_tokens=64, output_tokens=4, index=3),
+        TraceRequest(arrival_s=5.0, input_tokens=64, output_tokens=4, index=4),
+    ]
+    seen: list[RoutingContext] = []
+
+    def route(
+        ctx: RoutingContext, cfg: SchedulerConfig, cost: PrefillCost, state: SchedulerState
+    ) -> tuple[RouteDecision, SchedulerState]:
+        seen.append(ctx)
+        return schedule(ctx, cfg, cost, state)
+
+    run, _ = simulate(_pool(min=1, max=1), trace, SimOptions(route=route))
+    assert count_outcomes(run.requests)["ok"] == 5
+    held = [(c.endpoints[0].in_flight, c.endpoints[0].in_flight_tokens) for c in seen]
+    assert held[0] == (0, 0)
+    assert held[3] == (3, 12_000)
+    assert held[4] == (0, 0)
+
+
 def _step_days(**predictive: Any) -> tuple[PoolConfig, tuple[tuple[float, float], ...]]:
     """A pool forecasting 60 s ahead over 4-minute days (``predictive`` added to its
     ``autoscaling.predictive``), and six such days of history before t=0, each 2 req/s for

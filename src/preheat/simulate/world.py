@@ -58,6 +58,7 @@ from preheat.core.routing import scheduler as core_scheduler
 from preheat.core.routing.baselines import SchedulerState
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.history import PrefixHistory
+from preheat.core.routing.plugins.prefix import new_tokens
 from preheat.core.routing.types import Endpoint, RequestInfo, RoutingContext, StepClock
 from preheat.core.traffic import lanes
 from preheat.core.traffic.arrivals import ArrivalBins
@@ -111,6 +112,7 @@ class _Req:
     # the engine priority it runs at (the class's; standard without one)
     klass: str = ""
     priority: int = PRIORITY_STANDARD
+    new_tokens: int = 0  # its prompt tokens not predicted cached on the pod it was sent to
 
 
 class _Hist:
@@ -177,6 +179,8 @@ class _Router:
     in_flight: dict[str, int] = field(default_factory=dict)
     # pod -> priority -> in flight at it (the queue term's "behind us", as the live store)
     in_flight_by: dict[str, dict[int, int]] = field(default_factory=dict)
+    # pod -> uncached prompt tokens of its in-flight requests (``Endpoint.in_flight_tokens``)
+    in_flight_tokens: dict[str, int] = field(default_factory=dict)
     decoding: dict[str, int] = field(default_factory=dict)  # past the first token, not done
     ttft_ewma: dict[str, float] = field(default_factory=dict)
     endpoints: dict[str, Endpoint] = field(default_factory=dict)
@@ -360,6 +364,7 @@ class _World:
             for r in self.routers.values():
                 r.in_flight.pop(pod.name, None)
                 r.in_flight_by.pop(pod.name, None)
+                r.in_flight_tokens.pop(pod.name, None)
                 r.decoding.pop(pod.name, None)
                 r.ttft_ewma.pop(pod.name, None)
                 if r.history is not None:
@@ -416,6 +421,7 @@ class _World:
                 block_size=self.block_size,
                 in_flight=router.in_flight.get(pod.name, 0),
                 in_flight_by_priority=tuple(sorted(router.in_flight_by.get(pod.name, {}).items())),
+                in_flight_tokens=router.in_flight_tokens.get(pod.name, 0),
                 waiting_by_priority=pod.m_waiting_by,
                 decoding=router.decoding.get(pod.name, 0),
                 rtt_ms=self.options.network.rtt_ms(router.region, pod.region),
@@ -550,7 +556,8 @@ class _World:
             history.record(pod.name, req.hashes, self.now)
         req.attempts += 1
         req.pod = pod
-        self._count_in_flight(router, pod, req.priority, 1)
+        req.new_tokens = new_tokens(req.info, decision.cached_blocks)
+        self._count_in_flight(router, pod, req, 1)
         rtt = self.options.network.rtt_ms(router.region, pod.region)
         req.router_rtt_ms = rtt
         req.sent_at = self.now
@@ -608,20 +615,23 @@ class _World:
         self._process(pod, core.add(request, self.now, req.hashes))
         self._reschedule(pod)
 
-    def _count_in_flight(self, router: _Router, pod: _Pod, priority: int, n: int) -> None:
-        """``n`` more (or fewer) of the router's requests at ``priority`` on ``pod`` without
-        a first token (the live ``EndpointStore.request_started`` / ``first_token``)."""
+    def _count_in_flight(self, router: _Router, pod: _Pod, req: _Req, n: int) -> None:
+        """``req`` (``n`` = 1) is now, or (-1) is no longer, one of the router's requests on
+        ``pod`` without a first token (the live ``EndpointStore.request_started`` /
+        ``first_token``)."""
         router.in_flight[pod.name] = max(0, router.in_flight.get(pod.name, 0) + n)
+        tokens = router.in_flight_tokens.get(pod.name, 0) + n * req.new_tokens
+        router.in_flight_tokens[pod.name] = max(0, tokens)
         by = router.in_flight_by.setdefault(pod.name, {})
-        left = by.get(priority, 0) + n
+        left = by.get(req.priority, 0) + n
         if left > 0:
-            by[priority] = left
+            by[req.priority] = left
         else:
-            by.pop(priority, None)
+            by.pop(req.priority, None)
         self._touch(router, pod.name)
 
     def _undo_in_flight(self, router: _Router, pod: _Pod, req: _Req) -> None:
-        self._count_in_flight(router, pod, req.priority, -1)
+        self._count_in_flight(router, pod, req, -1)
 
     def _retry(self, req: _Req, pod: _Pod, why: str) -> None:
         req.tried.add(pod.name)
@@ -774,7 +784,7 @@ class _World:
         req.first_at = t
         pod.hists[Signal.TTFT].add(t - req.engine_at)
         router = self.routers[req.region]
-        self._count_in_flight(router, pod, req.priority, -1)
+        self._count_in_flight(router, pod, req, -1)
         router.decoding[pod.name] = router.decoding.get(pod.name, 0) + 1
         # the router's upstream TTFT: sent -> first token back (live: EWMA, alpha 0.2)
         observed = (t + req.router_rtt_ms / 2000.0 - req.sent_at) * 1000.0

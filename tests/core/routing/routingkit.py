@@ -41,6 +41,7 @@ def make_endpoint(
     observed_ttft_ms: float | None = None,
     waiting_by_priority: Mapping[int, int] | None = None,
     in_flight_by_priority: Mapping[int, int] | None = None,
+    in_flight_tokens: int = 0,
 ) -> Endpoint:
     """An endpoint with ``queue`` waiting requests, refreshed ``age_s`` before NOW (None: never)."""
     return Endpoint(
@@ -54,6 +55,7 @@ def make_endpoint(
         kv_cache_usage=kv,
         max_num_seqs=max_num_seqs,
         in_flight=in_flight,
+        in_flight_tokens=in_flight_tokens,
         decoding=decoding,
         rtt_ms=rtt_ms,
         metrics_at=None if age_s is None else NOW - age_s,

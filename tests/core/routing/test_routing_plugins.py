@@ -38,6 +38,18 @@ TYPICAL = 102.4  # COST.prefill_ms(1024)
         (make_endpoint(queue=2, running=3, max_num_seqs=4), 2 * TYPICAL + 2 * 50 + 3 * 0.05),
         # all slots taken, nothing waiting: wait for one slot
         (make_endpoint(running=4, max_num_seqs=4), 50 + 4 * 0.05),
+        # this router's requests ahead cost their own prompts' prefill (3 of 4,096 tokens
+        # each), not the typical prompt's
+        (make_endpoint(in_flight=3, in_flight_tokens=3 * 4096), 3 * 409.6),
+        (make_endpoint(in_flight=2, in_flight_tokens=200), 2 * 10.0),
+        # ... at the engine's speed as its observed TTFT says (40 of the typical 102.4 ms)
+        (
+            make_endpoint(in_flight=2, in_flight_tokens=2 * 2048, observed_ttft_ms=40.0),
+            2 * 204.8 * 40.0 / TYPICAL,
+        ),
+        # the engine's count prices at the typical prompt where it is the larger queue
+        (make_endpoint(queue=5, in_flight=1, in_flight_tokens=4096), 5 * TYPICAL),
+        (make_endpoint(queue=2, in_flight=2, in_flight_tokens=2 * 4096), 2 * 409.6),
     ],
 )
 def test_queue_wait(endpoint: Endpoint, expected: float) -> None:

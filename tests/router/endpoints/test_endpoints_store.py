@@ -165,3 +165,23 @@ async def test_in_flight_is_kept_by_priority_for_the_queue_term() -> None:
             store.request_finished("w-0", 2)  # never below zero
             assert store.snapshot()[0].in_flight == 0
             assert store.snapshot()[0].in_flight_by_priority == ()
+
+
+async def test_in_flight_keeps_the_prompt_tokens_the_queue_term_prices() -> None:
+    """The prompt tokens this router gave an endpoint to prefill (not predicted cached),
+    until each request's first token, failure or end: the queue term prices the requests
+    ahead by them instead of by the typical prompt."""
+    async with sim_workers(1) as workers:
+        source = StaticDiscovery([workers[0].discovered()])
+        async with running_store(source) as store:
+            await store.wait_ready(1, timeout_s=10)
+            store.request_started("w-0", 1, 4000)
+            store.request_started("w-0", 1, 300)
+            store.request_started("w-0", 0, 50)
+            assert store.snapshot()[0].in_flight_tokens == 4350
+            store.first_token("w-0", ttft_s=0.05, server_ttft_ms=0.0, priority=1, tokens=4000)
+            assert store.snapshot()[0].in_flight_tokens == 350
+            store.request_failed("w-0", 1, 300)
+            assert store.snapshot()[0].in_flight_tokens == 50
+            store.request_finished("w-0", 0, 9999)  # never below zero
+            assert (store.snapshot()[0].in_flight, store.snapshot()[0].in_flight_tokens) == (0, 0)

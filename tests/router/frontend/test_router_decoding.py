@@ -96,3 +96,30 @@ async def test_the_router_reads_the_engines_step_clock_from_the_tokens_it_stream
             for n in ("step_seconds", "error_seconds", "trusted")
         )
         assert scraped in (shown(before), shown(after))
+
+
+async def test_the_gRPC_path_holds_the_prompt_tokens_until_the_first_token() -> None:
+    """``Endpoint.in_flight_tokens``: the uncached prompt tokens of the requests sent and not
+    yet answered with a first token (the queue term prices the requests ahead by them)."""
+    async with workers([{"id": "w-1"}]) as ws, router([w.endpoint for w in ws]) as r:
+        store = r.server.store
+        held: list[int] = []
+        started = store.request_started
+
+        def record(endpoint_id: str, priority: int = 1, tokens: int = 0) -> None:
+            held.append(tokens)
+            started(endpoint_id, priority, tokens)
+
+        store.request_started = record  # type: ignore[method-assign]
+        await r.generate(gen(words(64, "a"), max_tokens=4))
+        assert len(held) == 1
+        assert held[0] >= 64  # the whole prompt: nothing cached yet
+        ep = store.snapshot()[0]
+        assert (ep.in_flight, ep.in_flight_tokens) == (0, 0)
+        # a cancelled stream gives its tokens back too
+        call = r.inference.Generate(gen(words(64, "b"), 4000), timeout=20)
+        await asyncio.wait_for(call.read(), 10)
+        call.cancel()
+        await eventually(lambda: decoding(r, "w-1") == 0)
+        ep = store.snapshot()[0]
+        assert (ep.in_flight, ep.in_flight_tokens) == (0, 0)

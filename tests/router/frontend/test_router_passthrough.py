@@ -31,6 +31,15 @@ async def test_body_and_stream_bytes_pass_through_unchanged() -> None:
     async with fake_openai() as fake, workers([{"id": "w-1"}]) as ws:
         serve_openai(ws[0], fake.port)
         async with router([w.endpoint for w in ws]) as r:
+            held: list[tuple[int, int]] = []  # (priority, tokens) given to the endpoint
+            store = r.server.store
+            started = store.request_started
+
+            def record(endpoint_id: str, priority: int = 1, tokens: int = 0) -> None:
+                held.append((priority, tokens))
+                started(endpoint_id, priority, tokens)
+
+            store.request_started = record  # type: ignore[method-assign]
             # parameters the gRPC path refuses (tools, response_format, logprobs, top_k) are
             # the engine's to judge here: the router passes them on
             body = {
@@ -62,6 +71,10 @@ async def test_body_and_stream_bytes_pass_through_unchanged() -> None:
             ep = r.server.store.snapshot()[0]
             assert ep.in_flight == 0
             assert ep.decoding == 0
+            # the prompt's tokens were held in the endpoint's queue until the first token
+            assert len(held) == 1
+            assert held[0][1] > 0
+            assert ep.in_flight_tokens == 0
 
 
 def _reason(r: Any) -> str:

@@ -41,6 +41,9 @@ class Endpoint:
     # ``in_flight`` by request priority (RequestInfo.priority): ((priority, count), ...),
     # sorted; requests not in it count as ahead of everyone (a record kept without classes)
     in_flight_by_priority: tuple[tuple[int, int], ...] = ()
+    # the prompt tokens of ``in_flight`` that were not predicted cached when they were sent
+    # (what their prefills cost: the queue term prices the requests ahead by them)
+    in_flight_tokens: int = 0
     # the engine's waiting sequences by priority (WorkerStatus.waiting_by_priority), sorted
     # ((priority, count), ...); None: the engine does not say (vLLM), then this router's own
     # ``in_flight_by_priority`` says which of ``num_waiting`` are behind a request

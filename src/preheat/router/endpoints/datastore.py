@@ -367,23 +367,29 @@ class EndpointStore:
         self._openai_said = said
         return said
 
-    def request_started(self, endpoint_id: str, priority: int = STANDARD) -> None:
-        """A request was sent to the endpoint at engine ``priority`` (lower first): in flight
-        until its first token, failure or end (pass the same priority to those)."""
+    def request_started(self, endpoint_id: str, priority: int = STANDARD, tokens: int = 0) -> None:
+        """A request was sent to the endpoint at engine ``priority`` (lower first) with
+        ``tokens`` prompt tokens to prefill there (not predicted cached): in flight until its
+        first token, failure or end (pass the same priority and tokens to those)."""
         e = self._entries.get(endpoint_id)
         if e is not None:
-            e.started(priority)
+            e.started(priority, tokens)
             e.touch()
 
     def first_token(
-        self, endpoint_id: str, ttft_s: float, server_ttft_ms: float, priority: int = STANDARD
+        self,
+        endpoint_id: str,
+        ttft_s: float,
+        server_ttft_ms: float,
+        priority: int = STANDARD,
+        tokens: int = 0,
     ) -> None:
         """The first token arrived ``ttft_s`` after the request was sent; the worker spent
         ``server_ttft_ms`` of that (queue + prefill; 0 if unknown)."""
         e = self._entries.get(endpoint_id)
         if e is None:
             return
-        e.no_longer_waiting(priority)
+        e.no_longer_waiting(priority, tokens)
         e.decoding += 1
         observed_ms = ttft_s * 1000.0
         if server_ttft_ms > 0:
@@ -434,23 +440,23 @@ class EndpointStore:
             e.decoding = max(0, e.decoding - 1)
             e.touch()
 
-    def request_failed(self, endpoint_id: str, priority: int = STANDARD) -> None:
+    def request_failed(self, endpoint_id: str, priority: int = STANDARD, tokens: int = 0) -> None:
         """A request failed before its first token: one fewer in flight, and the endpoint's
         Status is asked again at once (a dead endpoint drops out within one round trip)."""
         e = self._entries.get(endpoint_id)
         if e is None:
             return
-        e.no_longer_waiting(priority)
+        e.no_longer_waiting(priority, tokens)
         e.failures += 1
         e.kick.set()
         e.touch()
 
-    def request_finished(self, endpoint_id: str, priority: int = STANDARD) -> None:
+    def request_finished(self, endpoint_id: str, priority: int = STANDARD, tokens: int = 0) -> None:
         """A request ended without a first token and without an endpoint failure (a client
         cancel, a rejection by validation): one fewer in flight."""
         e = self._entries.get(endpoint_id)
         if e is not None:
-            e.no_longer_waiting(priority)
+            e.no_longer_waiting(priority, tokens)
             e.touch()
 
     def channel(self, endpoint_id: str) -> grpc.aio.Channel:

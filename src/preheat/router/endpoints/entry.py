@@ -43,6 +43,8 @@ class EndpointEntry:
         self.in_flight = 0
         # in_flight by the requests' engine priority (the queue term's "behind us")
         self.in_flight_by_priority: dict[int, int] = {}
+        # their prompt tokens not predicted cached here (the queue term prices them)
+        self.in_flight_tokens = 0
         self.decoding = 0  # requests streaming from it past their first token
         self.failures = 0  # request failures reported by the data path
         self.consecutive_failures = 0  # Status calls failed in a row
@@ -130,6 +132,7 @@ class EndpointEntry:
             block_size=st.block_size if st is not None and st.block_size else 16,
             in_flight=self.in_flight,
             in_flight_by_priority=tuple(sorted(self.in_flight_by_priority.items())),
+            in_flight_tokens=self.in_flight_tokens,
             waiting_by_priority=_waiting_by_priority(st),
             decoding=self.decoding,
             rtt_ms=self.rtt.value_ms,
@@ -142,14 +145,20 @@ class EndpointEntry:
         self._endpoint, self._endpoint_pool = ep, pool
         return ep
 
-    def started(self, priority: int) -> None:
-        """One more request sent here at ``priority`` without a first token yet."""
+    def started(self, priority: int, tokens: int = 0) -> None:
+        """One more request sent here at ``priority`` without a first token yet, with
+        ``tokens`` prompt tokens to prefill (not predicted cached here)."""
         self.in_flight += 1
+        self.in_flight_tokens += max(0, tokens)
         self.in_flight_by_priority[priority] = self.in_flight_by_priority.get(priority, 0) + 1
 
-    def no_longer_waiting(self, priority: int) -> None:
-        """A request sent at ``priority`` got its first token, failed or ended."""
+    def no_longer_waiting(self, priority: int, tokens: int = 0) -> None:
+        """A request sent at ``priority`` with ``tokens`` (as :meth:`started`) got its first
+        token, failed or ended."""
         self.in_flight = max(0, self.in_flight - 1)
+        self.in_flight_tokens = (
+            max(0, self.in_flight_tokens - max(0, tokens)) if self.in_flight else 0
+        )
         left = self.in_flight_by_priority.get(priority, 0) - 1
         if left > 0:
             self.in_flight_by_priority[priority] = left

@@ -50,6 +50,7 @@ from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.routing import admission
 from preheat.core.routing.admission import AdmissionConfig, AdmissionInput, LimitState
 from preheat.core.routing.config import SchedulerConfig
+from preheat.core.routing.plugins.prefix import new_tokens
 from preheat.core.routing.plugins.queue import phase_residual_ms, requests_ahead
 from preheat.core.routing.scheduler import SchedulerState, schedule
 from preheat.core.routing.types import (
@@ -193,6 +194,9 @@ class StreamStats:
     # the step clock's prediction of its wait for the step in progress on the endpoint it
     # was sent to (ms; None: no clock, or a prefill of ours ahead), checked at its end
     predicted_wait_ms: float | None = None
+    # the prompt tokens it gave its endpoint to prefill (not predicted cached there): what
+    # it adds to the endpoint's ``in_flight_tokens`` until its first token
+    held_tokens: int = 0
 
     def degraded_note(self) -> str:
         """``STEP[; max_tokens_asked=N][; pool=P]`` ("" when no step was taken): the HTTP
@@ -894,7 +898,8 @@ class Dispatcher:
                 attempt_first = None
                 self.metrics.overhead.observe(st.routed_at - prep.received_pc)
                 self._log_routed(prep, decision, st.attempts)
-                self.store.request_started(ep.id, prep.info.priority)
+                st.held_tokens = new_tokens(prep.info, decision.cached_blocks)
+                self.store.request_started(ep.id, prep.info.priority, st.held_tokens)
                 remaining = None if deadline is None else max(0.001, deadline - loop.time())
                 upstream = prep.request
                 if self._send_ids(prep, ep):
@@ -983,9 +988,9 @@ class Dispatcher:
                         ) from None
                     if attempt_first is None:
                         if code in RETRYABLE or code is ErrorCode.INTERNAL:
-                            self.store.request_failed(ep.id, prep.info.priority)
+                            self.store.request_failed(ep.id, prep.info.priority, st.held_tokens)
                         else:
-                            self.store.request_finished(ep.id, prep.info.priority)
+                            self.store.request_finished(ep.id, prep.info.priority, st.held_tokens)
                     retry = (
                         code in RETRYABLE
                         and st.attempts <= self.config.max_retries
@@ -1034,7 +1039,7 @@ class Dispatcher:
         except (asyncio.CancelledError, GeneratorExit):
             outcome = RouterOutcome.CANCELLED
             if st.endpoint is not None and attempt_first is None:
-                self.store.request_finished(st.endpoint.id, prep.info.priority)
+                self.store.request_finished(st.endpoint.id, prep.info.priority, st.held_tokens)
             raise
         finally:
             self.settle(grant, prep, st.tokens)
@@ -1141,7 +1146,7 @@ class Dispatcher:
         ttft_s = now - prep.received_pc
         upstream_s = now - (st.routed_at if st.routed_at is not None else prep.received_pc)
         # the worker's own TTFT comes only with the last chunk: 0 = unknown here
-        self.store.first_token(ep.id, upstream_s, 0.0, prep.info.priority)
+        self.store.first_token(ep.id, upstream_s, 0.0, prep.info.priority, st.held_tokens)
         target = self.config.admission.default_ttft_target_ms
         if target > 0:
             self._limit = admission.observe_ttft(

@@ -69,6 +69,7 @@ import aiohttp
 from aiohttp import web
 
 from preheat.core.errors import ErrorCode, PreheatError
+from preheat.core.routing.plugins.prefix import new_tokens
 from preheat.core.routing.types import Endpoint, RouteDecision
 from preheat.core.validation import GenerateSpec, check_generate
 from preheat.process.logs import fields
@@ -578,7 +579,8 @@ class Passthrough:
                 att = _Attempt()
                 d.metrics.overhead.observe(st.routed_at - prep.received_pc)
                 d._log_routed(prep, decision, st.attempts)
-                d.store.request_started(ep.id, prep.info.priority)
+                st.held_tokens = new_tokens(prep.info, decision.cached_blocks)
+                d.store.request_started(ep.id, prep.info.priority, st.held_tokens)
                 if tr is not None:  # its traceparent goes out in the request's headers
                     tr.upstream(ep.id, ep.address, st.routed_at)
                 settled = False  # the endpoint's in-flight count was given back
@@ -600,9 +602,9 @@ class Passthrough:
                 except _Retry as e:
                     settled = True
                     if e.failed:
-                        d.store.request_failed(ep.id, prep.info.priority)
+                        d.store.request_failed(ep.id, prep.info.priority, st.held_tokens)
                     else:
-                        d.store.request_finished(ep.id, prep.info.priority)
+                        d.store.request_finished(ep.id, prep.info.priority, st.held_tokens)
                     retry = st.attempts <= d.config.max_retries and (
                         deadline is None or loop.time() < deadline
                     )
@@ -627,7 +629,7 @@ class Passthrough:
                     if att.first:
                         d.store.request_done(ep.id)
                     elif not settled:  # answered, refused, failed or cancelled before a token
-                        d.store.request_finished(ep.id, prep.info.priority)
+                        d.store.request_finished(ep.id, prep.info.priority, st.held_tokens)
         except PreheatError as e:
             outcome = RouterOutcome.of_error(e.code)
             error = e.message

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from preheat.core.routing.plugins.base import ScoreInput
-from preheat.core.routing.types import Endpoint, PrefillCost, RoutingContext
+from preheat.core.routing.types import Endpoint, PrefillCost, RequestInfo, RoutingContext
 
 
 def cached_blocks(endpoint: Endpoint, ctx: RoutingContext) -> int:
@@ -39,11 +39,19 @@ def prefill_ms(endpoint: Endpoint, ctx: RoutingContext, cost: PrefillCost) -> fl
     return _prefill_for_blocks(cached_blocks(endpoint, ctx), ctx, cost)
 
 
+def cached_tokens(req: RequestInfo, n_cached: int) -> int:
+    """``cached_tokens`` of the formula: the prompt tokens ``n_cached`` leading blocks hit."""
+    return max(0, min(n_cached * req.block_size, max(0, req.prompt_tokens) - 1))
+
+
+def new_tokens(req: RequestInfo, n_cached: int) -> int:
+    """The prompt tokens an engine prefills when ``n_cached`` leading blocks hit."""
+    return max(0, req.prompt_tokens) - cached_tokens(req, n_cached)
+
+
 def _prefill_for_blocks(n_cached: int, ctx: RoutingContext, cost: PrefillCost) -> float:
-    req = ctx.request
-    prompt = max(0, req.prompt_tokens)
-    cached_tokens = max(0, min(n_cached * req.block_size, prompt - 1))
-    return cost.prefill_ms(prompt - cached_tokens, cached_tokens)
+    cached = cached_tokens(ctx.request, n_cached)
+    return cost.prefill_ms(new_tokens(ctx.request, n_cached), cached)
 
 
 class Prefix:

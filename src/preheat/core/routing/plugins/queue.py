@@ -13,11 +13,22 @@ Formula, for endpoint p::
                is lower (a faster engine than the cost model's); typical = the scheduler's
                EWMA of routed requests' uncached prompt tokens (typical_prompt_alpha), or
                typical_prompt_tokens before the first request
+    own_per  = cost.prefill_ms(in_flight_tokens / in_flight) * per_req / cost.prefill_ms(typical)
+               (this router's requests ahead at their own prompts' prefill, at the engine's
+               speed as per_req has it; per_req when it holds no tokens there)
     overflow = max(0, num_running + ahead + 1 - max_num_seqs)   (requests beyond the slots)
     step     = chunk_shared_ms + decoding * (decode_seq_ms + decode_kv_ms_per_token * context)
     residual = step_residual * step   if ahead == 0 and decoding > 0, else 0
-    queue_ms = ahead * per_req + overflow * slot_wait_ms + num_running * running_seq_ms
-               + residual
+    queue_ms = max(waiting_ahead * per_req, own_ahead * own_per)
+               + overflow * slot_wait_ms + num_running * running_seq_ms + residual
+
+Why ``own_per``: the router knows what it sent. Pricing its own requests ahead at the typical
+prompt made an endpoint that had been sent long prompts look as cheap as one sent short ones,
+and the ``decode-interference`` scorer sends long prompts where few sequences decode: in
+the simulator, on the ServeGen day at 60x (Azure conv prompts, 16 pods), the spike of hour 1
+piled prompts of 2,500-3,800 tokens on three or four pods whose queues reached 200-1,400 ms
+while the router priced each request ahead at the typical 1,100-token prefill
+(docs/benchmarks.md, *the router's own queue and a steering budget*).
 
 ``residual``: the engine step in progress. A request that reaches an engine which is
 decoding waits for the current step to end before its prefill is scheduled; an idle engine
@@ -70,11 +81,11 @@ square. That over-steered away from cached endpoints (measured on the Mooncake s
 workload, docs/benchmarks.md: hit rate 9-11% -> 11-12%, TTFT p95 ahead of every baseline).
 
 Inputs: ``num_waiting``, ``waiting_by_priority``, ``in_flight``, ``in_flight_by_priority``,
-``num_running``, ``decoding``, ``max_num_seqs``, ``observed_ttft_ms`` of the endpoint; its
-step clock; the request's ``priority``; the cost model. Parameters (``SchedulerConfig``):
-``typical_prompt_tokens`` (1024), ``slot_wait_ms`` (50), ``running_seq_ms`` (0.05),
-``step_residual`` (0.5), ``step_clock`` (on), ``chunk_shared_ms``, ``decode_seq_ms``,
-``decode_kv_ms_per_token``, ``typical_output_tokens``.
+``in_flight_tokens``, ``num_running``, ``decoding``, ``max_num_seqs``, ``observed_ttft_ms``
+of the endpoint; its step clock; the request's ``priority``; the cost model. Parameters
+(``SchedulerConfig``): ``typical_prompt_tokens`` (1024), ``slot_wait_ms`` (50),
+``running_seq_ms`` (0.05), ``step_residual`` (0.5), ``step_clock`` (on), ``chunk_shared_ms``,
+``decode_seq_ms``, ``decode_kv_ms_per_token``, ``typical_output_tokens``.
 """
 
 from __future__ import annotations
@@ -135,12 +146,12 @@ def step_residual_ms(
     return config.step_residual * (config.chunk_shared_ms + decoding * per_seq)
 
 
-def requests_ahead(endpoint: Endpoint, priority: int | None = None) -> int:
-    """``ahead`` of the formula: the requests queued on ``endpoint`` before one of
-    ``priority`` (None: every waiting request, FCFS)."""
+def ahead_split(endpoint: Endpoint, priority: int | None = None) -> tuple[int, int]:
+    """``(waiting_ahead, own_ahead)`` of the formula: the engine's queued requests before
+    one of ``priority`` (None: every waiting request, FCFS), and this router's own."""
     waiting, own = max(0, endpoint.num_waiting), max(0, endpoint.in_flight)
     if priority is None:
-        return max(waiting, own)
+        return waiting, own
     own_behind = sum(n for p, n in endpoint.in_flight_by_priority if p > priority)
     by_priority = endpoint.waiting_by_priority
     behind = (
@@ -148,7 +159,13 @@ def requests_ahead(endpoint: Endpoint, priority: int | None = None) -> int:
         if by_priority is None
         else sum(max(0, n) for p, n in by_priority if p > priority)
     )
-    return max(max(0, waiting - behind), max(0, own - own_behind))
+    return max(0, waiting - behind), max(0, own - own_behind)
+
+
+def requests_ahead(endpoint: Endpoint, priority: int | None = None) -> int:
+    """``ahead`` of the formula: the requests queued on ``endpoint`` before one of
+    ``priority`` (None: every waiting request, FCFS)."""
+    return max(ahead_split(endpoint, priority))
 
 
 def queue_wait_ms(
@@ -165,7 +182,8 @@ def queue_wait_ms(
     ``typical_tokens``: its prompt tokens, default ``typical_prompt_tokens``; ``priority``:
     the request's, None for every waiting request; ``clock``: the endpoint's step clock as
     of ``now``, None: unknown)."""
-    ahead = requests_ahead(endpoint, priority)
+    waiting_ahead, own_ahead = ahead_split(endpoint, priority)
+    ahead = max(waiting_ahead, own_ahead)
     running = max(0, endpoint.num_running)
     residual = 0.0
     if ahead == 0:
@@ -173,14 +191,21 @@ def queue_wait_ms(
         residual = step_residual_ms(endpoint, config, tokens, clock, now)
         if running < endpoint.max_num_seqs:
             return running * config.running_seq_ms + residual
-    per_req = (
+    typical = (
         typical_ms if typical_ms is not None else cost.prefill_ms(config.typical_prompt_tokens, 0)
     )
+    per_req = typical
     if endpoint.observed_ttft_ms is not None:
         per_req = min(per_req, max(0.0, endpoint.observed_ttft_ms))
+    own_per = per_req
+    if endpoint.in_flight > 0 and endpoint.in_flight_tokens > 0 and typical > 0:
+        # this router's requests ahead at their own prompts' prefill, at the engine's speed
+        # against the cost model as the observed TTFT says it (per_req / typical <= 1)
+        mean = endpoint.in_flight_tokens / endpoint.in_flight
+        own_per = cost.prefill_ms(max(1, round(mean)), 0) * (per_req / typical)
     overflow = max(0, running + ahead + 1 - endpoint.max_num_seqs)
     return (
-        ahead * per_req
+        max(waiting_ahead * per_req, own_ahead * own_per)
         + overflow * config.slot_wait_ms
         + running * config.running_seq_ms
         + residual
