@@ -79,6 +79,7 @@ class RoutingConfigSpec(_Spec):
     remote_region_rtt_ms: float = _ms(_D.remote_region_rtt_ms)
     rtt_deadband_ms: float = _ms(_D.rtt_deadband_ms)
     tie_margin_ms: float = _ms(_D.tie_margin_ms)
+    steer_budget_ms: float | None = Field(default=_D.steer_budget_ms, ge=0.0, allow_inf_nan=False)
     typical_prompt_tokens: int = Field(default=_D.typical_prompt_tokens, ge=1)
     typical_prompt_alpha: float = Field(
         default=_D.typical_prompt_alpha, ge=0.0, le=1.0, allow_inf_nan=False
@@ -147,6 +148,7 @@ class RoutingConfigSpec(_Spec):
             remote_region_rtt_ms=self.remote_region_rtt_ms,
             rtt_deadband_ms=self.rtt_deadband_ms,
             tie_margin_ms=self.tie_margin_ms,
+            steer_budget_ms=self.steer_budget_ms,
             typical_prompt_tokens=self.typical_prompt_tokens,
             typical_prompt_alpha=self.typical_prompt_alpha,
             running_seq_ms=self.running_seq_ms,

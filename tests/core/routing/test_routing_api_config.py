@@ -110,3 +110,12 @@ def test_duplicate_scorers_and_filters() -> None:
 def test_bad_documents(text: str, match: str) -> None:
     with pytest.raises(PreheatError, match=match):
         load_routing_config(text)
+
+
+def test_the_steering_budget_is_read_bounded_or_turned_off() -> None:
+    assert load_routing_config({}).steer_budget_ms == 25.0
+    assert load_routing_config({"steerBudgetMs": 40}).steer_budget_ms == 40.0
+    assert load_routing_config({"steerBudgetMs": None}).steer_budget_ms is None
+    for bad in (-1, "soon", float("inf")):
+        with pytest.raises(PreheatError, match="steerBudgetMs"):
+            load_routing_config({"steerBudgetMs": bad})

@@ -16,7 +16,7 @@ from preheat.core.routing.config import DEFAULT_SCORERS, SchedulerConfig
 from preheat.core.routing.plugins.base import ScoreInput
 from preheat.core.routing.plugins.decode import interference_ms, neighbours
 from preheat.core.routing.plugins.registry import SCORERS
-from preheat.core.routing.scheduler import schedule
+from preheat.core.routing.scheduler import predict_ttft_ms, schedule
 from preheat.core.routing.types import Endpoint, RequestInfo
 from preheat.engine.costmodel import CostModel
 
@@ -116,7 +116,48 @@ def _pick(decoding: int, config: SchedulerConfig) -> str | None:
 def test_a_busy_endpoint_keeps_the_request_only_while_the_cache_win_is_larger(
     decoding: int, expected: str
 ) -> None:
-    assert _pick(decoding, SchedulerConfig()) == expected
+    # the trade itself, without the bound on what it may cost the request (below)
+    assert _pick(decoding, SchedulerConfig(steer_budget_ms=None)) == expected
+
+
+@pytest.mark.parametrize(
+    ("budget", "expected"),
+    [
+        # the idle endpoint's weighted predicted TTFT is 44.4 ms over the busy one's: 51.2 ms
+        # more prefill, less the busy one's wait for its step in progress (9.1 ms x 0.75)
+        (None, "w-idle"),  # no bound: 200 neighbours outweigh the cache win
+        (60.0, "w-idle"),  # within 60
+        (25.0, "w-busy"),  # the default: more than the request may give up
+        (0.0, "w-busy"),
+    ],
+)
+def test_the_steering_budget_bounds_what_the_neighbours_may_cost_the_request(
+    budget: float | None, expected: str
+) -> None:
+    assert SchedulerConfig().steer_budget_ms == 25.0
+    assert _pick(200, SchedulerConfig(steer_budget_ms=budget)) == expected
+
+
+def test_within_the_budget_the_neighbours_still_steer() -> None:
+    # a 256-token cached prefix saves 25.6 ms of prefill (76.8 against 102.4) less the wait
+    # for the busy endpoint's decode step (half of 6.54 + 200 * 0.0586 ms, weighted 0.75):
+    # it is about 19 ms ahead, within the default 25 ms, so the neighbours still decide
+    busy = make_endpoint("w-busy", decoding=200, cached_blocks=range(1, 17))
+    idle = make_endpoint("w-idle")
+    ctx = make_ctx([busy, idle], REQ)
+    d, _ = schedule(ctx, SchedulerConfig(), COST, SchedulerState())
+    assert picked(d) == "w-idle"
+    ttft = {
+        c.endpoint.id: predict_ttft_ms(c.endpoint, ctx, COST, SchedulerConfig())
+        for c in d.candidates
+    }
+    assert 0 < ttft["w-idle"] - ttft["w-busy"] <= 25.0
+    ahead = {c.endpoint.id: c.total_ms - c.terms["decode-interference"] for c in d.candidates}
+    assert ahead["w-idle"] - ahead["w-busy"] == pytest.approx(25.6 - 0.75 * 9.128, abs=0.05)
+    off = SchedulerConfig(
+        scorers=tuple((n, w) for n, w in DEFAULT_SCORERS if n != "decode-interference")
+    )
+    assert picked(schedule(ctx, off, COST, SchedulerState())[0]) == "w-busy"
 
 
 def test_without_the_term_the_cache_wins_however_many_decode_there() -> None:
@@ -133,7 +174,8 @@ def test_without_the_term_the_cache_wins_however_many_decode_there() -> None:
 def test_the_term_steers_but_is_not_part_of_the_predicted_ttft() -> None:
     busy = make_endpoint("w-busy", decoding=200, cached_blocks=range(1, 33))
     idle = make_endpoint("w-idle")
-    d, _ = schedule(make_ctx([busy, idle], REQ), SchedulerConfig(), COST, SchedulerState())
+    cfg = SchedulerConfig(steer_budget_ms=None)
+    d, _ = schedule(make_ctx([busy, idle], REQ), cfg, COST, SchedulerState())
     assert picked(d) == "w-idle"
     by_id = {c.endpoint.id: c for c in d.candidates}
     assert by_id["w-busy"].terms["decode-interference"] == pytest.approx(

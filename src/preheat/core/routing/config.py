@@ -77,6 +77,15 @@ class SchedulerConfig:
     #: a millisecond is below anything the cost model resolves (one decoding sequence adds
     #: 0.01-0.06 ms per step, a prefill step is 20 ms or more).
     tie_margin_ms: float = 0.5
+    #: the preheat policy: what only steers (``kv-pressure``, ``decode-interference``,
+    #: ``session``) may pick an endpoint whose weighted predicted TTFT (its total without
+    #: them) is at most this many ms over the lowest one (the session's endpoint excepted: it
+    #: yields by ``hotspot_margin_ms``); None: no bound. Without it, in the simulator, the
+    #: neighbours' decode latency sent long prompts to the few endpoints where little
+    #: decoded and their queues took the TTFT tail past a 500 ms SLO (docs/benchmarks.md,
+    #: *The router's own queue and a steering budget*). 25 ms: a few decode steps, and
+    #: less than a 1,000-token prefill on an H100.
+    steer_budget_ms: float | None = 25.0
     #: RTT assumed when it is neither measured nor in ``region_rtt_ms`` (same region).
     default_rtt_ms: float = 1.0
     #: RTT assumed between two different zones of one region when not measured.

@@ -11,8 +11,11 @@ this policy picked least recently (``SchedulerState.last_picked``), then by
 predicted TTFT of an endpoint is the physical part: ``rtt + queue + prefill`` (the measured
 RTT; the ``rtt`` scorer ranks with a dead-band, ``plugins/rtt.py``; + the stale penalty);
 ``kv-pressure``, ``decode-interference`` (the latency a placement adds to the requests
-already decoding there) and ``session`` only steer. With a TTFT deadline, only endpoints predicted
-within it are eligible; none: the request is rejected with a retry-after of
+already decoding there) and ``session`` only steer, within ``steer_budget_ms``: an endpoint
+whose total without them (its weighted predicted TTFT) is more than that many ms over the
+lowest such total is not picked (the session's endpoint excepted: it yields by
+``hotspot_margin_ms``). With a TTFT deadline, only
+endpoints predicted within it are eligible; none: the request is rejected with a retry-after of
 ``max(min_retry_after_s, (best predicted TTFT - deadline) / 1000)`` (the queue drains in
 real time). Against the pool's default target (``RequestInfo.deadline_is_default``) a stale
 endpoint is judged on its last figures, without the stale penalty: a router that stalled for
@@ -272,9 +275,20 @@ def _preheat(
     if ctx.request.deadline_is_default:  # stale figures do not refuse a default target
         admitted = {c.endpoint.id: ttft[c.endpoint.id] - c.terms.get("stale", 0.0) for c in ranked}
     eligible = ranked
+    budget = config.steer_budget_ms
+    if budget is not None and len(ranked) > 1:
+        base = {c.endpoint.id: _unsteered_ms(c) for c in ranked}
+        limit = min(base.values()) + max(0.0, budget)
+        eligible = _break_ties(
+            ctx,
+            [c for c in ranked if base[c.endpoint.id] <= limit or c.endpoint.id == bound_id],
+            rank,
+            margin,
+            turns,
+        )
     if deadline is not None:
         eligible = _break_ties(
-            ctx, [c for c in ranked if admitted[c.endpoint.id] <= deadline], rank, margin, turns
+            ctx, [c for c in eligible if admitted[c.endpoint.id] <= deadline], rank, margin, turns
         )
     if not eligible:
         assert deadline is not None
@@ -340,6 +354,17 @@ def _preheat(
         cached_blocks=n_cached,
         candidates=tuple(ranked),
     )
+
+
+#: the preheat policy's terms that steer without being part of the predicted TTFT
+STEERING: frozenset[str] = frozenset({"kv-pressure", "decode-interference", "session"})
+
+
+def _unsteered_ms(c: Candidate) -> float:
+    """A candidate's total less its steering terms (``STEERING``): its weighted predicted
+    TTFT (the queue at its weight, the prefill, the RTT, any stale penalty), as
+    ``steer_budget_ms`` reads it."""
+    return sum(ms for name, ms in c.terms.items() if name not in STEERING)
 
 
 @functools.lru_cache(maxsize=64)
