@@ -31,6 +31,7 @@ from preheat.simulate import (
     simulate,
     spec_document,
 )
+from preheat.simulate.options import RouteFn
 from preheat.workload.traces import TraceOptions, TraceRequest, load_trace
 
 MOONCAKE = (
@@ -459,6 +460,18 @@ def test_a_new_pool_holds_its_starting_size_for_one_scale_down_window() -> None:
     assert all(s.active == 3 for s in held)
 
 
+def _recording(seen: list[RoutingContext]) -> RouteFn:
+    """The scheduler, recording every routing context it is given in ``seen``."""
+
+    def route(
+        ctx: RoutingContext, cfg: SchedulerConfig, cost: PrefillCost, state: SchedulerState
+    ) -> tuple[RouteDecision, SchedulerState]:
+        seen.append(ctx)
+        return schedule(ctx, cfg, cost, state)
+
+    return route
+
+
 def test_the_simulated_router_sees_the_step_clocks_the_live_one_reads_from_tokens() -> None:
     # one pod decoding a long request; later arrivals see its step clock: the last step
     # boundary (as its token reaches the router), the step, and the lag the live router
@@ -471,12 +484,7 @@ def test_the_simulated_router_sees_the_step_clocks_the_live_one_reads_from_token
         ),
     ]
     seen: list[RoutingContext] = []
-
-    def route(
-        ctx: RoutingContext, cfg: SchedulerConfig, cost: PrefillCost, state: SchedulerState
-    ) -> tuple[RouteDecision, SchedulerState]:
-        seen.append(ctx)
-        return schedule(ctx, cfg, cost, state)
+    route = _recording(seen)
 
     for on in (True, False):
         seen.clear()
@@ -514,12 +522,7 @@ def test_the_simulated_router_holds_each_prompts_tokens_until_its_first_token() 
         TraceRequest(arrival_s=5.0, input_tokens=64, output_tokens=4, index=4),
     ]
     seen: list[RoutingContext] = []
-
-    def route(
-        ctx: RoutingContext, cfg: SchedulerConfig, cost: PrefillCost, state: SchedulerState
-    ) -> tuple[RouteDecision, SchedulerState]:
-        seen.append(ctx)
-        return schedule(ctx, cfg, cost, state)
+    route = _recording(seen)
 
     run, _ = simulate(_pool(min=1, max=1), trace, SimOptions(route=route))
     assert count_outcomes(run.requests)["ok"] == 5
