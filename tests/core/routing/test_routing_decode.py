@@ -213,3 +213,17 @@ def test_the_router_config_sets_the_weight_and_parameters() -> None:
         load_routing_config({"chunkTokens": 0, "decodeSeqMs": -1})
     assert "chunkTokens" in str(e.value)
     assert "decodeSeqMs" in str(e.value)
+
+
+def test_the_budget_is_read_among_the_endpoints_the_deadline_admits() -> None:
+    # w-a ranks first without the steering terms (0.75 x 100 ms queued + 6.4 ms prefill of
+    # a mostly cached prompt = 81.4 ms, against w-b's 102.4) but is predicted at 107.4 ms,
+    # over the 105 ms deadline; w-b (103.4 ms) is admitted: the budget (0 here) is read
+    # among the admitted, so the request goes to w-b instead of being refused
+    a = make_endpoint("w-a", in_flight=1, in_flight_tokens=1000, cached_blocks=range(1, 61))
+    b = make_endpoint("w-b")
+    ctx = make_ctx([a, b], make_request(deadline_ms=105.0))
+    cfg = SchedulerConfig(steer_budget_ms=0.0)
+    d, _ = schedule(ctx, cfg, COST, SchedulerState())
+    assert picked(d) == "w-b"
+    assert d.predicted_ttft_ms == pytest.approx(103.4)

@@ -14,8 +14,9 @@ RTT; the ``rtt`` scorer ranks with a dead-band, ``plugins/rtt.py``; + the stale 
 already decoding there) and ``session`` only steer, within ``steer_budget_ms``: an endpoint
 whose total without them (its weighted predicted TTFT) is more than that many ms over the
 lowest such total is not picked (the session's endpoint excepted: it yields by
-``hotspot_margin_ms``). With a TTFT deadline, only
-endpoints predicted within it are eligible; none: the request is rejected with a retry-after of
+``hotspot_margin_ms``; the bound is read among the endpoints the deadline admits). With a
+TTFT deadline, only endpoints predicted within it are eligible; none: the request is
+rejected with a retry-after of
 ``max(min_retry_after_s, (best predicted TTFT - deadline) / 1000)`` (the queue drains in
 real time). Against the pool's default target (``RequestInfo.deadline_is_default``) a stale
 endpoint is judged on its last figures, without the stale penalty: a router that stalled for
@@ -275,20 +276,9 @@ def _preheat(
     if ctx.request.deadline_is_default:  # stale figures do not refuse a default target
         admitted = {c.endpoint.id: ttft[c.endpoint.id] - c.terms.get("stale", 0.0) for c in ranked}
     eligible = ranked
-    budget = config.steer_budget_ms
-    if budget is not None and len(ranked) > 1:
-        base = {c.endpoint.id: _unsteered_ms(c) for c in ranked}
-        limit = min(base.values()) + max(0.0, budget)
-        eligible = _break_ties(
-            ctx,
-            [c for c in ranked if base[c.endpoint.id] <= limit or c.endpoint.id == bound_id],
-            rank,
-            margin,
-            turns,
-        )
     if deadline is not None:
         eligible = _break_ties(
-            ctx, [c for c in eligible if admitted[c.endpoint.id] <= deadline], rank, margin, turns
+            ctx, [c for c in ranked if admitted[c.endpoint.id] <= deadline], rank, margin, turns
         )
     if not eligible:
         assert deadline is not None
@@ -307,6 +297,7 @@ def _preheat(
             candidates=tuple(ranked),
             retry_after_s=retry,
         )
+    eligible = _within_budget(ctx, eligible, config.steer_budget_ms, bound_id, rank, margin, turns)
     chosen = eligible[0]
     e = chosen.endpoint
     n_cached = cached_blocks(e, ctx)
@@ -354,6 +345,26 @@ def _preheat(
         cached_blocks=n_cached,
         candidates=tuple(ranked),
     )
+
+
+def _within_budget(
+    ctx: RoutingContext,
+    eligible: list[Candidate],
+    budget: float | None,
+    bound_id: str | None,
+    rank: Callable[[Candidate], tuple[float, bool, str]],
+    margin_ms: float,
+    turns: Mapping[str, int],
+) -> list[Candidate]:
+    """``eligible`` (ranked, non-empty) less the candidates the steering terms may not pick:
+    a total without them (:func:`_unsteered_ms`) more than ``budget`` ms over the lowest
+    one among ``eligible`` (the session's endpoint ``bound_id`` is kept; None: no bound)."""
+    if budget is None or len(eligible) < 2:
+        return eligible
+    base = {c.endpoint.id: _unsteered_ms(c) for c in eligible}
+    limit = min(base.values()) + max(0.0, budget)
+    kept = [c for c in eligible if base[c.endpoint.id] <= limit or c.endpoint.id == bound_id]
+    return _break_ties(ctx, kept, rank, margin_ms, turns)
 
 
 #: the preheat policy's terms that steer without being part of the predicted TTFT
