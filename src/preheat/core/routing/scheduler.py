@@ -49,7 +49,7 @@ from preheat.core.routing.baselines import SchedulerState
 from preheat.core.routing.config import DEFAULT_FILTERS, DEFAULT_SCORERS, SchedulerConfig
 from preheat.core.routing.hashing import hash64, load
 from preheat.core.routing.plugins.base import ScoreInput, is_stale
-from preheat.core.routing.plugins.prefix import cached_blocks, prefill_ms
+from preheat.core.routing.plugins.prefix import cached_blocks, new_tokens, prefill_ms
 from preheat.core.routing.plugins.queue import queue_wait_ms
 from preheat.core.routing.plugins.registry import FILTERS, SCORERS
 from preheat.core.routing.plugins.rtt import rtt_ms
@@ -175,8 +175,8 @@ def _observe(
     alpha = config.typical_prompt_alpha
     if alpha > 0:
         req = ctx.request
-        new_tokens = max(1, req.prompt_tokens - decision.cached_blocks * req.block_size)
-        ewma = float(new_tokens) if ewma <= 0 else ewma + alpha * (new_tokens - ewma)
+        uncached = max(1, new_tokens(req, decision.cached_blocks))
+        ewma = float(uncached) if ewma <= 0 else ewma + alpha * (uncached - ewma)
     return dataclasses.replace(state, new_tokens_ewma=ewma, decisions=turn, last_picked=picked)
 
 

@@ -53,7 +53,7 @@ from collections.abc import Mapping
 
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.plugins.base import ScoreInput
-from preheat.core.routing.plugins.prefix import cached_blocks
+from preheat.core.routing.plugins.prefix import cached_blocks, cached_tokens
 from preheat.core.routing.types import Endpoint, PrefillCost, RequestInfo, RoutingContext
 
 
@@ -69,7 +69,7 @@ def added_step_ms(
 ) -> float:
     """``prefill_add + decode_add`` of the formula: what one neighbour pays (ms)."""
     prompt = max(0, req.prompt_tokens)
-    cached = max(0, min(n_cached_blocks * req.block_size, prompt - 1))
+    cached = cached_tokens(req, n_cached_blocks)
     chunk = max(1, config.chunk_tokens)
     shared = config.chunk_shared_ms
     prefill_add = 0.0
