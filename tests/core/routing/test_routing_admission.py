@@ -124,3 +124,28 @@ def test_sustained_overload_drives_the_limit_to_its_floor_and_recovery_raises_it
 def test_bad_config_is_refused(kwargs: dict) -> None:
     with pytest.raises(ValueError, match=next(iter(kwargs))):  # the message names the field
         AdmissionConfig(**kwargs)
+
+
+def test_a_late_first_token_shrinks_the_limit_once_per_generation_of_requests() -> None:
+    """The late first tokens of requests that arrived before the limit last shrank do not
+    shrink it again (they were admitted under the limit that shrank for them); a late one
+    that arrived after it does. Every late sample of an overload's queue used to shrink it,
+    down to its floor, and it kept refusing after the queue drained."""
+    start = LimitState(64.0)
+    first = observe_ttft(start, 5000.0, 1000.0, 100, TWO, CFG, arrived_at=0.0, now=5.0)
+    assert first.per_endpoint < start.per_endpoint
+    assert first.shrunk_at == 5.0
+    state = first
+    for i in range(1, 100):  # the rest of the queue admitted at 0-1 s, first tokens at 5-6 s
+        state = observe_ttft(
+            state, 5000.0, 1000.0, 100, TWO, CFG, arrived_at=i / 100, now=5.0 + i / 100
+        )
+    assert state == first
+    again = observe_ttft(state, 5000.0, 1000.0, 100, TWO, CFG, arrived_at=5.5, now=10.5)
+    assert again.per_endpoint < first.per_endpoint
+    assert again.shrunk_at == 10.5
+    # within the target it grows as before, whenever the request arrived
+    limit = pool_limit(again, TWO, CFG)
+    up = observe_ttft(again, 100.0, 1000.0, limit, TWO, CFG, arrived_at=1.0, now=11.0)
+    assert up.per_endpoint > again.per_endpoint
+    assert up.shrunk_at == 10.5

@@ -18,8 +18,16 @@ Two rules protect a pool's tail even when clients send no deadline:
        per_endpoint' = per_endpoint + SMOOTHING * (new - per_endpoint)
 
    a sample within the target grows the limit only while the limit is what holds requests
-   back (``in_flight >= limit / 2``); bounded by ``min_per_endpoint`` below and by the
-   endpoints' ``max_num_seqs`` (what they run at once) and ``max_in_flight`` above.
+   back (``in_flight >= limit / 2``); a sample over it shrinks the limit only if its request
+   arrived after the limit last shrank (``LimitState.shrunk_at``): the requests admitted
+   before were let in under the limit that already shrank for them, so their late first
+   tokens say nothing new (TCP's one decrease per round trip). Without that rule each of an
+   overload's queued requests shrank the limit again as its first token came, drove it to
+   its floor and kept refusing after the queue had drained: in the simulator, 17 pods
+   after a minute at 378 req/s refused 566 requests in the next minute that a deadline
+   alone would have served (docs/benchmarks.md, *Admission in the simulator*). Bounded by
+   ``min_per_endpoint`` below and by the endpoints' ``max_num_seqs`` (what they run at once)
+   and ``max_in_flight`` above.
 
    The predicted TTFT alone misses overload on an engine that takes every request into its
    running batch (each decode step slows down, no queue forms); the observed TTFT does not.
@@ -83,6 +91,8 @@ class LimitState:
     """The adaptive limit, per routable endpoint (a float: it moves by fractions)."""
 
     per_endpoint: float
+    #: when the limit last shrank (the caller's clock; -inf: never)
+    shrunk_at: float = -math.inf
 
 
 def initial_state(config: AdmissionConfig) -> LimitState:
@@ -116,22 +126,30 @@ def observe_ttft(
     in_flight: int,
     endpoints: Sequence[Endpoint],
     config: AdmissionConfig,
+    *,
+    arrived_at: float | None = None,
+    now: float | None = None,
 ) -> LimitState:
     """The limit after one request's first token came ``ttft_ms`` after it arrived (see
-    the module docstring). ``in_flight``: the pool's requests in flight at that moment."""
+    the module docstring). ``in_flight``: the pool's requests in flight at that moment;
+    ``arrived_at`` and ``now``: when the request arrived and the first token came, on one
+    clock (None: unknown, and every late first token shrinks the limit)."""
     if target_ms <= 0 or not math.isfinite(ttft_ms) or ttft_ms < 0:
         return state
     cur = state.per_endpoint
     n = max(1, len(endpoints))
-    if ttft_ms <= target_ms and in_flight < cur * n / 2:
+    late = ttft_ms > target_ms
+    if not late and in_flight < cur * n / 2:
         return state  # the limit held nothing back: a good sample says nothing about it
-    if ttft_ms > target_ms:
-        new = cur * max(MIN_GRADIENT, target_ms / ttft_ms)
-    else:
-        new = cur + math.sqrt(cur)
+    if late and arrived_at is not None and arrived_at < state.shrunk_at:
+        return state  # admitted before the limit shrank: already answered
+    new = cur * max(MIN_GRADIENT, target_ms / ttft_ms) if late else cur + math.sqrt(cur)
     nxt = cur + SMOOTHING * (new - cur)
     nxt = min(_ceiling_per_endpoint(endpoints, config), max(float(config.min_per_endpoint), nxt))
-    return dataclasses.replace(state, per_endpoint=nxt)
+    shrunk_at = state.shrunk_at
+    if late and now is not None and nxt < cur:
+        shrunk_at = now
+    return dataclasses.replace(state, per_endpoint=nxt, shrunk_at=shrunk_at)
 
 
 @dataclass(frozen=True)

@@ -1156,6 +1156,8 @@ class Dispatcher:
                 self._in_flight,
                 self._snapshot(),
                 self.config.admission,
+                arrived_at=prep.received_pc,
+                now=now,
             )
         m = self.metrics
         tr = prep.trace
