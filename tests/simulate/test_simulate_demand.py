@@ -5,6 +5,7 @@ worker because the served histograms alone looked healthy."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from preheat.core.autoscaling import PolicyTuning
@@ -112,3 +113,50 @@ def test_the_run_says_how_far_off_the_arrival_rate_forecast_was() -> None:
     assert (fc["horizon_s"], fc["acting"]) == (60.0, False)
     assert fc["evaluations"] > 10
     assert 0.0 <= fc["error_median"] <= fc["error_p90"] < 0.2
+
+
+def _one_pod(target_ms: float | None, max_num_seqs: int = 256) -> Any:
+    objectives = [{"signal": "ttft", "percentile": 99, "targetMs": target_ms}] if target_ms else []
+    spec: dict[str, Any] = {
+        "model": {"name": "m"},
+        "engine": {"kind": "sim", "args": {"maxNumSeqs": max_num_seqs}},
+        "replicas": {"min": 1, "max": 1},
+        "autoscaling": {"objectives": objectives, "window": "30s"},
+    }
+    return pool_config(spec_document("p", spec))
+
+
+def test_requests_without_a_deadline_are_admitted_against_the_pools_objective_as_live() -> None:
+    """The live router admits a request that names no deadline against the pool's TTFT
+    objective (preheat up and the Kubernetes discovery set its defaultTtftTargetMs from
+    it): the simulated router does the same, so an overloaded pool refuses what it cannot
+    start in time instead of queueing it for seconds. 0 turns the default target off."""
+    pool = _one_pod(500.0)
+    trace = _steady(rate=40.0, seconds=5.0)  # ~4k-token prompts: far past one GPU, 200 of
+    # them: under the router's bound on requests in flight (the pod's 256 slots)
+    fast = Startup(image_pull_s=1.0, load_s=1.0, warmup_s=1.0)
+    run, _ = simulate(pool, trace, SimOptions(startup=fast))
+    counts = count_outcomes(run.requests)
+    assert counts["rejected"] > 0
+    assert counts["ok"] > 0
+    refused = next(r for r in run.requests if r.outcome == "rejected")
+    assert "exceeds the deadline of 500 ms" in refused.error, refused.error
+    served = [r.ttft_ms for r in run.requests if r.outcome == "ok" and r.ttft_ms is not None]
+    queued, _ = simulate(pool, trace, SimOptions(startup=fast, default_ttft_target_ms=0.0))
+    late = [r.ttft_ms for r in queued.requests if r.outcome == "ok" and r.ttft_ms is not None]
+    assert count_outcomes(queued.requests)["rejected"] == 0  # no target: every one queues
+    assert max(late) > 5 * max(served)  # and waits seconds where admission kept it short
+
+
+def test_the_routers_bound_on_requests_in_flight_refuses_past_it_as_live() -> None:
+    """The live router's concurrency bound (core.routing.admission.admit) holds in the
+    simulator: with maxInFlight 3 and no default target, a burst of ten is served three
+    at a time and the rest refused with the bound's explanation."""
+    pool = _one_pod(None)
+    burst = [dataclasses.replace(r, arrival_s=0.001 * r.index) for r in _steady(10.0, 1.0)]
+    run, _ = simulate(pool, burst, SimOptions(default_ttft_target_ms=0.0, max_in_flight=3))
+    counts = count_outcomes(run.requests)
+    assert counts["ok"] == 3, counts
+    assert counts["rejected"] == 7, counts
+    refused = next(r for r in run.requests if r.outcome == "rejected")
+    assert "at its concurrency limit (3 of 3 requests in flight" in refused.error, refused.error

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
+import math
 import os
 import shlex
 import sys
@@ -153,6 +154,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="TTFT SLO for attainment (default: the pool's TTFT objective, if any)",
     )
     s.add_argument(
+        "--default-ttft-target-ms",
+        type=float,
+        default=None,
+        help="the router admits a request that names no deadline against this TTFT, as live "
+        "(default: the SLO, as preheat up sets the router's from the pool's TTFT objective; "
+        "0: no default target)",
+    )
+    s.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=0,
+        help="the router's ceiling of requests in flight (default 0: the endpoints' "
+        "max_num_seqs, as live)",
+    )
+    s.add_argument(
         "--refresh-interval-s",
         type=float,
         default=None,
@@ -234,6 +250,11 @@ DEFAULT = SimOptions()
 def sim_options(args: argparse.Namespace) -> tuple[SimOptions, dict[str, str]]:
     """The options of the command line (with ``--from-run``'s settings under the flags given)
     and where each start-up and interval assumption comes from."""
+    target = args.default_ttft_target_ms
+    if target is not None and not 0 <= target < math.inf:
+        raise SimInputError(f"--default-ttft-target-ms must be >= 0 and finite, got {target}")
+    if args.max_in_flight < 0:
+        raise SimInputError(f"--max-in-flight must be >= 0, got {args.max_in_flight}")
     routing: SchedulerConfig | None = None
     if args.routing is not None:
         try:
@@ -264,6 +285,8 @@ def sim_options(args: argparse.Namespace) -> tuple[SimOptions, dict[str, str]]:
         autoscale_interval_s=_or(args.autoscale_interval_s, d.autoscale_interval_s),
         ttft_deadline_ms=args.ttft_deadline_ms,
         ttft_objective_ms=args.ttft_objective_ms,
+        default_ttft_target_ms=args.default_ttft_target_ms,
+        max_in_flight=args.max_in_flight,
         cold_start=args.cold_start,
         engine_options=engine_options,
         forecast_history=(

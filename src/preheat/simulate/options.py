@@ -182,6 +182,14 @@ class SimOptions:
     sample_interval_s: float = 10.0  # replica samples in the run record
     ttft_deadline_ms: float | None = None  # admission deadline sent with every request
     ttft_objective_ms: float = 0.0  # SLO for attainment; 0: the pool's TTFT objective if any
+    # the router's admission (core.routing.admission, as the live dispatcher applies it): the
+    # TTFT a request that names no deadline nor class is admitted against; None: the SLO
+    # above (``preheat up`` and the Kubernetes discovery set the router's
+    # defaultTtftTargetMs from the pool's TTFT objective), else the router's default (2 s);
+    # 0: none. ``max_in_flight``: the router's ceiling of requests in flight (0: the
+    # endpoints' max_num_seqs)
+    default_ttft_target_ms: float | None = None
+    max_in_flight: int = 0
     max_retries: int = 2  # router re-routes before the first token (live default)
     queue_timeout_s: float = 10.0  # router holds requests this long with no endpoint
     max_queue: int = 256

@@ -12,7 +12,10 @@ per token. What each part sees, and how stale it is, follows the live system:
   in-flight counts and TTFT EWMA (updated at once, like the live data path), each pod's
   prefix cache through a live view (the live ``WatchCache`` stream is near real time), and
   the RTT to each pod. They call ``preheat.core.routing.scheduler.schedule`` (or
-  ``SimOptions.route``) on a ``RoutingContext`` built exactly like the live dispatcher's.
+  ``SimOptions.route``) on a ``RoutingContext`` built exactly like the live dispatcher's,
+  after the live admission (``preheat.core.routing.admission``): the default TTFT target
+  (``SimOptions.default_ttft_target_ms``; the SLO, as ``preheat up`` sets the router's from
+  the pool's objective) and the adaptive bound on requests in flight.
 - **the autoscaler**: every ``autoscale_interval_s`` it scrapes the warm pods' cumulative
   vLLM histograms and gauges into :class:`~preheat.autoscaler.scrape.Scrape` values and
   computes the signals with the live ``preheat up`` code (``autoscaler.scrape.compute``:
@@ -54,15 +57,17 @@ from preheat.core.autoscaling.standby import wanted
 from preheat.core.control import ControlState, Observation, signal_query, step, tally
 from preheat.core.control.roles import ROLE_ACTIVE, ROLE_DRAINING, ROLE_STANDBY, PodView, RolePlan
 from preheat.core.pool import PoolConfig, Signal
+from preheat.core.routing import admission
 from preheat.core.routing import scheduler as core_scheduler
+from preheat.core.routing.admission import AdmissionConfig, AdmissionInput, LimitState
 from preheat.core.routing.baselines import SchedulerState
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.history import PrefixHistory
 from preheat.core.routing.plugins.prefix import new_tokens
 from preheat.core.routing.types import Endpoint, RequestInfo, RoutingContext, StepClock
-from preheat.core.traffic import lanes
+from preheat.core.traffic import ladder, lanes
 from preheat.core.traffic.arrivals import ArrivalBins
-from preheat.core.traffic.classes import PRIORITY_STANDARD, UnknownClass
+from preheat.core.traffic.classes import PRIORITY_STANDARD, TrafficClass, UnknownClass
 from preheat.engine.base import EngineRequest, Sampling
 from preheat.engine.costmodel import CostModel
 from preheat.engine.sim import SimConfig
@@ -113,6 +118,11 @@ class _Req:
     klass: str = ""
     priority: int = PRIORITY_STANDARD
     new_tokens: int = 0  # its prompt tokens not predicted cached on the pod it was sent to
+    admitted: bool = False  # counted in its router's ``admitted`` until it ends
+    # its class's ladder step once the pool would have refused it ("": not degraded); a
+    # degraded request is served without its target (core.traffic.ladder, as live)
+    degraded: str = ""
+    max_tokens: int = 0  # what it asks for (its trace's output, or the ladder's clamp)
 
 
 class _Hist:
@@ -193,6 +203,10 @@ class _Router:
     # order (core.traffic.lanes: class priority, tenants' turns, deadline, arrival)
     held: dict[int, _Req] = field(default_factory=dict)
     held_seq: int = 0
+    # admission (core.routing.admission): the adaptive bound on requests in flight, and the
+    # requests it admitted that have not ended (the live Dispatcher's ``_in_flight``)
+    limit: LimitState = field(default_factory=lambda: LimitState(0.0))
+    admitted: int = 0
 
 
 @dataclass
@@ -283,6 +297,14 @@ class _World:
         self.objective_ms = options.ttft_objective_ms or next(
             (o.target for o in pool.autoscaling.objectives if o.signal is Signal.TTFT), 0.0
         )
+        target = options.default_ttft_target_ms
+        if target is None:  # as preheat up and the Kubernetes discovery configure the router
+            target = self.objective_ms or AdmissionConfig().default_ttft_target_ms
+        self.admission = AdmissionConfig(
+            default_ttft_target_ms=target, max_in_flight=options.max_in_flight
+        )
+        for r in self.routers.values():
+            r.limit = admission.initial_state(self.admission)
         auto = pool.autoscaling
         self.query = signal_query(auto)
         self.scrapes_kept = int(auto.window_s / options.autoscale_interval_s) + 3
@@ -459,6 +481,10 @@ class _World:
         if req.done:
             return
         req.done = True
+        if req.admitted:
+            req.admitted = False
+            router = self.routers[req.region]
+            router.admitted -= 1
         outcome.slo_class = req.klass
         self.outcomes[req.trace.index] = outcome
         self.remaining -= 1
@@ -499,8 +525,14 @@ class _World:
             req.klass = t.slo_class
             self._fail(req, "error", f"INVALID_ARGUMENT: {e}")
             return
+        req.max_tokens = t.output_tokens
         if klass is not None:
             req.klass, req.priority = klass.name, klass.priority
+        # the TTFT it is admitted against, as the live Dispatcher.prepare sets it: its
+        # deadline, else its class's, else the pool's default target
+        deadline = self.options.ttft_deadline_ms
+        class_ms = klass.ttft_ms if klass is not None and deadline is None else None
+        target = admission.ttft_target_ms(deadline, class_ms, self.admission)
         self.arrivals += 1  # a valid request: the router's arrival counter (at receipt)
         self.arrival_bins.observe(self.now)
         req.hashes = self.namer.names(t)
@@ -512,9 +544,27 @@ class _World:
             max_tokens=t.output_tokens,
             session_id=t.session_id,
             client_region=req.region,
-            ttft_deadline_ms=self.options.ttft_deadline_ms,
+            ttft_deadline_ms=target,
+            deadline_is_default=deadline is None and class_ms is None and target is not None,
             priority=req.priority,
         )
+        router = self.routers[req.region]
+        verdict = admission.admit(
+            AdmissionInput(
+                now=self.now,
+                in_flight=router.admitted,
+                endpoints=self._snapshot(router),
+                completions_per_s=0.0,  # only its retry-after reads it
+                pool=self.pool.name,
+            ),
+            router.limit,
+            self.admission,
+        )
+        if not verdict.admitted and not self._degrade(req, klass):
+            self._fail(req, "rejected", f"RESOURCE_EXHAUSTED: rejected: {verdict.explanation}")
+            return
+        router.admitted += 1
+        req.admitted = True
         self.route(req)
 
     def route(self, req: _Req) -> None:
@@ -544,6 +594,14 @@ class _World:
         route = self.options.route if self.options.route is not None else core_scheduler.schedule
         decision, router.state = route(ctx, self.routing, self.cost, router.state)
         self.stats.schedule_calls += 1
+        if (
+            decision.reason == "rejected"
+            and req.klass
+            and (req.degraded or self._degrade(req, self.pool.traffic.get(req.klass)))
+        ):  # served despite the prediction: the best endpoint, without the target
+            relaxed = replace(ctx, request=replace(req.info, ttft_deadline_ms=None))
+            decision, router.state = route(relaxed, self.routing, self.cost, router.state)
+            self.stats.schedule_calls += 1
         ep = decision.endpoint
         if ep is None:
             if decision.reason == "rejected":
@@ -607,13 +665,26 @@ class _World:
         request = EngineRequest(
             req.rid,
             (0,) * t.input_tokens,
-            Sampling(max_tokens=t.output_tokens, ignore_eos=True),
+            Sampling(max_tokens=req.max_tokens, ignore_eos=True),
             priority=req.priority,
         )
         req.engine_at = self.now
         pod.reqs[req.rid] = req
         self._process(pod, core.add(request, self.now, req.hashes))
         self._reschedule(pod)
+
+    def _degrade(self, req: _Req, klass: TrafficClass | None) -> bool:
+        """Whether ``req``, which its pool would refuse, is served anyway by its class's
+        ladder (``core.traffic.ladder``: a clamp of its output, or a class that is not
+        sheddable queues), as the live ``Dispatcher._degrade``; the fallback-pool step is
+        not simulated (one pool)."""
+        step = ladder.step_for(klass)
+        if klass is None or step in (ladder.REJECT, ladder.FALLBACK):
+            return False
+        if step == ladder.CLAMP:
+            req.max_tokens = ladder.clamp(req.max_tokens, klass)
+        req.degraded = step
+        return True
 
     def _count_in_flight(self, router: _Router, pod: _Pod, req: _Req, n: int) -> None:
         """``req`` (``n`` = 1) is now, or (-1) is no longer, one of the router's requests on
@@ -791,6 +862,20 @@ class _World:
         prev = router.ttft_ewma.get(pod.name)
         router.ttft_ewma[pod.name] = observed if prev is None else prev + 0.2 * (observed - prev)
         self._touch(router, pod.name)
+        target = self.admission.default_ttft_target_ms
+        if target > 0:  # the admission limit adapts to the TTFT the client saw, as live
+            seen = t + req.router_rtt_ms / 2000.0  # the first token at the router
+            arrived = req.trace.arrival_s
+            router.limit = admission.observe_ttft(
+                router.limit,
+                (seen - arrived) * 1000.0,
+                target,
+                router.admitted,
+                self._snapshot(router),
+                self.admission,
+                arrived_at=arrived,
+                now=seen,
+            )
 
     # --- control plane --------------------------------------------------------------------
     def refresh(self) -> None:
