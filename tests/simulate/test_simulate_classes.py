@@ -195,3 +195,39 @@ def test_held_requests_leave_the_router_by_class_priority_not_arrival() -> None:
     assert {r.outcome for r in run.requests} == {"ok"}
     assert min(r.ttft_ms for r in run.requests) > 1000  # all were held, none went at once
     assert routed == [f"req-{i}" for i in (6, 7, 8, 0, 1, 2, 3, 4, 5)]
+
+
+def test_a_class_that_would_be_refused_takes_its_ladder_as_live() -> None:
+    """Overloaded, a sheddable class past its target is refused, a class that is not
+    sheddable queues, and one with a degraded maxTokens is served clamped to it (the live
+    router's ladder, core.traffic.ladder; the fallback pool is not simulated)."""
+    classes = [
+        {"name": "shed", "ttftMs": 300},
+        {"name": "keep", "ttftMs": 300, "sheddable": False},
+        {"name": "clamp", "ttftMs": 300, "degrade": {"maxTokens": 4}},
+    ]
+    pool = _pool({"classes": classes})
+    names = [c["name"] for c in classes]
+    rate = _batch_rate(pool)  # 1.5x what the two replicas prefill
+    trace = [
+        TraceRequest(
+            arrival_s=i / rate,
+            input_tokens=BATCH_PROMPT,
+            output_tokens=32,
+            slo_class=str(names[i % 3]),
+            index=i,
+        )
+        for i in range(round(20 * rate))
+    ]
+    run, _ = simulate(pool, trace, SimOptions())
+    by: dict[str, list[Any]] = {n: [] for n in names}
+    for r in run.requests:
+        by[str(r.slo_class)].append(r)
+    shed = [r.outcome for r in by["shed"]]
+    assert "rejected" in shed  # past its target: refused early
+    assert {r.outcome for r in by["keep"]} == {"ok"}  # not sheddable: served, late
+    assert max(r.ttft_ms for r in by["keep"]) > 300
+    assert {r.outcome for r in by["clamp"]} == {"ok"}
+    clamped = [r.output_tokens for r in by["clamp"] if r.output_tokens < 32]
+    assert clamped
+    assert set(clamped) == {4}
