@@ -207,7 +207,7 @@ def test_a_class_that_would_be_refused_takes_its_ladder_as_live() -> None:
         {"name": "clamp", "ttftMs": 300, "degrade": {"maxTokens": 4}},
     ]
     pool = _pool({"classes": classes})
-    names = [c["name"] for c in classes]
+    names = [str(c["name"]) for c in classes]
     rate = _batch_rate(pool)  # 1.5x what the two replicas prefill
     trace = [
         TraceRequest(
