@@ -294,10 +294,17 @@ def _routing_config(policy: str) -> SchedulerConfig:
     return SchedulerConfig(policy=policy)
 
 
+#: the routing parts compare placement: no default TTFT target for any policy (the preheat
+#: policy would refuse what it predicts late, the baselines never do, and the served
+#: requests' percentiles would then favour it)
+PLACEMENT_ONLY = 0.0
+
+
 def _routing_options(policy: str, args: argparse.Namespace) -> SimOptions:
     return SimOptions(
         routing=_routing_config(policy),
         ttft_objective_ms=args.ttft_objective_ms,
+        default_ttft_target_ms=PLACEMENT_ONLY,
         engine_options=_engine_options(),
         seed=args.seed,
     )
@@ -927,6 +934,7 @@ def geography_part(args: argparse.Namespace, img_dir: Path | None) -> GeoPart:
             network=net,
             client_regions=tuple((r, w) for r, _, w in REGIONS),
             ttft_objective_ms=args.ttft_objective_ms,
+            default_ttft_target_ms=PLACEMENT_ONLY,
             engine_options=_engine_options(),
             seed=args.seed,
         )

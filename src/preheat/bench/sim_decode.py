@@ -60,7 +60,11 @@ def _q(xs: Sequence[float], q: float) -> float:
 
 def _row(name: str, trace: Sequence[TraceRequest], gpus: int, routing: SchedulerConfig) -> Row:
     opts = SimOptions(
-        routing=routing, engine_options=sb._engine_options(), seed=1, record_itl=False
+        routing=routing,
+        engine_options=sb._engine_options(),
+        seed=1,
+        record_itl=False,
+        default_ttft_target_ms=sb.PLACEMENT_ONLY,
     )
     run, _ = simulate(sb._pool(gpus), trace, opts)
     ok = [r for r in run.requests if r.outcome == "ok"]
