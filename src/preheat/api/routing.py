@@ -100,6 +100,7 @@ class RoutingConfigSpec(_Spec):
     pool: str = _D.pool
     chwbl_prefix_blocks: int = Field(default=_D.chwbl_prefix_blocks, ge=1)
     chwbl_virtual_nodes: int = Field(default=_D.chwbl_virtual_nodes, ge=1, le=4096)
+    ttft_error_half_life_seconds: float = _ms(_D.ttft_error_half_life_s)
     min_retry_after_seconds: float = _ms(_D.min_retry_after_s)
     no_endpoints_retry_after_seconds: float = _ms(_D.no_endpoints_retry_after_s)
 
@@ -165,6 +166,7 @@ class RoutingConfigSpec(_Spec):
             pool=self.pool,
             chwbl_prefix_blocks=self.chwbl_prefix_blocks,
             chwbl_virtual_nodes=self.chwbl_virtual_nodes,
+            ttft_error_half_life_s=self.ttft_error_half_life_seconds,
             min_retry_after_s=self.min_retry_after_seconds,
             no_endpoints_retry_after_s=self.no_endpoints_retry_after_seconds,
         )

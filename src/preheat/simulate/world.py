@@ -57,7 +57,7 @@ from preheat.core.autoscaling.standby import wanted
 from preheat.core.control import ControlState, Observation, signal_query, step, tally
 from preheat.core.control.roles import ROLE_ACTIVE, ROLE_DRAINING, ROLE_STANDBY, PodView, RolePlan
 from preheat.core.pool import PoolConfig, Signal
-from preheat.core.routing import admission
+from preheat.core.routing import admission, calibration
 from preheat.core.routing import scheduler as core_scheduler
 from preheat.core.routing.admission import AdmissionConfig, AdmissionInput, LimitState
 from preheat.core.routing.baselines import SchedulerState
@@ -106,6 +106,7 @@ class _Req:
     pod: _Pod | None = None
     router_rtt_ms: float = 0.0
     sent_at: float = 0.0  # routed (router -> pod)
+    predicted_ms: float = 0.0  # the router's predicted TTFT on ``pod`` when it sent it
     engine_at: float = 0.0  # reached the engine
     first_at: float | None = None  # first token at the engine
     last_at: float | None = None
@@ -193,6 +194,8 @@ class _Router:
     in_flight_tokens: dict[str, int] = field(default_factory=dict)
     decoding: dict[str, int] = field(default_factory=dict)  # past the first token, not done
     ttft_ewma: dict[str, float] = field(default_factory=dict)
+    # pod -> (EWMA of its first tokens' observed minus predicted TTFT, when it last changed)
+    ttft_error: dict[str, tuple[float, float]] = field(default_factory=dict)
     endpoints: dict[str, Endpoint] = field(default_factory=dict)
     snapshot: tuple[Endpoint, ...] | None = None  # None: rebuild (the routable set changed)
     positions: dict[str, int] = field(default_factory=dict)  # pod -> index in snapshot
@@ -450,6 +453,8 @@ class _World:
                 metrics_at=pod.m_at,
                 cached_blocks=pod.cache if self.options.watch_cache else None,
                 observed_ttft_ms=router.ttft_ewma.get(pod.name),
+                ttft_error_ms=err[0] if (err := router.ttft_error.get(pod.name)) else None,
+                ttft_error_at=err[1] if err else None,
             )
             router.endpoints[pod.name] = ep
         return ep
@@ -619,6 +624,7 @@ class _World:
         rtt = self.options.network.rtt_ms(router.region, pod.region)
         req.router_rtt_ms = rtt
         req.sent_at = self.now
+        req.predicted_ms = decision.predicted_ttft_ms
         self.push(
             self.now + (self.options.network.router_overhead_ms + rtt / 2) / 1000.0, _DELIVER, req
         )
@@ -861,6 +867,15 @@ class _World:
         observed = (t + req.router_rtt_ms / 2000.0 - req.sent_at) * 1000.0
         prev = router.ttft_ewma.get(pod.name)
         router.ttft_ewma[pod.name] = observed if prev is None else prev + 0.2 * (observed - prev)
+        err = router.ttft_error.get(pod.name)
+        router.ttft_error[pod.name] = calibration.observe(
+            err[0] if err else None,
+            err[1] if err else None,
+            req.predicted_ms,
+            observed,
+            t + req.router_rtt_ms / 2000.0,
+            self.routing.ttft_error_half_life_s,
+        )
         self._touch(router, pod.name)
         target = self.admission.default_ttft_target_ms
         if target > 0:  # the admission limit adapts to the TTFT the client saw, as live

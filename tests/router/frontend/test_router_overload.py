@@ -247,3 +247,38 @@ async def test_body_that_never_arrives_is_answered_408() -> None:
             assert b"application/json" in head
         finally:
             writer.close()
+
+
+async def test_a_worker_slower_than_predicted_is_refused_until_its_miss_fades() -> None:
+    # an engine 40x slower than the calibrated H100 the router's cost model predicts: its
+    # first token comes hundreds of ms after the predicted few ms. The router learns the
+    # miss (core/routing/calibration.py) and refuses, against the default target, what the
+    # model alone would admit; the miss fades with its half-life (here 0.5 s) and the
+    # worker is admitted again. One token each: the request ends with its first token.
+    adm = AdmissionConfig(default_ttft_target_ms=150.0, max_in_flight=0)
+    sched = SchedulerConfig(ttft_error_half_life_s=0.5)
+    async with (
+        workers([{"id": "w-1", "engine": {"time_scale": 40.0}}]) as ws,
+        router([w.endpoint for w in ws], admission=adm, scheduler=sched) as r,
+    ):
+        store = r.server.store
+        assert store.snapshot()[0].ttft_error_ms is None
+        first = await r.generate(gen(words(64, "a"), 1))
+        assert first[-1].usage.completion_tokens == 1
+        (ep,) = store.snapshot()
+        assert ep.ttft_error_ms is not None
+        assert ep.ttft_error_ms > 150.0  # it came that much later than predicted
+        with pytest.raises(grpc.aio.AioRpcError) as ei:
+            await r.generate(gen(words(64, "b"), 1))
+        assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "later than predicted" in (ei.value.details() or "")
+        await asyncio.sleep(4.0)  # eight half-lives: the miss is under a 250th
+        again = await r.generate(gen(words(64, "c"), 1))
+        assert again[-1].usage.completion_tokens == 1
+
+
+async def test_the_miss_is_not_kept_when_the_correction_is_off() -> None:
+    off = SchedulerConfig(ttft_error_half_life_s=0.0)
+    async with workers([{"id": "w-1"}]) as ws, router([w.endpoint for w in ws], scheduler=off) as r:
+        await r.generate(gen(words(16, "a"), 2))
+        assert r.server.store.snapshot()[0].ttft_error_ms is None

@@ -141,6 +141,10 @@ class SchedulerConfig:
     chwbl_prefix_blocks: int = 8
     #: chwbl: virtual nodes per endpoint on the hash ring.
     chwbl_virtual_nodes: int = 64
+    #: admission: the half-life (s) of an endpoint's TTFT miss (how much later than predicted
+    #: its first tokens came, ``calibration.py``), which is added to its predicted TTFT when
+    #: it is checked against a deadline; 0 turns the correction off.
+    ttft_error_half_life_s: float = 2.0
     #: smallest retry-after (s) of a rejection.
     min_retry_after_s: float = 0.1
     #: retry-after (s) when there is no routable endpoint.

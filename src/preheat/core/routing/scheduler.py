@@ -15,7 +15,9 @@ already decoding there) and ``session`` only steer, within ``steer_budget_ms``: 
 whose total without them (its weighted predicted TTFT) is more than that many ms over the
 lowest such total is not picked (the session's endpoint excepted: it yields by
 ``hotspot_margin_ms``; the bound is read among the endpoints the deadline admits). With a
-TTFT deadline, only endpoints predicted within it are eligible; none: the request is
+TTFT deadline, only endpoints predicted within it are eligible (the prediction plus how much
+later than predicted the endpoint's first tokens have lately come, ``calibration.py``;
+the ranking does not read that); none: the request is
 rejected with a retry-after of
 ``max(min_retry_after_s, (best predicted TTFT - deadline) / 1000)`` (the queue drains in
 real time). Against the pool's default target (``RequestInfo.deadline_is_default``) a stale
@@ -44,7 +46,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 
 from preheat.core.errors import ErrorCode, PreheatError
-from preheat.core.routing import baselines
+from preheat.core.routing import baselines, calibration
 from preheat.core.routing.baselines import SchedulerState
 from preheat.core.routing.config import DEFAULT_FILTERS, DEFAULT_SCORERS, SchedulerConfig
 from preheat.core.routing.hashing import hash64, load
@@ -273,8 +275,19 @@ def _preheat(
     ranked = _break_ties(ctx, [c for _, c in keyed], rank, margin, turns)
     deadline = ctx.request.ttft_deadline_ms
     admitted = ttft
-    if ctx.request.deadline_is_default:  # stale figures do not refuse a default target
-        admitted = {c.endpoint.id: ttft[c.endpoint.id] - c.terms.get("stale", 0.0) for c in ranked}
+    late: dict[str, float] = {}
+    if deadline is not None:
+        admitted = dict(ttft)
+        hl = config.ttft_error_half_life_s
+        for c in ranked:
+            e = c.endpoint
+            # stale figures do not refuse a default target
+            if ctx.request.deadline_is_default:
+                admitted[e.id] -= c.terms.get("stale", 0.0)
+            miss = calibration.late_ms(e.ttft_error_ms, e.ttft_error_at, now, hl)
+            if miss > 0:
+                late[e.id] = miss
+                admitted[e.id] += miss
     eligible = ranked
     if deadline is not None:
         eligible = _break_ties(
@@ -291,7 +304,8 @@ def _preheat(
             reason="rejected",
             explanation=(
                 f"rejected: best predicted TTFT {best_t:.0f} ms on {best.endpoint.id} exceeds "
-                f"the deadline of {deadline:.0f} ms ({_breakdown(best, raw, ctx, rtt_of)}); "
+                f"the deadline of {deadline:.0f} ms ({_breakdown(best, raw, ctx, rtt_of)}"
+                f"{_late_note(late.get(best.endpoint.id, 0.0))}); "
                 f"retry after {retry:.2f} s"
             ),
             candidates=tuple(ranked),
@@ -408,6 +422,11 @@ def _break_ties(
     t = turns or {}
     tied.sort(key=lambda c: (t.get(c.endpoint.id, -1), *_tie_key(ctx, c.endpoint)))
     return tied + [c for c in ranked if id(c) not in seen]
+
+
+def _late_note(miss_ms: float) -> str:
+    """The breakdown's note of the endpoint's recent TTFT miss (``calibration.py``)."""
+    return f"; +{miss_ms:.0f} ms its first tokens came later than predicted" if miss_ms else ""
 
 
 def _breakdown(

@@ -59,6 +59,11 @@ class Endpoint:
     cached_blocks: AbstractSet[int] | None = field(default=None, compare=False, hash=False)
     # observed mean prefill+queue per request on this endpoint (EWMA), ms; None: unknown
     observed_ttft_ms: float | None = None
+    # how much later than this router predicted its first tokens came here (EWMA of observed
+    # minus predicted TTFT, ms; ``calibration.py``) and when it last changed (router clock,
+    # seconds); None: not measured. Added to the prediction against a deadline.
+    ttft_error_ms: float | None = None
+    ttft_error_at: float | None = None
     tokenizer: str = ""  # the engine's tokenizer name (WorkerStatus.tokenizer); "" = unknown
     # the port of its OpenAI HTTP API on the host of ``address`` (WorkerStatus.openai_port);
     # 0: none (the router then speaks gRPC Generate to it)

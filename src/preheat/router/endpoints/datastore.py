@@ -32,6 +32,7 @@ import aiohttp
 import grpc
 
 from preheat.core.promtext import ModelServerMetricNames
+from preheat.core.routing import calibration
 from preheat.core.routing.history import PrefixHistory
 from preheat.core.routing.types import Endpoint, StepClock
 from preheat.core.validation import ModelLimits
@@ -397,6 +398,21 @@ class EndpointStore:
             e.rtt.sample(observed_ms - server_ttft_ms)
         else:
             e.observed_ttft.update(observed_ms)
+        e.touch()
+
+    def prediction_miss(
+        self, endpoint_id: str, predicted_ms: float, observed_ms: float, half_life_s: float
+    ) -> None:
+        """A request sent to the endpoint with a predicted TTFT of ``predicted_ms`` got its
+        first token ``observed_ms`` after it was sent: the endpoint's TTFT miss, which the
+        scheduler adds to its prediction against a deadline (``core.routing.calibration``;
+        ``half_life_s``: the scheduler's ``ttft_error_half_life_s``, 0: off)."""
+        e = self._entries.get(endpoint_id)
+        if e is None or not half_life_s > 0:
+            return
+        e.ttft_error_ms, e.ttft_error_at = calibration.observe(
+            e.ttft_error_ms, e.ttft_error_at, predicted_ms, observed_ms, self.clock(), half_life_s
+        )
         e.touch()
 
     def token(self, endpoint_id: str, itl_ms: float | None = None) -> None:

@@ -39,6 +39,10 @@ class EndpointEntry:
         self.channel = channel
         self.rtt = RttEstimator(rtt_alpha)
         self.observed_ttft = Ewma(rtt_alpha)
+        # how much later than predicted its first tokens came (core/routing/calibration.py):
+        # the EWMA (ms) and when it last changed (store clock); None: not measured
+        self.ttft_error_ms: float | None = None
+        self.ttft_error_at: float | None = None
         self.steps = StepClockEstimator(rtt_alpha)  # its engine's step rhythm, from tokens
         self.in_flight = 0
         # in_flight by the requests' engine priority (the queue term's "behind us")
@@ -139,6 +143,8 @@ class EndpointEntry:
             metrics_at=metrics_at,
             cached_blocks=self.cached,  # the live set, read-only to the scheduler
             observed_ttft_ms=self.observed_ttft.value,
+            ttft_error_ms=self.ttft_error_ms,
+            ttft_error_at=self.ttft_error_at,
             tokenizer=st.tokenizer if st is not None else "",
             openai_port=st.openai_port if st is not None else 0,
         )

@@ -1147,6 +1147,13 @@ class Dispatcher:
         upstream_s = now - (st.routed_at if st.routed_at is not None else prep.received_pc)
         # the worker's own TTFT comes only with the last chunk: 0 = unknown here
         self.store.first_token(ep.id, upstream_s, 0.0, prep.info.priority, st.held_tokens)
+        # the prediction it was sent on against the TTFT it got (core/routing/calibration.py)
+        self.store.prediction_miss(
+            ep.id,
+            decision.predicted_ttft_ms,
+            upstream_s * 1e3,
+            self.scheduler_config.ttft_error_half_life_s,
+        )
         target = self.config.admission.default_ttft_target_ms
         if target > 0:
             self._limit = admission.observe_ttft(
