@@ -32,7 +32,7 @@ from preheat.core.manifests import SERIES_LABELS
 from preheat.core.routing.types import StepClock
 from preheat.engine.simmetrics import VllmMetrics
 from preheat.operator.metrics import AutoscalerMetrics, Metrics
-from preheat.router.frontend.metrics import RouterMetrics, StepClockCollector
+from preheat.router.frontend.metrics import RouterMetrics, StepClockCollector, TtftMissCollector
 from preheat.worker.metrics import WorkerMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +72,8 @@ def _registries() -> Iterator[tuple[str, CollectorRegistry]]:
     # the step clocks' gauges (registered by the router's PoolSet): one endpoint's clock
     clock = {"x": StepClock(0.0, 8.0, 1.0, 1.0)}
     router.registry.register(StepClockCollector(lambda: [("p", "m", clock)]))
+    # the TTFT misses' gauge (registered by the PoolSet too): one endpoint's miss
+    router.registry.register(TtftMissCollector(lambda: [("p", "m", {"x": 120.0})]))
     yield "router", router.registry
     worker = WorkerMetrics()
     VllmMetrics(worker.registry, "m", 4096)  # the engine's metrics, on the worker's /metrics

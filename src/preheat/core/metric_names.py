@@ -101,6 +101,10 @@ ROUTER_IN_FLIGHT = "preheat_router_in_flight"  # gauge: proxied streams open
 ROUTER_STEP_CLOCK_STEP_SECONDS = "preheat_router_step_clock_step_seconds"  # the engine's step
 ROUTER_STEP_CLOCK_ERROR_SECONDS = "preheat_router_step_clock_error_seconds"  # mean miss
 ROUTER_STEP_CLOCK_TRUSTED = "preheat_router_step_clock_trusted"  # 1: misses <= 1/6 of a step
+# how much later than predicted each endpoint's first tokens have lately come (the faded
+# EWMA's positive part, core.routing.calibration): what admission adds to its prediction;
+# gauge labelled pool, model_name, endpoint, read at scrape
+ROUTER_TTFT_MISS_SECONDS = "preheat_router_ttft_miss_seconds"
 LABEL_ENDPOINT = "endpoint"  # an endpoint's id (a worker pod's name)
 # demand the router saw, for the autoscaler (refused demand is demand): every request for the
 # pool but malformed ones, and those turned away unserved, by reason (exported with _total)

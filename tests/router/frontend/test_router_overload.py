@@ -12,6 +12,7 @@ import signal
 import grpc
 import pytest
 from frontendkit import Worker, eventually, gen, router, words, workers
+from prometheus_client.parser import text_string_to_metric_families
 
 from preheat.bench.workerproc import spawn_worker
 from preheat.core.routing.admission import AdmissionConfig
@@ -272,6 +273,17 @@ async def test_a_worker_slower_than_predicted_is_refused_until_its_miss_fades() 
             await r.generate(gen(words(64, "b"), 1))
         assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "later than predicted" in (ei.value.details() or "")
+        # an SRE sees it on /metrics, per endpoint, as admission adds it now
+        async with r.http.get(f"{r.url}/metrics") as resp:
+            text = await resp.text()
+        (miss,) = [
+            s
+            for f in text_string_to_metric_families(text)
+            if f.name == "preheat_router_ttft_miss_seconds"
+            for s in f.samples
+        ]
+        assert miss.labels["endpoint"] == "w-1"
+        assert 0.0 < miss.value <= ep.ttft_error_ms / 1000.0
         await asyncio.sleep(4.0)  # eight half-lives: the miss is under a 250th
         again = await r.generate(gen(words(64, "c"), 1))
         assert again[-1].usage.completion_tokens == 1

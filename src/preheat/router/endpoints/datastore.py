@@ -415,6 +415,16 @@ class EndpointStore:
         )
         e.touch()
 
+    def ttft_misses(self, half_life_s: float) -> dict[str, float]:
+        """Endpoint id -> what admission adds to its predicted TTFT now (ms; the endpoints
+        with a first token since they joined; ``core.routing.calibration.late_ms``)."""
+        now = self.clock()
+        return {
+            key: calibration.late_ms(e.ttft_error_ms, e.ttft_error_at, now, half_life_s)
+            for key, e in self._entries.items()
+            if e.ttft_error_ms is not None
+        }
+
     def token(self, endpoint_id: str, itl_ms: float | None = None) -> None:
         """A token frame arrived from the endpoint now; ``itl_ms``: its stream's gap to its
         previous frame per token (None: the stream's first token). Keeps the endpoint's step

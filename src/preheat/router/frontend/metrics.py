@@ -351,6 +351,34 @@ class ArrivalBurstCollector(Collector):
         yield family
 
 
+#: each pool's (name, model, endpoint id -> its TTFT miss now, ms), for :class:`TtftMissCollector`
+MissViews = Callable[[], Iterable[tuple[str, str, Mapping[str, float]]]]
+
+
+class TtftMissCollector(Collector):
+    """``preheat_router_ttft_miss_seconds``: how much later than this router predicted each
+    endpoint's first tokens have lately come, as admission adds it to the endpoint's
+    predicted TTFT against a target (``core/routing/calibration.py``: the EWMA of observed
+    minus predicted TTFT, faded by its half-life since the last first token; 0 when they
+    came on time or early). Read at scrape time; labels ``pool``, ``model_name``,
+    ``endpoint``; an endpoint with no first token yet has none."""
+
+    def __init__(self, views: MissViews) -> None:
+        self._views = views
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            mn.ROUTER_TTFT_MISS_SECONDS,
+            "How much later than predicted an endpoint's first tokens have lately come "
+            "(what admission adds to its predicted TTFT), seconds",
+            labels=[mn.LABEL_POOL, mn.LABEL_MODEL, mn.LABEL_ENDPOINT],
+        )
+        for pool, model, misses in self._views():
+            for endpoint, ms in sorted(misses.items()):
+                family.add_metric([pool, model, endpoint], ms / 1000.0)
+        yield family
+
+
 #: each pool's (name, model, endpoint id -> step clock), for :class:`StepClockCollector`
 ClockViews = Callable[[], Iterable[tuple[str, str, Mapping[str, StepClock]]]]
 

@@ -34,7 +34,7 @@ from preheat.process.logs import fields
 from preheat.router.embedded import EmbeddedRouter
 from preheat.router.endpoints import DiscoverySource, EndpointStore, StaticDiscovery
 from preheat.router.frontend.dispatch import Dispatcher
-from preheat.router.frontend.metrics import RouterMetrics, StepClockCollector
+from preheat.router.frontend.metrics import RouterMetrics, StepClockCollector, TtftMissCollector
 from preheat.router.frontend.passthrough import Passthrough
 from preheat.router.frontend.tokenizer import PromptTokenizer, build_tokenizer
 from preheat.router.pools.lookup import ModelTable, model_table, resolve
@@ -144,6 +144,7 @@ class PoolSet:
         self._errors: list[str] = []
         # each endpoint's step clock, read from the pools' stores at scrape time
         self.metrics.registry.register(StepClockCollector(self._clock_views))
+        self.metrics.registry.register(TtftMissCollector(self._miss_views))
 
     # --- building ---------------------------------------------------------------------------
     def _passthrough(self, d: Dispatcher) -> Passthrough:
@@ -223,6 +224,17 @@ class PoolSet:
     def _clock_views(self) -> list[tuple[str, str, Mapping[str, StepClock]]]:
         """Each pool's metric labels (pool, model) and its endpoints' step clocks."""
         return [(p.metrics.pool, p.metrics.model, p.store.step_clocks()) for p in self.pools()]
+
+    def _miss_views(self) -> list[tuple[str, str, Mapping[str, float]]]:
+        """Each pool's metric labels (pool, model) and its endpoints' TTFT misses now."""
+        return [
+            (
+                p.metrics.pool,
+                p.metrics.model,
+                p.store.ttft_misses(p.dispatcher.scheduler_config.ttft_error_half_life_s),
+            )
+            for p in self.pools()
+        ]
 
     @property
     def single_pool(self) -> Pool | None:
