@@ -119,3 +119,12 @@ def test_the_steering_budget_is_read_bounded_or_turned_off() -> None:
     for bad in (-1, "soon", float("inf")):
         with pytest.raises(PreheatError, match="steerBudgetMs"):
             load_routing_config({"steerBudgetMs": bad})
+
+
+def test_the_ttft_miss_half_life_is_read_and_zero_turns_it_off() -> None:
+    assert load_routing_config({}).ttft_error_half_life_s == 2.0
+    assert load_routing_config({"ttftErrorHalfLifeSeconds": 0.5}).ttft_error_half_life_s == 0.5
+    assert load_routing_config({"ttftErrorHalfLifeSeconds": 0}).ttft_error_half_life_s == 0.0
+    for bad in (-1, "soon", float("nan")):
+        with pytest.raises(PreheatError, match="ttftErrorHalfLifeSeconds"):
+            load_routing_config({"ttftErrorHalfLifeSeconds": bad})
