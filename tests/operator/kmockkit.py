@@ -16,7 +16,11 @@ and streams watch events. What it lacks, and what :class:`PreheatKube` adds:
 
 Requests are recorded in ``PreheatKube.log`` (kmock's own list is kept short: it scans it
 for every request); :func:`requests_by_pool`
-attributes them to pools for the API-call budget test.
+attributes them to pools for the API-call budget test. ``PreheatKube.writes_in_flight``
+counts the writes being served: a stopped client's last request can still be in the
+server's buffers and is served after the client is gone (aiohttp does not cancel a handler
+when its connection closes), so a test that changes the server's behaviour after stopping
+the operator first waits for :func:`settled`.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import aiohttp.web
 import kmock
 import pytest
 import yaml
@@ -45,6 +50,7 @@ PODS = "v1/pods"
 SECRETS = "v1/secrets"
 EVENTS = "v1/events"
 CHILD_RESOURCES = (DEPLOYMENTS, SERVICES, PDBS)
+_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class PreheatKube(kmock.KubernetesEmulator):
@@ -58,6 +64,15 @@ class PreheatKube(kmock.KubernetesEmulator):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self.log: list[rendering.Request] = []
+        self.writes_in_flight = 0
+
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        write = raw_request.method in _WRITES
+        self.writes_in_flight += write
+        try:
+            return await super().__call__(raw_request)
+        finally:
+            self.writes_in_flight -= write
 
     async def _handle(self, request: rendering.Request) -> Any:
         # kmock matches a request against each reaction by scanning every request it has
@@ -372,6 +387,19 @@ async def set_ready(
             headers={"Content-Type": "application/merge-patch+json"},
         )
         assert resp.status == 200, await resp.text()
+
+
+async def settled(kube: PreheatKube, *, within: float = 20.0) -> None:
+    """Wait until the server has served every write already sent to it.
+
+    Call it after the client that sent them stopped (its thread joined): on loopback its
+    last bytes are then in the server's socket buffers, read within a few turns of the
+    loop, and their handlers entered a few turns later; then none may be left running.
+    """
+    for _ in range(2):
+        for _ in range(20):  # turns of the loop: read the buffers, enter the handlers
+            await asyncio.sleep(0)
+        await eventually(lambda: kube.writes_in_flight == 0, within=within)
 
 
 async def eventually(

@@ -39,6 +39,7 @@ from kmockkit import (
     patch_pool,
     pool_of_request,
     requests_by_pool,
+    settled,
 )
 from poolkit import ROOT, load_example
 
@@ -288,6 +289,7 @@ async def test_restart_mid_reconcile_converges_to_the_same_objects(
         await create_pool(kube, minimal(f"p{i}", warmStandby=1))
     await eventually(lambda: stopped)
     await op.stop()
+    await settled(kube)  # its last writes are refused too, not served once the hook is gone
     kube.on_request = None
     partial = len(children(kube, NAMESPACE))
     mark = len(kube.log)
