@@ -195,7 +195,7 @@ class _Router:
     decoding: dict[str, int] = field(default_factory=dict)  # past the first token, not done
     ttft_ewma: dict[str, float] = field(default_factory=dict)
     # pod -> (EWMA of its first tokens' observed minus predicted TTFT, when it last changed)
-    ttft_error: dict[str, tuple[float, float]] = field(default_factory=dict)
+    ttft_error: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     endpoints: dict[str, Endpoint] = field(default_factory=dict)
     snapshot: tuple[Endpoint, ...] | None = None  # None: rebuild (the routable set changed)
     positions: dict[str, int] = field(default_factory=dict)  # pod -> index in snapshot

@@ -40,6 +40,13 @@ def test_the_miss_halves_every_half_life_and_is_off_at_zero() -> None:
     assert calibration.late_ms(-80.0, NOW, NOW, HL) == 0.0
 
 
+def test_with_the_correction_off_nothing_is_kept() -> None:
+    """The live router and the simulator both call ``observe``: off keeps no miss in either
+    (the gauge shows no endpoint), not one that is recorded and then ignored."""
+    assert calibration.observe(None, None, 300.0, 900.0, NOW, 0.0) == (None, None)
+    assert calibration.observe(40.0, NOW - 1, 300.0, 900.0, NOW, 0.0) == (40.0, NOW - 1)
+
+
 @given(
     prev=st.floats(-2_000, 2_000),
     age=st.floats(0, 60),

@@ -45,16 +45,19 @@ def observe(
     observed_ms: float,
     now: float,
     half_life_s: float,
-) -> tuple[float, float]:
+) -> tuple[float | None, float | None]:
     """The EWMA ``(error_ms, at)`` after a first token came ``observed_ms`` after its
     request was sent, where the router had predicted ``predicted_ms`` (the model's
-    prediction, without this correction). The previous value fades to ``now`` first."""
+    prediction, without this correction). The previous value fades to ``now`` first.
+    With the correction off (``half_life_s`` <= 0) nothing is kept: the input, unchanged."""
+    if not half_life_s > 0:
+        return error_ms, at
     miss = observed_ms - predicted_ms
     if not math.isfinite(miss):
         return (error_ms if error_ms is not None else 0.0), (at if at is not None else now)
     if error_ms is None or at is None:
         return miss, now
-    prev = faded(error_ms, at, now, half_life_s) if half_life_s > 0 else error_ms
+    prev = faded(error_ms, at, now, half_life_s)
     return prev + ALPHA * (miss - prev), now
 
 

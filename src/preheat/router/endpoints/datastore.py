@@ -408,7 +408,7 @@ class EndpointStore:
         scheduler adds to its prediction against a deadline (``core.routing.calibration``;
         ``half_life_s``: the scheduler's ``ttft_error_half_life_s``, 0: off)."""
         e = self._entries.get(endpoint_id)
-        if e is None or not half_life_s > 0:
+        if e is None:
             return
         e.ttft_error_ms, e.ttft_error_at = calibration.observe(
             e.ttft_error_ms, e.ttft_error_at, predicted_ms, observed_ms, self.clock(), half_life_s
