@@ -7,10 +7,13 @@ import math
 from dataclasses import replace
 
 import pytest
-from autoscalingkit import Driver, config, ctx, signals
+from autoscalingkit import AZURE_MIX, Driver, config, ctx, signals
 
 from preheat.core.autoscaling import Cause, Demand, Direction, decide, zero
 from preheat.core.autoscaling import demand as demand_step
+from preheat.core.autoscaling.capacity import replicas_for
+from preheat.core.autoscaling.cost import ServiceCost
+from preheat.core.pool import Objective, Signal
 
 
 def refusing(
@@ -133,6 +136,28 @@ def test_refusals_within_tolerance_hold_the_size_and_say_so() -> None:
     held, _ = decide(ctx(0.0, sig, desired=4, cfg=config(down=(0.0, 0.0, 1))))
     assert plain.direction is Direction.DOWN
     assert held.direction is Direction.HOLD
+
+
+def test_refusals_within_tolerance_leave_the_size_to_the_capacity_estimate() -> None:
+    """The estimate sizes the routers' arrival rate, refused requests included: a few
+    refusals within tolerance do not also hold the pool at its size (on the ServeGen day at
+    10x they held 22 pods for 1,000 s against an estimate of 10-16, each evaluation with a
+    refusal re-arming the scale-down window)."""
+    rate = 90.0
+    model = replicas_for(rate, ServiceCost(), AZURE_MIX, 250.0, 95.0, highest=32)
+    assert model is not None
+    assert model < 20
+    cfg = config(objectives=(Objective(Signal.TTFT, 95.0, 250.0),), down=(0.0, 0.0, 32))
+    mixed = replace(refusing(0.0, rate, 0.5, ttft=200.0), mix=AZURE_MIX)
+    dec, _ = decide(ctx(0.0, mixed, desired=28, max_=32, cfg=cfg))
+    assert (dec.direction, dec.active, dec.recommendation) == (Direction.DOWN, model, model)
+    assert "(within tolerance ±10%: the capacity estimate counts it)" in dec.reason
+    # beyond tolerance the refusals still ask for what serves all of the demand
+    beyond = replace(refusing(0.0, rate, 45.0, ttft=200.0), mix=AZURE_MIX)
+    dec, _ = decide(ctx(0.0, beyond, desired=28, max_=32, cfg=cfg))
+    assert dec.recommendation is not None
+    assert dec.recommendation > 28
+    assert dec.direction is Direction.UP
 
 
 def test_the_reason_names_each_refusal_reason_with_its_share() -> None:

@@ -15,8 +15,13 @@ window still holds the refusals of the smaller pool, and counting them against t
 one would overshoot (a pool refusing half its traffic on 2 pods, grown to 4, would ask for 8
 once the new pods were warm, before the window had seen them serve).
 
-Like an objective, the factor ``A / (A - R)`` has a tolerance band: within it, refusals ask
-for no change (they keep the pool from shrinking, never grow it). Everything refused
+Like an objective, the factor ``A / (A - R)`` has a tolerance band. Within it, refusals
+grow nothing; they keep the pool from shrinking only when no capacity estimate was made. The
+estimate sizes the routers' arrival rate, refused requests included, so it already counts
+them; a hold on top of it pinned a pool at its peak size for as long as any request was
+refused (the ServeGen day at 10x: 22 pods held for 1,000 s against an estimate of 10-16,
+while the routers refused well under 1% of the requests, each such evaluation re-arming the
+scale-down window). Everything refused
 (``A - R = 0``) asks for the pool's maximum; the max step then limits how fast it gets
 there. Nothing serving (a pool at zero, or every pod still warming): no constraint here;
 the wake signal and the warming credit cover it.
@@ -77,12 +82,20 @@ def served_by(history: tuple[tuple[float, int], ...], now: float, window_s: floa
 
 
 def view(
-    demand: Demand | None, base: float, current: int, highest: int, tolerance: float
+    demand: Demand | None,
+    base: float,
+    current: int,
+    highest: int,
+    tolerance: float,
+    *,
+    sized: bool = False,
 ) -> DemandView | None:
     """What refusals ask for (None: nothing was refused, or no router counters).
 
     ``base``: the pods that served the window (:func:`served_by`); ``current``: the active
-    count the pool converges to; ``highest``: ``replicas.max``.
+    count the pool converges to; ``highest``: ``replicas.max``; ``sized``: the capacity
+    estimate sized the window's arrival rate (refusals within tolerance then ask for
+    nothing: the estimate counts them).
     """
     if demand is None or demand.refused_rate <= 0:
         return None
@@ -91,7 +104,7 @@ def view(
     within = factor - 1.0 <= tolerance
     replicas: int | None
     if within:
-        replicas = current
+        replicas = None if sized else current
     elif base <= 0:
         replicas = None
     elif math.isinf(factor):

@@ -174,6 +174,7 @@ def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
     fed_back, _ = recommend.combine(views)  # the feedback alone
     predicted, forecast_state, outlook = _forecast(ctx)
     views, model_note, late_since = _with_capacity(ctx, views, serving, predicted)
+    estimated = bool(model_note)  # the estimate sized the routers' arrivals, refused included
     if fired is not None and late_since is not None and now - late_since >= cfg.window_s:
         # late for a whole window with the pods the estimate says the rate needs: the
         # feedback's correction is bounded by the estimate (capacity.combine), and panic
@@ -195,7 +196,7 @@ def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
         horizon = max(cfg.window_s, seen.window_s)
         served_log = demand.record(st.serving, now, serving, horizon)
     served_by = demand.served_by(served_log, now, seen.window_s) if seen is not None else 0.0
-    refused = demand.view(seen, served_by, current, reps.max, cfg.tolerance)
+    refused = demand.view(seen, served_by, current, reps.max, cfg.tolerance, sized=estimated)
     # the refusals drive when they ask for more than the feedback and no less than the
     # capacity estimate (which sizes the same demand from its rate)
     refusals_drive = (
@@ -248,7 +249,8 @@ def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
             rest = f"; {head}" if driver is not None or fired is not None else ""
             head = f"{said}: needs {refused.replicas} to serve all of it{rest}"
         elif refused.within_tolerance:
-            head = f"{head}; {said} (within tolerance ±{_pct(cfg.tolerance)})"
+            sizes = ": the capacity estimate counts it" if estimated else ""
+            head = f"{head}; {said} (within tolerance ±{_pct(cfg.tolerance)}{sizes})"
         else:
             head = f"{head}; {said}"
 
