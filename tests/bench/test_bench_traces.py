@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from preheat.bench import traces
 from preheat.bench.main import add_arguments, run
 from preheat.bench.traces import DATA
 from preheat.workload.traces import load_trace
@@ -41,9 +42,18 @@ def test_every_trace_file_is_written_and_reads_back(
     assert len(schedule["rates_rps"]) == 144
 
 
-def test_a_bad_setting_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_setting_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     if not (DATA / "servegen_aggregate_rate_10min.csv").is_file():
         pytest.skip("needs the shared data")  # the shared-data check comes first
+
+    def built(*_: object) -> None:
+        raise AssertionError("a trace was built before the settings were checked")
+
+    # the whole day is millions of requests (minutes here): refused before any is built
+    monkeypatch.setattr(traces.bursts, "bursty_trace", built)
+    monkeypatch.setattr(traces.diurnal, "diurnal_trace", built)
     argv = ["traces", "--out", str(tmp_path), "--clustered-duration-s", "0"]
     assert main(argv) == 2
     assert "error: duration_s must be > 0" in capsys.readouterr().out

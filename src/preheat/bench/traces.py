@@ -63,14 +63,13 @@ def run(args: argparse.Namespace) -> int:
         if not f.is_file():
             print(f"error: {f} not found (--data names the shared data folder)")
             return 2
-    try:
+    try:  # every setting is checked before any trace is built (the day can be millions)
         spec = bursts.BurstSpec(
             windows=args.burst_windows,
             window_s=args.burst_window_s,
             mean_rps=args.burst_mean_rps,
             seed=args.seed,
         )
-        trace, curve = bursts.bursty_trace(spec, servegen, azure)
         day_spec = diurnal.DiurnalSpec(
             workload=args.diurnal_workload,
             day=args.diurnal_day,
@@ -79,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
             window_s=args.diurnal_window_s,
             seed=args.seed,
         )
-        day, day_curve, ref = diurnal.diurnal_trace(day_spec, servegen, azure)
         spread = clusters.ClusterSpec(duration_s=args.clustered_duration_s, seed=args.seed)
+        trace, curve = bursts.bursty_trace(spec, servegen, azure)
+        day, day_curve, ref = diurnal.diurnal_trace(day_spec, servegen, azure)
         clustered = clusters.clustered_trace(spread)
     except ValueError as e:
         print(f"error: {e}")
