@@ -84,6 +84,20 @@ def _words(n: int, salt: str) -> str:
     return " ".join(f"q{salt}x{i}" for i in range(n))
 
 
+def run_request(
+    side: str, rate: float, multiple: float, seed: int, i: int, prompt_tokens: int, max_tokens: int
+) -> pb.GenerateRequest:
+    """The ``i``-th request of one run. Every run's prompts are its own: a prompt an earlier
+    run sent (the other side, a lower multiple, a sweep step) would hit the workers' prefix
+    cache and make the run after it look faster than its load."""
+    salt = f"{side}-{rate:g}-{multiple:g}-{seed}-{i}"
+    return pb.GenerateRequest(
+        request_id=salt,
+        prompt=_words(prompt_tokens, salt),
+        sampling=pb.SamplingParams(max_tokens=max_tokens),
+    )
+
+
 async def _one(
     stub: inference_pb2_grpc.InferenceStub,
     req: pb.GenerateRequest,
@@ -146,11 +160,7 @@ async def open_loop(
             if delay > 0:
                 await asyncio.sleep(delay)
             i += 1
-            req = pb.GenerateRequest(
-                request_id=f"{side}-{multiple:g}-{seed}-{i}",
-                prompt=_words(prompt_tokens, f"{seed}s{i}"),
-                sampling=pb.SamplingParams(max_tokens=max_tokens),
-            )
+            req = run_request(side, rate, multiple, seed, i, prompt_tokens, max_tokens)
             res.sent += 1
             tasks.append(asyncio.create_task(_one(stub, req, res, state, timeout_s)))
         await asyncio.gather(*tasks)
