@@ -410,10 +410,11 @@ class EndpointStore:
         e = self._entries.get(endpoint_id)
         if e is None:
             return
-        e.ttft_error_ms, e.ttft_error_at = calibration.observe(
-            e.ttft_error_ms, e.ttft_error_at, predicted_ms, observed_ms, self.clock(), half_life_s
-        )
-        e.touch()
+        kept = (e.ttft_error_ms, e.ttft_error_at)
+        now_kept = calibration.observe(*kept, predicted_ms, observed_ms, self.clock(), half_life_s)
+        if now_kept != kept:  # off (half-life 0) keeps nothing: no view to rebuild
+            e.ttft_error_ms, e.ttft_error_at = now_kept
+            e.touch()
 
     def ttft_misses(self, half_life_s: float) -> dict[str, float]:
         """Endpoint id -> what admission adds to its predicted TTFT now (ms; the endpoints
