@@ -9,7 +9,10 @@ summed over workers, exactly what PromQL's ``histogram_quantile(q, sum by (le)
 ``vllm:num_requests_waiting``; KV-cache usage the fullest worker's.
 
 A worker whose latest scrape failed, or whose newest scrape is older than ``stale_after_s``,
-makes the snapshot stale (the policy then holds). :func:`compute` is the pure part.
+makes the snapshot stale (the policy then holds). A worker scraped only once (just warm) has
+no increase yet: it is left out of the windowed figures, as PromQL's ``increase`` leaves out
+a series with one sample, and makes the snapshot stale only when no worker has been scraped
+twice. :func:`compute` is the pure part.
 
 With ``routers`` (their base URLs), the requests the routers hold while no endpoint can take
 them (``preheat_router_queue_depth``) count as in flight; and a pool with no worker to
@@ -301,12 +304,16 @@ def compute(
         return Signals(observed_at=None, stale=True, error="no workers to scrape")
     problems: list[str] = []
     newest: list[float] = []
+    # A worker scraped once (just warm) has no increase yet and is left out of the window's
+    # figures, as PromQL's increase() leaves out a series with one sample; only a pool where
+    # no worker has two scrapes has no window at all.
+    covered = any(sum(1 for s in scrapes if s.ok) >= 2 for scrapes in history.values())
     for target, scrapes in history.items():
         ok = [s for s in scrapes if s.ok]
         last = scrapes[-1] if scrapes else None
         if last is not None and not last.ok:
             problems.append(f"{target}: {last.error}")
-        elif len(ok) < 2:
+        elif len(ok) < 2 and not covered:
             problems.append(f"{target}: window not covered yet")
         elif now - ok[-1].t > stale_after_s:
             problems.append(f"{target}: last scrape {now - ok[-1].t:.0f} s ago")
