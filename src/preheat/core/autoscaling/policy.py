@@ -49,6 +49,7 @@ from preheat.core.autoscaling.types import (
     Cause,
     Context,
     Decision,
+    Demand,
     Direction,
     Mix,
     PolicyState,
@@ -358,6 +359,15 @@ def _horizon_basis(ctx: Context) -> str:
     )
 
 
+def _estimate_inputs(ctx: Context) -> tuple[ServiceCost, Mix, Demand] | None:
+    """What a capacity estimate reads: the cost model, the window's request mix and the
+    routers' demand (None when one is missing or nothing arrived)."""
+    cost, mix, seen = ctx.tuning.cost, ctx.signals.mix, ctx.signals.demand
+    if cost is None or mix is None or seen is None or seen.arrival_rate <= 0:
+        return None
+    return cost, mix, seen
+
+
 def _with_capacity(
     ctx: Context,
     views: list[recommend.ObjectiveView],
@@ -373,9 +383,10 @@ def _with_capacity(
     The estimate is the pods the rate needs to meet the TTFT objectives (the largest over
     them); the queue, concurrency and other latency objectives are bounded by it the same
     way, since a backlog inflates them all alike."""
-    cost, mix, seen = ctx.tuning.cost, ctx.signals.mix, ctx.signals.demand
-    if cost is None or mix is None or seen is None or seen.arrival_rate <= 0:
+    inputs = _estimate_inputs(ctx)
+    if inputs is None:
         return views, "", None
+    cost, mix, seen = inputs
     rate = max(seen.arrival_rate, predicted or 0.0)
     burst = capacity.burst_size(seen.arrival_dispersion, seen.window_s)
     desired, tol = ctx.replicas.desired, ctx.autoscaling.tolerance
@@ -478,9 +489,10 @@ def _kept(ctx: Context, outlook: Outlook | None, predicted: float | None) -> int
     room = None if outlook is None else outlook.with_headroom()
     if not ctx.autoscaling.predictive.enabled or not _keeps(ctx) or room is None:
         return None
-    cost, mix, seen = ctx.tuning.cost, ctx.signals.mix, ctx.signals.demand
-    if cost is None or mix is None or seen is None or seen.arrival_rate <= 0:
+    inputs = _estimate_inputs(ctx)
+    if inputs is None:
         return None
+    cost, mix, seen = inputs
     rate = max(room, predicted or 0.0)
     burst = capacity.burst_size(seen.arrival_dispersion, seen.window_s)
     return _ttft_model(ctx, cost, mix, rate, burst)[0]
