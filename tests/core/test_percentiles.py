@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from preheat.core.percentiles import (
     bucket_deltas,
+    bucket_floor,
     histogram_quantile,
     sample_quantile,
 )
@@ -73,3 +74,31 @@ def test_histogram_quantile_lies_in_the_bucket_of_the_ranked_sample(samples: lis
         upper = next(b for b in bounds if ranked <= b)
         lower = upper - 0.5 if upper > 0.5 else 0.0
         assert lower - 1e-9 <= est <= upper + 1e-9
+
+
+def test_the_bucket_floor_is_the_lower_edge_of_the_bucket_a_percentile_lies_in() -> None:
+    ttft = (0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0)  # part of vLLM's TTFT buckets
+    assert bucket_floor(0.48, ttft) == 0.25  # in (0.25, 0.5]
+    assert bucket_floor(0.5, ttft) == 0.25  # an upper bound belongs to its bucket
+    assert bucket_floor(0.51, ttft) == 0.5
+    assert bucket_floor(2.3, reversed(ttft)) == 1.0  # any order
+    assert bucket_floor(0.05, ttft) == 0.0  # the lowest bucket starts at 0
+    assert bucket_floor(6.0, ttft) is None  # past the highest bound: the +Inf bucket
+    assert bucket_floor(0.3, ()) is None
+    assert bucket_floor(0.3, (float("inf"),)) is None
+
+
+@given(st.lists(st.floats(0.001, 100.0), min_size=1, max_size=20), st.floats(0.0, 100.0))
+def test_a_percentile_read_off_a_histogram_lies_over_its_bucket_floor(
+    bounds: list[float], q: float
+) -> None:
+    """Whatever the counts, histogram_quantile's value is over the floor of its bucket and
+    at most that bucket's upper bound."""
+    edges = sorted(set(bounds))
+    buckets = [(le, float(i + 1)) for i, le in enumerate(edges)] + [(math.inf, len(edges))]
+    value = histogram_quantile(q / 100.0, buckets)
+    assert value is not None
+    floor = bucket_floor(value, edges)
+    assert floor is not None
+    upper = min(e for e in edges if e > floor)
+    assert floor <= value <= upper

@@ -62,6 +62,7 @@ from preheat.autoscaler.scrape import DEFAULT_HISTOGRAMS
 from preheat.autoscaler.source import SignalQuery, wake_signals, wakes
 from preheat.core import metric_names as mn
 from preheat.core.autoscaling import Demand, Mix, Signals, SignalValue
+from preheat.core.percentiles import bucket_floor
 from preheat.core.pool import Signal
 
 __all__ = ["PrometheusSource", "Queries", "queries"]
@@ -347,6 +348,7 @@ class PrometheusSource:
                         stale=False,
                         short_value=short,
                         samples=count,
+                        floor=_floor_ms(self._histograms[obj.signal], value),
                     )
                 )
             elif obj.signal is Signal.QUEUE_DEPTH:
@@ -431,3 +433,12 @@ def _ms(seconds: float | None) -> float | None:
     if seconds is None or math.isnan(seconds):
         return None
     return seconds * 1000.0
+
+
+def _floor_ms(histogram: str, value_ms: float | None) -> float | None:
+    """The lower edge (ms) of the bucket of ``histogram`` that a percentile read off it lies
+    in, from vLLM's known buckets (None: another histogram, or no value)."""
+    if value_ms is None:
+        return None
+    floor = bucket_floor(value_ms / 1000.0, mn.VLLM_LATENCY_BUCKETS.get(histogram, ()))
+    return None if floor is None else floor * 1000.0

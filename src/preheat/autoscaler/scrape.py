@@ -40,7 +40,7 @@ import aiohttp
 from preheat.autoscaler.source import SignalQuery, wake_signals, wakes
 from preheat.core import metric_names as mn
 from preheat.core.autoscaling import Demand, Mix, Signals, SignalValue
-from preheat.core.percentiles import Buckets, bucket_deltas, histogram_quantile
+from preheat.core.percentiles import Buckets, bucket_deltas, bucket_floor, histogram_quantile
 from preheat.core.pool import Signal
 from preheat.core.promtext import Sample, histogram, model_server_stats, parse_samples
 from preheat.core.traffic.arrivals import dispersion as arrival_dispersion
@@ -343,6 +343,7 @@ def compute(
                 sq = histogram_quantile(obj.percentile / 100.0, sd) if sd else None
                 short = None if sq is None else sq * 1000.0
             requests = count if requests is None else max(requests, count)
+            floor = None if q is None else bucket_floor(q, [le for le, _ in deltas])
             values.append(
                 SignalValue(
                     obj.signal,
@@ -352,6 +353,7 @@ def compute(
                     stale=stale,
                     short_value=short,
                     samples=count,
+                    floor=None if floor is None else floor * 1000.0,
                 )
             )
         elif obj.signal is Signal.QUEUE_DEPTH:

@@ -23,6 +23,31 @@ VLLM_E2E_REQUEST_LATENCY_SECONDS = "vllm:e2e_request_latency_seconds"
 VLLM_REQUEST_QUEUE_TIME_SECONDS = "vllm:request_queue_time_seconds"
 VLLM_REQUEST_PREFILL_TIME_SECONDS = "vllm:request_prefill_time_seconds"
 VLLM_REQUEST_DECODE_TIME_SECONDS = "vllm:request_decode_time_seconds"
+
+# vllm/v1/metrics/buckets.py: REQUEST_LATENCY_BUCKETS (e2e, queue, prefill, decode)
+REQUEST_LATENCY_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+    120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+# vllm/v1/metrics/buckets.py: TIME_TO_FIRST_TOKEN_BUCKETS
+TIME_TO_FIRST_TOKEN_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+    10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+# vllm/v1/metrics/buckets.py: INTER_TOKEN_LATENCY_BUCKETS
+INTER_TOKEN_LATENCY_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+    10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+
+#: the buckets of vLLM's latency histograms, by name (a percentile read from one lies in
+#: a known bucket: ``core.percentiles.bucket_floor``)
+VLLM_LATENCY_BUCKETS: dict[str, tuple[float, ...]] = {
+    VLLM_TIME_TO_FIRST_TOKEN_SECONDS: TIME_TO_FIRST_TOKEN_BUCKETS,
+    VLLM_INTER_TOKEN_LATENCY_SECONDS: INTER_TOKEN_LATENCY_BUCKETS,
+    VLLM_E2E_REQUEST_LATENCY_SECONDS: REQUEST_LATENCY_BUCKETS,
+}
+
 VLLM_REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"
 VLLM_REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
 

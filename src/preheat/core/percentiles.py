@@ -57,6 +57,19 @@ def histogram_quantile(q: float, buckets: Buckets) -> float | None:
     return buckets[-1][0]
 
 
+def bucket_floor(value: float, bounds: Sequence[float]) -> float | None:
+    """The lower edge of the histogram bucket a percentile ``value`` was read in (bounds:
+    the buckets' finite upper bounds, any order): the true percentile lies above it, and
+    interpolation put it somewhere in ``(floor, next bound]``. 0 in the lowest bucket;
+    None when ``bounds`` is empty or ``value`` lies past the highest bound (the +Inf
+    bucket: ``histogram_quantile`` returns the highest bound there)."""
+    finite = sorted(b for b in bounds if math.isfinite(b))
+    if not finite or value > finite[-1]:
+        return None
+    below = [b for b in finite if b < value]
+    return below[-1] if below else 0.0
+
+
 def sample_quantile(q: float, samples: Sequence[float]) -> float:
     """The ``q``-quantile of raw samples (linear interpolation between closest ranks).
 

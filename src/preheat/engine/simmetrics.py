@@ -12,25 +12,14 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from preheat.core import metric_names as mn
+from preheat.core.metric_names import (
+    INTER_TOKEN_LATENCY_BUCKETS,
+    REQUEST_LATENCY_BUCKETS,
+    TIME_TO_FIRST_TOKEN_BUCKETS,
+)
 from preheat.engine.base import FinishReason
 
 LABELS = (mn.LABEL_MODEL, mn.LABEL_ENGINE)
-
-# vllm/v1/metrics/buckets.py: REQUEST_LATENCY_BUCKETS (e2e, queue, prefill, decode)
-REQUEST_LATENCY_BUCKETS = (
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-    120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
-)  # fmt: skip
-# vllm/v1/metrics/buckets.py: TIME_TO_FIRST_TOKEN_BUCKETS
-TIME_TO_FIRST_TOKEN_BUCKETS = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-    10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-)  # fmt: skip
-# vllm/v1/metrics/buckets.py: INTER_TOKEN_LATENCY_BUCKETS
-INTER_TOKEN_LATENCY_BUCKETS = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-    10.0, 20.0, 40.0, 80.0,
-)  # fmt: skip
 
 # vLLM's FINISH_REASON_STRINGS (vllm/v1/engine/__init__.py); all are pre-created at zero.
 VLLM_FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")

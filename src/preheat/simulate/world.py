@@ -56,6 +56,11 @@ from preheat.core.autoscaling.forecast import learn
 from preheat.core.autoscaling.standby import wanted
 from preheat.core.control import ControlState, Observation, signal_query, step, tally
 from preheat.core.control.roles import ROLE_ACTIVE, ROLE_DRAINING, ROLE_STANDBY, PodView, RolePlan
+from preheat.core.metric_names import (
+    INTER_TOKEN_LATENCY_BUCKETS,
+    REQUEST_LATENCY_BUCKETS,
+    TIME_TO_FIRST_TOKEN_BUCKETS,
+)
 from preheat.core.pool import PoolConfig, Signal
 from preheat.core.routing import admission, calibration
 from preheat.core.routing import scheduler as core_scheduler
@@ -72,11 +77,6 @@ from preheat.engine.base import EngineRequest, Sampling
 from preheat.engine.costmodel import CostModel
 from preheat.engine.sim import SimConfig
 from preheat.engine.simcore import Emissions, SimCore
-from preheat.engine.simmetrics import (
-    INTER_TOKEN_LATENCY_BUCKETS,
-    REQUEST_LATENCY_BUCKETS,
-    TIME_TO_FIRST_TOKEN_BUCKETS,
-)
 from preheat.report.record import ReplicaSample, RequestOutcome, Run, RunMeta, ScaleEvent
 from preheat.simulate.options import SimInputError, SimOptions, client_region_of
 from preheat.simulate.prompts import BlockNamer

@@ -561,3 +561,43 @@ def test_the_policy_sizes_for_the_bursts_the_routers_measured_and_says_so() -> N
     more, _ = decide(ctx(0.0, bursty, desired=1))
     assert more.active > 1
     assert "in bursts of 4.8 (dispersion 9.0)" in more.reason
+
+
+def _late_in(now: float, ttft: float, floor: float | None, rate: float) -> Signals:
+    """Late at ``ttft`` (ms), read in the histogram bucket over ``floor`` (None: unknown)."""
+    sig = _late(now, ttft, rate)
+    assert isinstance(sig, Signals)
+    (ttft95,) = sig.values
+    return replace(sig, values=(replace(ttft95, floor=floor),))
+
+
+@pytest.mark.parametrize(
+    ("ttft", "floor", "corrected"),
+    [
+        (480.0, 250.0, False),  # in (250, 500], the bucket that holds 400: maybe on time
+        (480.0, None, True),  # the bucket is not known: as before
+        (600.0, 500.0, True),  # in (500, 750], wholly over 400: the histogram shows it
+    ],
+)
+def test_a_window_of_lateness_corrects_only_what_the_histogram_shows(
+    ttft: float, floor: float | None, corrected: bool
+) -> None:
+    """4 pods serving the rate the model says 4 take, the p95 over its 400-ms target for a
+    whole window on 100 requests (5 beyond the percentile: not sure at once). A reading
+    inside the bucket that holds the target (vLLM's TTFT buckets: 250, 500 ms) may be on
+    time wherever interpolation put it, and stays there window after window where a few
+    long prompts' own prefill fill the bucket (the Mooncake trace at p99 2 s, in the
+    1-2.5 s bucket, held twice the estimate): the pool stays at its size. A reading in a
+    bucket wholly over the target corrects the estimate after the window, as before."""
+    rate = pod_rate(COST, AZURE, 400.0, 95.0) * 3.5
+    dec, state = decide(ctx(0.0, _late_in(0.0, ttft, floor, rate), desired=4))
+    assert dec.active == 4
+    assert "waiting a window" in dec.reason
+    dec, _ = decide(replace(ctx(60.0, _late_in(60.0, ttft, floor, rate), desired=4), state=state))
+    if corrected:
+        assert dec.active == math.ceil(4 * ttft / 400.0)
+        assert "not shown late" not in dec.reason
+    else:
+        assert dec.active == 4
+        assert "read in the bucket over 250 ms that holds 400 ms" in dec.reason
+        assert "not shown late, sized by the estimate" in dec.reason

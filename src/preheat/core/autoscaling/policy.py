@@ -418,7 +418,14 @@ def _with_capacity(
         u and _tail_observed(ctx, v.objective) >= SURE_TAIL
         for v, u in zip(views, unexplained_at, strict=True)
     )
-    persistent = since is not None and (sure or ctx.now - since >= ctx.autoscaling.window_s)
+    # a window's wait corrects only lateness the histogram shows: a percentile read inside
+    # the bucket that holds the target may lie under it wherever interpolation put it, and
+    # that reading does not pass with time (a few long prompts' own prefill in every window)
+    shown = any(
+        u and _shown_late(ctx, v.objective) for v, u in zip(views, unexplained_at, strict=True)
+    )
+    waited = ctx.now - since >= ctx.autoscaling.window_s if since is not None else False
+    persistent = since is not None and (sure or (shown and waited))
     out = [
         replace(
             v,
@@ -450,7 +457,9 @@ def _with_capacity(
                 f"{note}; concurrency {v.objective.target:g}/replica is under the {runs:.0f} "
                 f"a pod runs at this rate: needs {m}"
             )
-    if unexplained and not persistent:
+    if unexplained and not persistent and waited:
+        note = f"{note}; late with {serving} serving, more than the rate needs: {_unshown(ctx)}"
+    elif unexplained and not persistent:
         note = f"{note}; late with {serving} serving, more than the rate needs: waiting a window"
     elif since is not None and sure and ctx.now - since < ctx.autoscaling.window_s:
         note = f"{note}; late with {serving} serving over {SURE_TAIL:g}+ slow requests: corrected"
@@ -501,6 +510,32 @@ def _kept(ctx: Context, outlook: Outlook | None, predicted: float | None) -> int
 #: Observations beyond a late latency percentile that make the reading sure, not noise (a
 #: p99 over 200 requests is its 2 slowest; over 1,000, its 10 slowest).
 SURE_TAIL = 10.0
+
+
+def _shown_late(ctx: Context, obj: Objective) -> bool:
+    """Whether a latency objective's reading lies in a bucket wholly over its target (the
+    bucket's lower edge at or over it), so that the histogram shows the percentile late;
+    True when the bucket is not known, and for other signals."""
+    sv = ctx.signals.find(obj)
+    return sv is None or sv.floor is None or sv.floor >= obj.target
+
+
+def _unshown(ctx: Context) -> str:
+    """Why a late reading a window old did not correct the estimate: each objective read
+    inside the bucket that holds its target, with that bucket."""
+    said: list[str] = []
+    for obj in ctx.autoscaling.objectives:
+        sv = ctx.signals.find(obj)
+        if sv is None or sv.floor is None or sv.value is None:
+            continue
+        if sv.floor >= obj.target or sv.value <= obj.target:
+            continue
+        said.append(
+            f"{recommend.describe(obj, sv.value)} was read in the bucket over "
+            f"{sv.floor:g} ms that holds {obj.target:g} ms"
+        )
+    shown = "; ".join(said) if said else "the histogram does not show it"
+    return f"{shown}: not shown late, sized by the estimate"
 
 
 def _tail_observed(ctx: Context, obj: Objective) -> float:

@@ -54,6 +54,10 @@ class SignalValue:
     window saw nothing to measure (no requests finished: not missing data, just no traffic).
     ``short_value``: the same over the panic window (``None``: not computed / no data).
     ``stale``: the source could not read it (scrape failed, series absent, too old).
+    ``floor``: latency percentiles read off a histogram, the lower edge (ms) of the bucket
+    the percentile lies in (``core.percentiles.bucket_floor``): the true percentile is over
+    it and at most the bucket's upper bound, wherever interpolation put ``value`` (None: not
+    known).
     """
 
     signal: Signal
@@ -63,6 +67,7 @@ class SignalValue:
     stale: bool = False
     short_value: float | None = None
     samples: float = 0.0  # observations in the window (latency), reporting workers (gauges)
+    floor: float | None = None
 
     def matches(self, objective: Objective) -> bool:
         return self.signal is objective.signal and (
