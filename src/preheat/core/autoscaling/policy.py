@@ -9,7 +9,9 @@ The pipeline, each step a small module of its own:
    objectives by the engine's costs, combined with every objective's feedback
    (:func:`~.capacity.combine`: the model is the floor; a backlog's latency, queue and
    in-flight count ask for no more than the pods already coming or the model; feedback
-   corrects the model only after a whole window late, to twice the model at most);
+   corrects the model only after a whole window late, to twice the model at most, and
+   only where the histogram shows the percentile over its target: a reading inside the
+   bucket that holds the target holds the pool, docs/proposals/0017);
    :mod:`~.forecast` (``autoscaling.predictive``, off by default): the estimate also sizes
    for the arrival rate forecast ``horizon`` ahead, acting on ``trust`` of a predicted rise
    (never on a predicted fall: the observed rate and the objectives keep what they need),
