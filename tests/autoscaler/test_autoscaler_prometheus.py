@@ -387,6 +387,14 @@ async def test_decisions_from_promql_follow_load_up_and_down(tmp_path: Path) -> 
             assert d.value is not None
             print(f"ttft p95 since start: prometheus {p.value:.0f} ms, direct {d.value:.0f} ms")
             assert abs(bucket_index(p.value / 1000) - bucket_index(d.value / 1000)) <= 1
+            # and the bucket each read it in: Prometheus' from vLLM's bucket list, the direct
+            # scrape's from the deltas themselves (the policy's "shown late", proposal 0017)
+            assert p.floor is not None
+            assert d.floor is not None
+            assert p.floor < p.value
+            assert d.floor < d.value
+            if bucket_index(p.value / 1000) == bucket_index(d.value / 1000):
+                assert p.floor == d.floor
 
             # Load gone: the ttft window empties, then scale-down waits out its window.
             stop = len(loop.ticks)
