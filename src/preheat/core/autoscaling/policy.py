@@ -463,7 +463,7 @@ def _with_capacity(
         note = f"{note}; late with {serving} serving, more than the rate needs: {_unshown(ctx)}"
     elif unexplained and not persistent:
         note = f"{note}; late with {serving} serving, more than the rate needs: waiting a window"
-    elif since is not None and sure and ctx.now - since < ctx.autoscaling.window_s:
+    elif since is not None and sure and not waited:
         note = f"{note}; late with {serving} serving over {SURE_TAIL:g}+ slow requests: corrected"
     return out, note, since
 
@@ -528,9 +528,9 @@ def _unshown(ctx: Context) -> str:
     said: list[str] = []
     for obj in ctx.autoscaling.objectives:
         sv = ctx.signals.find(obj)
-        if sv is None or sv.floor is None or sv.value is None:
+        if _shown_late(ctx, obj) or sv is None or sv.floor is None or sv.value is None:
             continue
-        if sv.floor >= obj.target or sv.value <= obj.target:
+        if sv.value <= obj.target:
             continue
         said.append(
             f"{recommend.describe(obj, sv.value)} was read in the bucket over "
