@@ -1,4 +1,4 @@
-"""Trace loading: the three formats, slicing and scaling, derived sessions, prompt text."""
+"""Trace loading: the four formats, slicing and scaling, derived sessions, prompt text."""
 
 import json
 from pathlib import Path
@@ -14,6 +14,7 @@ from preheat.workload.traces import (
     detect_format,
     load_trace,
     prompt_text,
+    read_trace,
 )
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
@@ -103,6 +104,74 @@ def test_azure_csv(tmp_path: Path):
     assert [(r.input_tokens, r.output_tokens) for r in reqs] == [(374, 44), (396, 109)]
     assert reqs[1].arrival_s == pytest.approx(4.314579, abs=1e-6)
     assert reqs[1].line == 3
+
+
+BURSTGPT_HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+
+
+def test_burstgpt_csv_skips_failed_requests_and_counts_them(tmp_path: Path):
+    p = tmp_path / "b.csv"
+    p.write_text(
+        BURSTGPT_HEADER
+        + "5,ChatGPT,472,18,490,Conversation log\n"
+        + "45,ChatGPT,1087,0,1087,Conversation log\n"  # failed: 0 response tokens
+        + "52.5,GPT-4,417,276,693,API log\n"
+        + "40,ChatGPT,20,1,21,Conversation log\n"
+        + "60,GPT-4,0,7,7,API log\n"  # an empty prompt
+        + "61,GPT-4,3,0,3,API log\n"
+    )
+    assert detect_format(p) == "burstgpt"
+    trace = read_trace(p)
+    assert trace.fmt == "burstgpt"
+    assert [(r.input_tokens, r.output_tokens, r.line) for r in trace.requests] == [
+        (472, 18, 2),
+        (20, 1, 5),
+        (417, 276, 4),
+    ]
+    assert [r.arrival_s for r in trace.requests] == pytest.approx([0.0, 35.0, 47.5])
+    assert trace.skipped == {"no_output": 2, "no_prompt": 1}
+    said = trace.describe_skipped()
+    assert said.startswith("skipped 3 rows of the file: ")
+    assert "2 with 0 output tokens (BurstGPT: a failed request)" in said
+    assert "1 with 0 prompt tokens" in said
+    assert load_trace(p, TraceOptions(rate_scale=5))[2].arrival_s == pytest.approx(9.5)
+
+
+def test_azure_rows_with_no_tokens_are_skipped_not_fatal(tmp_path: Path):
+    p = tmp_path / "a.csv"
+    p.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n"
+        "2023-11-16 18:15:47.0000000,374,0\n"
+        "2023-11-16 18:15:50.9951690,396,109\n"
+    )
+    trace = read_trace(p)
+    assert [r.output_tokens for r in trace.requests] == [44, 109]
+    assert trace.skipped == {"no_output": 1}
+    assert read_trace(tmp_path / "a.csv", TraceOptions(fmt="azure")).skipped == {"no_output": 1}
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("x,ChatGPT,1,1,2,API log", "b.csv:2: Timestamp must be seconds >= 0, got 'x'"),
+        ("-1,ChatGPT,1,1,2,API log", "b.csv:2: Timestamp must be seconds >= 0, got '-1'"),
+        ("nan,ChatGPT,1,1,2,API log", "b.csv:2: Timestamp must be seconds >= 0, got 'nan'"),
+        ("1,ChatGPT,-4,1,2,API log", "b.csv:2: Request tokens must be >= 0, got -4"),
+        ("1,ChatGPT,4,1.5,2,API log", "b.csv:2: Response tokens must be an integer, got '1.5'"),
+        ("1,ChatGPT,4", "b.csv:2: expected 6 columns, got 3"),
+    ],
+)
+def test_malformed_burstgpt_names_line(tmp_path: Path, row: str, message: str):
+    p = tmp_path / "b.csv"
+    p.write_text(BURSTGPT_HEADER + row + "\n")
+    with pytest.raises(TraceError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        load_trace(p)
+    p.write_text("Timestamp,Model,Request tokens\n1,ChatGPT,3\n")
+    with pytest.raises(TraceError, match="not a known trace"):
+        load_trace(p)
+    with pytest.raises(TraceError, match=r"b\.csv:1: CSV header lacks Response tokens"):
+        load_trace(p, TraceOptions(fmt="burstgpt"))
 
 
 @pytest.mark.parametrize(

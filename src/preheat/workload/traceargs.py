@@ -5,16 +5,22 @@ replays the same way live and simulated."""
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from preheat.workload.traces import FORMATS, TraceOptions, TraceRequest, load_trace
+from preheat.workload.traces import FORMATS, TraceOptions, TraceRequest, read_trace
 
 
 def add_trace_arguments(group: Any) -> None:
     """``--trace`` and the flags that select, scale and clip it (an argparse group)."""
-    group.add_argument("--trace", type=Path, required=True, help="trace file (JSONL or Azure CSV)")
+    group.add_argument(
+        "--trace",
+        type=Path,
+        required=True,
+        help="trace file (JSONL: ours or Mooncake; CSV: Azure LLM or BurstGPT)",
+    )
     group.add_argument(
         "--format", choices=FORMATS, default="auto", help="trace format (default auto)"
     )
@@ -77,8 +83,12 @@ def read_requests(path: Path, options: TraceOptions) -> list[TraceRequest]:
     """The trace's requests. ``sessions="root"`` needs prefix blocks to find conversations:
     on a trace without any (Azure, or ours without ``prefix_block_ids``) it would give every
     request a session of its own, pinning each to a hashed endpoint for no reuse, so there
-    the trace's own session ids are kept instead."""
-    requests = load_trace(path, options)
-    if options.sessions == "root" and not any(r.prefix_block_ids for r in requests):
-        requests = load_trace(path, replace(options, sessions="keep"))
-    return requests
+    the trace's own session ids are kept instead. Rows the file has but that are not
+    replayed (a CSV trace's 0-token rows) are said on stderr."""
+    trace = read_trace(path, options)
+    if options.sessions == "root" and not any(r.prefix_block_ids for r in trace.requests):
+        trace = read_trace(path, replace(options, sessions="keep"))
+    said = trace.describe_skipped()
+    if said:
+        print(f"preheat: {path}: {said}", file=sys.stderr)
+    return trace.requests

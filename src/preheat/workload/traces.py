@@ -10,9 +10,17 @@ Three formats, detected from the file (or named with ``fmt``):
     ``{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, ...]}``
     with ``len(hash_ids) == ceil(input_length / 512)``: equal ids at equal positions are a
     reusable prefix. The trace has no session ids; :func:`load_trace` can derive one.
-``azure`` (CSV, Azure LLM inference trace 2023)
+``azure`` (CSV, Azure LLM inference traces 2023 and 2024)
     ``TIMESTAMP,ContextTokens,GeneratedTokens`` with wall-clock timestamps; no sessions or
     prefixes.
+``burstgpt`` (CSV, BurstGPT)
+    ``Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`` with
+    ``Timestamp`` in seconds from the trace's start (other columns are ignored); no sessions
+    or prefixes.
+
+In the CSV formats a row whose prompt or output is 0 tokens is not replayed but counted
+(:attr:`Trace.skipped`): BurstGPT marks a failed request with 0 response tokens, and such a
+row says nothing about the work a served request costs. The JSONL formats need >= 1.
 
 Prompt text for the sim engine's word tokenizer (one word = one token) comes from
 :func:`prompt_text`: block ``id`` always becomes the same ``block_tokens`` words, so requests
@@ -33,8 +41,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-TraceFormat = Literal["auto", "preheat", "mooncake", "azure"]
-FORMATS: tuple[str, ...] = ("auto", "preheat", "mooncake", "azure")
+TraceFormat = Literal["auto", "preheat", "mooncake", "azure", "burstgpt"]
+FORMATS: tuple[str, ...] = ("auto", "preheat", "mooncake", "azure", "burstgpt")
+CSV_FORMATS = frozenset({"azure", "burstgpt"})
 SessionRule = Literal["keep", "root", "none"]
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -140,15 +149,68 @@ class _Raw:
     slo_class: str = ""
 
 
+@dataclass(frozen=True)
+class _Skip:
+    """A CSV row that is not replayed, and why (:data:`SKIP_REASONS`' keys)."""
+
+    reason: str
+
+
+#: Why a CSV row is not replayed, as the report says it.
+SKIP_REASONS = {
+    "no_output": "0 output tokens (BurstGPT: a failed request)",
+    "no_prompt": "0 prompt tokens",
+}
+
+
+@dataclass(frozen=True)
+class Trace:
+    """The requests of a trace (sorted by arrival, sliced and scaled) and the rows of the
+    whole file that were not replayed, by reason (:data:`SKIP_REASONS`)."""
+
+    requests: list[TraceRequest]
+    fmt: str
+    skipped: dict[str, int]
+
+    def describe_skipped(self) -> str:
+        """ "" when every row was read, else e.g. "skipped 12 rows: 0 output tokens (...)"."""
+        if not self.skipped:
+            return ""
+        parts = [f"{n:,} with {SKIP_REASONS[k]}" for k, n in sorted(self.skipped.items())]
+        total = sum(self.skipped.values())
+        return f"skipped {total:,} row{'s' if total != 1 else ''} of the file: {'; '.join(parts)}"
+
+
 def load_trace(path: Path | str, options: TraceOptions | None = None) -> list[TraceRequest]:
     """Reads, slices and scales a trace; requests come back sorted by arrival."""
+    return read_trace(path, options).requests
+
+
+def read_trace(path: Path | str, options: TraceOptions | None = None) -> Trace:
+    """:func:`load_trace`, with the format read and the rows skipped (:class:`Trace`)."""
     opts = options or TraceOptions()
     p = Path(path)
     if not p.is_file():
         raise TraceError(p, None, "no such file")
     fmt = detect_format(p) if opts.fmt == "auto" else opts.fmt
-    rows = _read_azure(p) if fmt == "azure" else _read_jsonl(p, fmt, opts.block_tokens)
-    raws = list(rows)
+    if fmt == "azure":
+        rows: Iterator[_Raw | _Skip] = _read_azure(p)
+    elif fmt == "burstgpt":
+        rows = _read_burstgpt(p)
+    else:
+        rows = _read_jsonl(p, fmt, opts.block_tokens)
+    raws: list[_Raw] = []
+    skipped: dict[str, int] = {}
+    for row in rows:
+        if isinstance(row, _Skip):
+            skipped[row.reason] = skipped.get(row.reason, 0) + 1
+        else:
+            raws.append(row)
+    return Trace(_slice(raws, opts), fmt, skipped)
+
+
+def _slice(raws: list[_Raw], opts: TraceOptions) -> list[TraceRequest]:
+    """Sorts, slices and scales the parsed rows (:class:`TraceOptions`)."""
     raws.sort(key=lambda r: (r.t_s, r.line))
     if opts.sessions == "none":
         raws = [replace(r, session_id="") for r in raws]
@@ -221,14 +283,17 @@ def detect_format(path: Path) -> str:
                     "input_tokens, output_tokens) or Mooncake fields (timestamp, "
                     f"input_length, output_length, hash_ids); got keys {sorted(obj)}",
                 )
-            header = [h.strip() for h in text.split(",")]
+            header = [h.strip() for h in next(csv.reader([text]))]
             if "ContextTokens" in header and "GeneratedTokens" in header:
                 return "azure"
+            if "Request tokens" in header and "Response tokens" in header:
+                return "burstgpt"
             raise TraceError(
                 path,
                 lineno,
-                "not a known trace: expected JSON lines or an Azure CSV header "
-                "(TIMESTAMP,ContextTokens,GeneratedTokens)",
+                "not a known trace: expected JSON lines, an Azure CSV header "
+                "(TIMESTAMP,ContextTokens,GeneratedTokens) or a BurstGPT one (Timestamp,"
+                "Model,Request tokens,Response tokens,Total tokens,Log Type)",
             )
     raise TraceError(path, None, "empty trace file")
 
@@ -342,47 +407,76 @@ def _read_jsonl(path: Path, fmt: str, block_tokens: int) -> Iterator[_Raw]:
             yield _Raw(t_s, n_in, n_out, str(session), blocks, lineno, klass)
 
 
-def _read_azure(path: Path) -> Iterator[_Raw]:
+def _read_azure(path: Path) -> Iterator[_Raw | _Skip]:
+    t0: datetime | None = None
+    for lineno, row, cols in _csv_rows(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens")):
+        stamp = row[cols["TIMESTAMP"]].strip()
+        try:
+            when = datetime.fromisoformat(stamp)
+        except ValueError:
+            raise TraceError(path, lineno, f"bad TIMESTAMP {stamp!r}") from None
+        t0 = when if t0 is None else t0
+        n_in = _csv_int(path, lineno, row, cols, "ContextTokens")
+        n_out = _csv_int(path, lineno, row, cols, "GeneratedTokens")
+        yield _csv_row((when - t0).total_seconds(), n_in, n_out, lineno)
+
+
+def _read_burstgpt(path: Path) -> Iterator[_Raw | _Skip]:
+    for lineno, row, cols in _csv_rows(path, ("Timestamp", "Request tokens", "Response tokens")):
+        raw = row[cols["Timestamp"]].strip()
+        try:
+            t_s = float(raw)
+        except ValueError:
+            t_s = math.nan
+        if not math.isfinite(t_s) or t_s < 0:
+            raise TraceError(path, lineno, f"Timestamp must be seconds >= 0, got {raw!r}")
+        n_in = _csv_int(path, lineno, row, cols, "Request tokens")
+        n_out = _csv_int(path, lineno, row, cols, "Response tokens")
+        yield _csv_row(t_s, n_in, n_out, lineno)
+
+
+def _csv_row(t_s: float, n_in: int, n_out: int, lineno: int) -> _Raw | _Skip:
+    """The row, or why it is not replayed (0 prompt or output tokens)."""
+    if n_out == 0:
+        return _Skip("no_output")
+    if n_in == 0:
+        return _Skip("no_prompt")
+    return _Raw(t_s, n_in, n_out, "", (), lineno)
+
+
+def _csv_rows(
+    path: Path, required: tuple[str, ...]
+) -> Iterator[tuple[int, list[str], dict[str, int]]]:
+    """(line number, cells, column index by name) of each non-empty row after the header,
+    which must name ``required``; a short row is an error."""
     with path.open(newline="") as f:
         reader = csv.reader(f)
         header = next(reader, None)
         if header is None:
             raise TraceError(path, None, "empty trace file")
         cols = {name.strip(): i for i, name in enumerate(header)}
-        missing = [c for c in ("TIMESTAMP", "ContextTokens", "GeneratedTokens") if c not in cols]
+        missing = [c for c in required if c not in cols]
         if missing:
             raise TraceError(path, 1, f"CSV header lacks {', '.join(missing)}")
-        t0: datetime | None = None
         for row in reader:
             lineno = reader.line_num
             if not row or all(not c.strip() for c in row):
                 continue
             if len(row) < len(header):
                 raise TraceError(path, lineno, f"expected {len(header)} columns, got {len(row)}")
-            stamp = row[cols["TIMESTAMP"]].strip()
-            try:
-                when = datetime.fromisoformat(stamp)
-            except ValueError:
-                raise TraceError(path, lineno, f"bad TIMESTAMP {stamp!r}") from None
-            t0 = when if t0 is None else t0
-            values: dict[str, int] = {}
-            for key, minimum in (("ContextTokens", 1), ("GeneratedTokens", 1)):
-                raw = row[cols[key]].strip()
-                try:
-                    values[key] = int(raw)
-                except ValueError:
-                    msg = f"{key} must be an integer, got {raw!r}"
-                    raise TraceError(path, lineno, msg) from None
-                if values[key] < minimum:
-                    raise TraceError(path, lineno, f"{key} must be >= {minimum}, got {raw}")
-            yield _Raw(
-                (when - t0).total_seconds(),
-                values["ContextTokens"],
-                values["GeneratedTokens"],
-                "",
-                (),
-                lineno,
-            )
+            yield lineno, row, cols
+
+
+def _csv_int(path: Path, lineno: int, row: list[str], cols: dict[str, int], key: str) -> int:
+    """A token count >= 0 from the row's ``key`` column."""
+    raw = row[cols[key]].strip()
+    try:
+        value = int(raw)
+    except ValueError:
+        raise TraceError(path, lineno, f"{key} must be an integer, got {raw!r}") from None
+    if value < 0:
+        raise TraceError(path, lineno, f"{key} must be >= 0, got {raw}")
+    return value
 
 
 def block_text(block_id: int, n: int) -> str:
