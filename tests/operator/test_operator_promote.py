@@ -155,6 +155,13 @@ async def add_worker_pod(
     return name
 
 
+def observed_generation(server: PreheatKube, name: str) -> int:
+    return int(
+        ((get(server, POOLS, NAMESPACE, name) or {}).get("status") or {}).get("observedGeneration")
+        or 0
+    )
+
+
 def owned(server: PreheatKube) -> set[tuple[str, str]]:
     return {(SECRETS, name) for name in live(server, SECRETS, NAMESPACE)}
 
@@ -251,11 +258,17 @@ async def test_an_illegal_transition_is_a_warning_event_not_a_crash(
         await eventually(
             lambda: any(e["reason"] == "WorkerRefused" for e in events(kube, NAMESPACE, "bad"))
         )
+        await eventually(lambda: state(fine) == "active")  # the operator goes on
+        # both pools reconciled again, the good one first: the refused worker is not asked
+        # again (nothing about it changed), whatever the other pool of its namespace did
+        for name in ("good", "bad"):
+            await patch_pool(kube, NAMESPACE, name, {"spec": {"replicas": {"max": 3}}})
+            await eventually(lambda n=name: observed_generation(kube, n) == 2)  # type: ignore[misc]
         (event,) = [e for e in events(kube, NAMESPACE, "bad") if e["reason"] == "WorkerRefused"]
         assert event["type"] == "Warning"
         assert "FAILED_PRECONDITION" in event["message"]
         assert labels(kube)[bad_pod] == "standby"
-        await eventually(lambda: state(fine) == "active")  # the operator goes on
+        assert state(fine) == "active"
 
 
 async def test_the_operator_makes_the_pools_control_secret_and_its_workers_read_it(

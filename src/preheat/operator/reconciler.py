@@ -110,7 +110,8 @@ class Reconciler:
     worker_timeout_s: float = 5.0
     locks: dict[PoolKey, asyncio.Lock] = field(default_factory=dict)
     written: dict[PodKey, PodWrite] = field(default_factory=dict)
-    workers: dict[PodKey, WorkerTold] = field(default_factory=dict)
+    # per pool, what each of its workers (by pod name) was last told
+    workers: dict[PoolKey, dict[str, WorkerTold]] = field(default_factory=dict)
     retrying: set[PoolKey] = field(default_factory=set)  # pools a pod event is retrying
     # re-read on every children reconcile (spec change, resync), so rotation is picked up
     tokens: dict[PoolKey, PoolTokens] = field(default_factory=dict)
@@ -124,10 +125,11 @@ class Reconciler:
         return self.locks.setdefault(key, asyncio.Lock())
 
     def forget(self, key: PoolKey) -> None:
-        """A deleted pool: its metrics, lock and tokens go."""
+        """A deleted pool: its metrics, lock, tokens and what its workers were told go."""
         self.metrics.forget_pool(*key)
         self.locks.pop(key, None)
         self.tokens.pop(key, None)
+        self.workers.pop(key, None)
         self.applied.pop(key, None)
 
     async def reconcile(
@@ -350,12 +352,13 @@ class Reconciler:
         costs = deletion_costs([p.view() for p in live], plan.victims)
         by_name = {p.name: p for p in live}
         raw = {str((p.get("metadata") or {}).get("name", "")): p for p in pods}
-        unavailable = await self._tell_workers(pool, config.namespace, roles, raw, token)
+        told = self.workers.setdefault((config.namespace, config.name), {})
+        unavailable = await self._tell_workers(pool, told, roles, raw, token)
         patched = 0
         for pod_name, role in sorted(roles.items()):
             pod = by_name[pod_name]
             cost = str(costs.get(pod_name, 0))
-            if role == ROLE_ACTIVE and not self._worker_is(config.namespace, raw, pod_name, role):
+            if role == ROLE_ACTIVE and not _worker_is(told, raw, pod_name, role):
                 continue  # the worker is not active (yet): the label waits for it
             if pod.role == role and pod.deletion_cost == cost:
                 continue
@@ -379,16 +382,6 @@ class Reconciler:
             self.metrics.actions.labels("pod-roles").inc(patched)
             _event(pool, "Normal", "RolesAssigned", f"{patched} pod(s) relabelled: {plan.reason}")
         return unavailable
-
-    def _worker_is(
-        self, namespace: str, pods: Mapping[str, Mapping[str, Any]], pod_name: str, role: str
-    ) -> bool:
-        """Did the pod's worker (as it is now: address, restarts) take ``role``? True
-        without an IP."""
-        found = _worker_address(pods.get(pod_name) or {})
-        if found is None:
-            return True
-        return self.workers.get((namespace, pod_name)) == WorkerTold(*found, role, True)
 
     async def _worker_loads(
         self, pods: Sequence[Mapping[str, Any]], token: str
@@ -426,26 +419,26 @@ class Reconciler:
     async def _tell_workers(
         self,
         pool: Mapping[str, Any],
-        namespace: str,
+        told: dict[str, WorkerTold],
         roles: Mapping[str, str],
         pods: Mapping[str, Mapping[str, Any]],
         token: str,
     ) -> WorkerUnavailable | None:
-        """Call every worker whose role (or address, or container) changed since it was
-        last told, concurrently; remember the answers. Returns the first unavailable error."""
+        """Call every worker of one pool whose role (or address, or container) changed since
+        it was last told (``told``: this pool's memory, by pod name), concurrently; remember
+        the answers there. Returns the first unavailable error."""
         jobs: dict[str, WorkerTold] = {}
         for pod_name, role in roles.items():
             found = _worker_address(pods.get(pod_name) or {})
             if found is None:
                 continue
             job = WorkerTold(*found, role, True)
-            told = self.workers.get((namespace, pod_name))
-            if told is not None and (told.address, told.restarts, told.role) == (*found, role):
+            last = told.get(pod_name)
+            if last is not None and (last.address, last.restarts, last.role) == (*found, role):
                 continue  # told already (and it answered, or refused: not asked again)
             jobs[pod_name] = job
-        for key in [k for k in self.workers if k[0] == namespace and k[1] not in roles]:
-            if key[1] not in pods:
-                self.workers.pop(key, None)  # the pod is gone (or not this pool's)
+        for gone in [n for n in told if n not in roles and n not in pods]:
+            del told[gone]  # the pod is gone
         if not jobs:
             return None
         names = sorted(jobs)
@@ -468,13 +461,11 @@ class Reconciler:
             elif isinstance(result, WorkerRefused):
                 log.warning("worker %s refused %s: %s", pod_name, job.role, result)
                 _event(pool, "Warning", "WorkerRefused", f"pod {pod_name}: {result}")
-                self.workers[(namespace, pod_name)] = WorkerTold(
-                    job.address, job.restarts, job.role, False
-                )
+                told[pod_name] = WorkerTold(job.address, job.restarts, job.role, False)
             elif isinstance(result, BaseException):
                 raise result
             else:
-                self.workers[(namespace, pod_name)] = job
+                told[pod_name] = job
                 answered += 1
         if answered:
             self.metrics.actions.labels("worker-roles").inc(answered)
@@ -495,6 +486,20 @@ class Reconciler:
             return
         await self.kube.patch_status(namespace, name, status)
         self.metrics.actions.labels("status").inc()
+
+
+def _worker_is(
+    told: Mapping[str, WorkerTold],
+    pods: Mapping[str, Mapping[str, Any]],
+    pod_name: str,
+    role: str,
+) -> bool:
+    """Did the pod's worker (as it is now: address, restarts) take ``role``? True
+    without an IP."""
+    found = _worker_address(pods.get(pod_name) or {})
+    if found is None:
+        return True
+    return told.get(pod_name) == WorkerTold(*found, role, True)
 
 
 def _worker_address(pod: Mapping[str, Any]) -> tuple[str, int] | None:
