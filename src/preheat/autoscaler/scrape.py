@@ -307,9 +307,10 @@ def compute(
     # A worker scraped once (just warm) has no increase yet and is left out of the window's
     # figures, as PromQL's increase() leaves out a series with one sample; only a pool where
     # no worker has two scrapes has no window at all.
-    covered = any(sum(1 for s in scrapes if s.ok) >= 2 for scrapes in history.values())
+    oks = {target: [s for s in scrapes if s.ok] for target, scrapes in history.items()}
+    covered = any(len(ok) >= 2 for ok in oks.values())
     for target, scrapes in history.items():
-        ok = [s for s in scrapes if s.ok]
+        ok = oks[target]
         last = scrapes[-1] if scrapes else None
         if last is not None and not last.ok:
             problems.append(f"{target}: {last.error}")
@@ -322,7 +323,7 @@ def compute(
     observed_at = min(newest) if len(newest) == len(history) else None
     if observed_at is None and newest:
         observed_at = min(newest)
-    latest = [[s for s in sc if s.ok][-1] for sc in history.values() if any(s.ok for s in sc)]
+    latest = [ok[-1] for ok in oks.values() if ok]
     waiting = [s.waiting for s in latest if s.waiting is not None]
     running = [s.running for s in latest if s.running is not None]
     kv = [s.kv_usage for s in latest if s.kv_usage is not None]
