@@ -460,7 +460,10 @@ def _with_capacity(
                 f"a pod runs at this rate: needs {m}"
             )
     if unexplained and not persistent and waited:
-        note = f"{note}; late with {serving} serving, more than the rate needs: {_unshown(ctx)}"
+        unexplained_objs = [v.objective for v, u in zip(views, unexplained_at, strict=True) if u]
+        note = f"{note}; late with {serving} serving, more than the rate needs: " + _unshown(
+            ctx, unexplained_objs
+        )
     elif unexplained and not persistent:
         note = f"{note}; late with {serving} serving, more than the rate needs: waiting a window"
     elif since is not None and sure and not waited:
@@ -522,11 +525,12 @@ def _shown_late(ctx: Context, obj: Objective) -> bool:
     return sv is None or sv.floor is None or sv.floor >= obj.target
 
 
-def _unshown(ctx: Context) -> str:
-    """Why a late reading a window old did not correct the estimate: each objective read
-    inside the bucket that holds its target, with that bucket."""
+def _unshown(ctx: Context, objectives: list[Objective]) -> str:
+    """Why a late reading a window old did not correct the estimate: each of
+    ``objectives`` (those late beyond what the estimate explains) read inside the bucket
+    that holds its target, with that bucket."""
     said: list[str] = []
-    for obj in ctx.autoscaling.objectives:
+    for obj in objectives:
         sv = ctx.signals.find(obj)
         if _shown_late(ctx, obj) or sv is None or sv.floor is None or sv.value is None:
             continue
