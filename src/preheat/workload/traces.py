@@ -1,6 +1,6 @@
 """Workload traces: load a request trace into typed :class:`TraceRequest` values.
 
-Three formats, detected from the file (or named with ``fmt``):
+Four formats, detected from the file (or named with ``fmt``):
 
 ``preheat`` (JSONL, ours)
     ``{"timestamp_ms": 0, "input_tokens": 812, "output_tokens": 64,
@@ -43,7 +43,6 @@ from typing import Any, Literal
 
 TraceFormat = Literal["auto", "preheat", "mooncake", "azure", "burstgpt"]
 FORMATS: tuple[str, ...] = ("auto", "preheat", "mooncake", "azure", "burstgpt")
-CSV_FORMATS = frozenset({"azure", "burstgpt"})
 SessionRule = Literal["keep", "root", "none"]
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -173,7 +172,8 @@ class Trace:
     skipped: dict[str, int]
 
     def describe_skipped(self) -> str:
-        """ "" when every row was read, else e.g. "skipped 12 rows: 0 output tokens (...)"."""
+        """Empty when every row was read, else for example ``skipped 12 rows of the file:
+        12 with 0 output tokens (BurstGPT: a failed request)``."""
         if not self.skipped:
             return ""
         parts = [f"{n:,} with {SKIP_REASONS[k]}" for k, n in sorted(self.skipped.items())]
