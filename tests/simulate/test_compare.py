@@ -202,14 +202,17 @@ def test_cli_compare_writes_table_plot_and_one_run_per_setting(
 def test_cli_compare_takes_a_burstgpt_trace_and_says_what_it_skipped(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A BurstGPT CSV (another public trace format) compares as ours does; its failed
-    requests (0 response tokens) are not replayed, and stderr says how many."""
+    """A BurstGPT CSV (another public trace format) compares as ours does, one model's rows
+    if asked; its failed requests (0 response tokens) and the other model's rows are not
+    replayed, and stderr says how many."""
     from preheat.cli import main
 
     pool, _ = _files(tmp_path)
     trace = tmp_path / "BurstGPT_1.csv"
     rows = [
-        f"{0.25 * i:g},ChatGPT,600,{0 if i % 4 == 3 else 5},0,Conversation log" for i in range(16)
+        f"{0.25 * i:g},{'GPT-4' if i in (0, 5) else 'ChatGPT'},600,{0 if i % 4 == 3 else 5},"
+        "0,Conversation log"
+        for i in range(16)
     ]
     trace.write_text(
         "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
@@ -220,14 +223,16 @@ def test_cli_compare_takes_a_burstgpt_trace_and_says_what_it_skipped(
     rc = main(
         [
             "simulate", "--pool", str(pool), "--trace", str(trace), "--out", str(out),
-            "--compare", "fixed", "--knob", "fixed=1", "--no-probe", "--jobs", "1",
+            "--trace-model", "ChatGPT", "--compare", "fixed", "--knob", "fixed=1",
+            "--no-probe", "--jobs", "1",
         ]
     )  # fmt: skip
     captured = capsys.readouterr()
     assert rc == 0, captured.out + captured.err
-    assert "skipped 4 rows of the file: 4 with 0 output tokens" in captured.err
-    assert "(12 requests)" in captured.out
-    assert len(read_run(out / "fixed_1_pod").requests) == 12
+    assert "skipped 6 rows of the file: 4 with 0 output tokens" in captured.err
+    assert "; 2 with another model than the one asked for" in captured.err
+    assert "(10 requests)" in captured.out
+    assert len(read_run(out / "fixed_1_pod").requests) == 10
 
 
 @pytest.mark.parametrize(

@@ -137,6 +137,26 @@ def test_burstgpt_csv_skips_failed_requests_and_counts_them(tmp_path: Path):
     assert load_trace(p, TraceOptions(rate_scale=5))[2].arrival_s == pytest.approx(9.5)
 
 
+def test_a_burstgpt_trace_keeps_one_models_rows_when_asked(tmp_path: Path):
+    p = tmp_path / "b.csv"
+    p.write_text(
+        BURSTGPT_HEADER
+        + "0,ChatGPT,10,5,15,Conversation log\n"
+        + "1,GPT-4,20,6,26,API log\n"
+        + "2,GPT-4,30,0,30,API log\n"  # GPT-4's, but failed
+        + "4,GPT-4,40,8,48,Conversation log\n"
+    )
+    trace = read_trace(p, TraceOptions(model="GPT-4"))
+    assert [(r.input_tokens, r.arrival_s) for r in trace.requests] == [(20, 0.0), (40, 3.0)]
+    assert trace.skipped == {"other_model": 1, "no_output": 1}
+    assert "1 with another model than the one asked for" in trace.describe_skipped()
+    assert read_trace(p, TraceOptions(model="Claude")).requests == []
+    azure = tmp_path / "a.csv"
+    azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1,1\n")
+    with pytest.raises(TraceError, match="'GPT-4': the azure format has no model column"):
+        load_trace(azure, TraceOptions(model="GPT-4"))
+
+
 def test_azure_rows_with_no_tokens_are_skipped_not_fatal(tmp_path: Path):
     p = tmp_path / "a.csv"
     p.write_text(

@@ -50,6 +50,12 @@ def add_trace_arguments(group: Any) -> None:
     group.add_argument("--max-input-tokens", type=int, default=None, help="clip prompt lengths")
     group.add_argument("--max-output-tokens", type=int, default=None, help="clip output lengths")
     group.add_argument(
+        "--trace-model",
+        default="",
+        metavar="NAME",
+        help="keep only this model's rows (a BurstGPT trace's Model column: ChatGPT, GPT-4)",
+    )
+    group.add_argument(
         "--sessions",
         choices=("keep", "root", "none"),
         default="root",
@@ -76,6 +82,7 @@ def trace_options(args: argparse.Namespace) -> TraceOptions:
         max_input_tokens=args.max_input_tokens,
         token_scale=args.token_scale,
         sessions=args.sessions,
+        model=args.trace_model,
     )
 
 

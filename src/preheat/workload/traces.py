@@ -93,7 +93,9 @@ class TraceOptions:
     it applies before ``max_input_tokens``. Output lengths are not scaled.
     ``sessions``: ``keep`` what the file says; ``root`` derives a session id from the
     conversation root (see :func:`derive_root_sessions`) when the file has none; ``none``
-    drops them.
+    drops them. ``model``: keep only the rows of that model (a BurstGPT trace's ``Model``
+    column, e.g. ``ChatGPT`` or ``GPT-4``; "" keeps every row); the others are counted as
+    skipped, and a format without a model column is an error.
     """
 
     fmt: TraceFormat = "auto"
@@ -106,6 +108,7 @@ class TraceOptions:
     token_scale: float = 1.0
     sessions: SessionRule = "keep"
     block_tokens: int = MOONCAKE_BLOCK_TOKENS
+    model: str = ""
 
     def __post_init__(self) -> None:
         errors: list[str] = []
@@ -159,7 +162,11 @@ class _Skip:
 SKIP_REASONS = {
     "no_output": "0 output tokens (BurstGPT: a failed request)",
     "no_prompt": "0 prompt tokens",
+    "other_model": "another model than the one asked for",
 }
+
+#: The formats with a model column (``TraceOptions.model`` filters on it).
+MODEL_FORMATS = frozenset({"burstgpt"})
 
 
 @dataclass(frozen=True)
@@ -193,10 +200,14 @@ def read_trace(path: Path | str, options: TraceOptions | None = None) -> Trace:
     if not p.is_file():
         raise TraceError(p, None, "no such file")
     fmt = detect_format(p) if opts.fmt == "auto" else opts.fmt
+    if opts.model and fmt not in MODEL_FORMATS:
+        raise TraceError(
+            p, None, f"{opts.model!r}: the {fmt} format has no model column to keep it from"
+        )
     if fmt == "azure":
         rows: Iterator[_Raw | _Skip] = _read_azure(p)
     elif fmt == "burstgpt":
-        rows = _read_burstgpt(p)
+        rows = _read_burstgpt(p, opts.model)
     else:
         rows = _read_jsonl(p, fmt, opts.block_tokens)
     raws: list[_Raw] = []
@@ -421,8 +432,12 @@ def _read_azure(path: Path) -> Iterator[_Raw | _Skip]:
         yield _csv_row((when - t0).total_seconds(), n_in, n_out, lineno)
 
 
-def _read_burstgpt(path: Path) -> Iterator[_Raw | _Skip]:
-    for lineno, row, cols in _csv_rows(path, ("Timestamp", "Request tokens", "Response tokens")):
+def _read_burstgpt(path: Path, model: str) -> Iterator[_Raw | _Skip]:
+    required = ("Timestamp", "Request tokens", "Response tokens", *(("Model",) if model else ()))
+    for lineno, row, cols in _csv_rows(path, required):
+        if model and row[cols["Model"]].strip() != model:
+            yield _Skip("other_model")
+            continue
         raw = row[cols["Timestamp"]].strip()
         try:
             t_s = float(raw)
