@@ -68,6 +68,18 @@ def test_mooncake_blocks_sessions_and_clipping(tmp_path: Path):
     assert [r.session_id for r in load_trace(p)] == ["", "", "", ""]
 
 
+def test_root_sessions_keep_a_blockless_traces_own_ids(tmp_path: Path):
+    """Without prefix blocks there are no conversations to find: ``root`` keeps what the
+    file says (nothing here), not one session per request."""
+    azure = tmp_path / "azure.csv"
+    azure.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n"
+        "2023-11-16 18:15:50.9951690,396,109\n"
+    )
+    assert [r.session_id for r in load_trace(azure, TraceOptions(sessions="root"))] == ["", ""]
+
+
 def test_token_scale_keeps_block_structure(tmp_path: Path):
     p = _jsonl(tmp_path, [_mooncake(0, 1000, [0, 1]), _mooncake(1, 1500, [0, 1, 2])])
     a, b = load_trace(p, TraceOptions(token_scale=0.25))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -87,14 +86,10 @@ def trace_options(args: argparse.Namespace) -> TraceOptions:
 
 
 def read_requests(path: Path, options: TraceOptions) -> list[TraceRequest]:
-    """The trace's requests. ``sessions="root"`` needs prefix blocks to find conversations:
-    on a trace without any (Azure, or ours without ``prefix_block_ids``) it would give every
-    request a session of its own, pinning each to a hashed endpoint for no reuse, so there
-    the trace's own session ids are kept instead. Rows the file has but that are not
-    replayed (a CSV trace's 0-token rows) are said on stderr."""
+    """The trace's requests (``sessions="root"`` on a trace without prefix blocks keeps its
+    own session ids: :class:`TraceOptions`). Rows the file has but that are not replayed (a
+    CSV trace's 0-token rows) are said on stderr."""
     trace = read_trace(path, options)
-    if options.sessions == "root" and not any(r.prefix_block_ids for r in trace.requests):
-        trace = read_trace(path, replace(options, sessions="keep"))
     said = trace.describe_skipped()
     if said:
         print(f"preheat: {path}: {said}", file=sys.stderr)

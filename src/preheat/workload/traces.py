@@ -92,8 +92,10 @@ class TraceOptions:
     proportion (at least 1 token), so the sharing structure is kept with less prefill work;
     it applies before ``max_input_tokens``. Output lengths are not scaled.
     ``sessions``: ``keep`` what the file says; ``root`` derives a session id from the
-    conversation root (see :func:`derive_root_sessions`) when the file has none; ``none``
-    drops them. ``model``: keep only the rows of that model (a BurstGPT trace's ``Model``
+    conversation root (see :func:`derive_root_sessions`) when the file has none and has
+    prefix blocks to find conversations by (a file without any, Azure or BurstGPT, keeps
+    its own: one session per request would pin each to a hashed endpoint for no reuse);
+    ``none`` drops them. ``model``: keep only the rows of that model (a BurstGPT trace's ``Model``
     column, e.g. ``ChatGPT`` or ``GPT-4``; "" keeps every row); the others are counted as
     skipped, and a format without a model column is an error.
     """
@@ -225,7 +227,11 @@ def _slice(raws: list[_Raw], opts: TraceOptions) -> list[TraceRequest]:
     raws.sort(key=lambda r: (r.t_s, r.line))
     if opts.sessions == "none":
         raws = [replace(r, session_id="") for r in raws]
-    elif opts.sessions == "root" and not any(r.session_id for r in raws):
+    elif (
+        opts.sessions == "root"
+        and not any(r.session_id for r in raws)
+        and any(r.block_ids for r in raws)
+    ):
         roots = derive_root_sessions([r.block_ids for r in raws])
         raws = [replace(r, session_id=s) for r, s in zip(raws, roots, strict=True)]
     if not raws:
