@@ -64,7 +64,6 @@ from preheat.wire import workerctl
 log = logging.getLogger(__name__)
 
 PoolKey = tuple[str, str]  # (namespace, name)
-PodKey = tuple[str, str]  # (namespace, pod)
 
 ANNOTATION_CONTROL_PORT = f"{GROUP}/control-port"
 """Overrides the worker's control port on a pod (tests; :data:`CONTROL_PORT` otherwise)."""
@@ -109,7 +108,9 @@ class Reconciler:
     cache_token: str = field(default="", repr=False)
     worker_timeout_s: float = 5.0
     locks: dict[PoolKey, asyncio.Lock] = field(default_factory=dict)
-    written: dict[PodKey, PodWrite] = field(default_factory=dict)
+    # per pool, our last role/cost patch of each of its pods (by pod name) that kopf's
+    # index may not show yet; dropped when the index shows a newer version or the pod goes
+    written: dict[PoolKey, dict[str, PodWrite]] = field(default_factory=dict)
     # per pool, what each of its workers (by pod name) was last told
     workers: dict[PoolKey, dict[str, WorkerTold]] = field(default_factory=dict)
     retrying: set[PoolKey] = field(default_factory=set)  # pools a pod event is retrying
@@ -125,10 +126,12 @@ class Reconciler:
         return self.locks.setdefault(key, asyncio.Lock())
 
     def forget(self, key: PoolKey) -> None:
-        """A deleted pool: its metrics, lock, tokens and what its workers were told go."""
+        """A deleted pool: its metrics, lock, tokens, pod patches and what its workers
+        were told go."""
         self.metrics.forget_pool(*key)
         self.locks.pop(key, None)
         self.tokens.pop(key, None)
+        self.written.pop(key, None)
         self.workers.pop(key, None)
         self.applied.pop(key, None)
 
@@ -146,28 +149,14 @@ class Reconciler:
         meta = pool.get("metadata") or {}
         namespace, name = str(meta["namespace"]), str(meta["name"])
         async with self.lock((namespace, name)):
+            listed = pods()
+            patches = self.written.get((namespace, name), {})
+            names = {str((p.get("metadata") or {}).get("name", "")) for p in listed}
+            for gone in [n for n in patches if n not in names]:
+                del patches[gone]  # the pod went before the index showed our patch
+            fresh = [_fresh(patches, p) for p in listed]
             with tracing.reconciling(self.tracing, namespace, name, children):
-                await self._reconcile(pool, [self._fresh(p) for p in pods()], children=children)
-
-    def _fresh(self, pod: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The pod with our own last role/cost patch when the index has not seen it yet."""
-        meta = pod.get("metadata") or {}
-        key = (str(meta.get("namespace")), str(meta.get("name")))
-        written = self.written.get(key)
-        if written is None:
-            return pod
-        if str(meta.get("resourceVersion")) != written.before:
-            self.written.pop(key, None)  # the index caught up (or someone else wrote)
-            return pod
-        meta = {
-            **meta,
-            "labels": {**(meta.get("labels") or {}), LABEL_ROLE: written.role},
-            "annotations": {
-                **(meta.get("annotations") or {}),
-                ANNOTATION_DELETION_COST: written.cost,
-            },
-        }
-        return {**pod, "metadata": meta}
+                await self._reconcile(pool, fresh, children=children)
 
     async def _reconcile(
         self, pool: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, children: bool
@@ -374,7 +363,7 @@ class Reconciler:
                 },
             )
             version = str((after.get("metadata") or {}).get("resourceVersion", ""))
-            self.written[(config.namespace, pod_name)] = PodWrite(
+            self.written.setdefault((config.namespace, config.name), {})[pod_name] = PodWrite(
                 pod.resource_version, version, role, cost
             )
             patched += 1
@@ -486,6 +475,28 @@ class Reconciler:
             return
         await self.kube.patch_status(namespace, name, status)
         self.metrics.actions.labels("status").inc()
+
+
+def _fresh(patches: dict[str, PodWrite], pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The pod with our own last role/cost patch (``patches``: the pool's, by pod name) when
+    the index has not seen it yet; a patch the index has caught up with is dropped."""
+    meta = pod.get("metadata") or {}
+    pod_name = str(meta.get("name", ""))
+    written = patches.get(pod_name)
+    if written is None:
+        return pod
+    if str(meta.get("resourceVersion")) != written.before:
+        del patches[pod_name]  # the index caught up (or someone else wrote)
+        return pod
+    meta = {
+        **meta,
+        "labels": {**(meta.get("labels") or {}), LABEL_ROLE: written.role},
+        "annotations": {
+            **(meta.get("annotations") or {}),
+            ANNOTATION_DELETION_COST: written.cost,
+        },
+    }
+    return {**pod, "metadata": meta}
 
 
 def _worker_is(
