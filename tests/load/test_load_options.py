@@ -61,3 +61,23 @@ def test_root_sessions_need_prefix_blocks(tmp_path: Path) -> None:
     ]
     ours.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert [r.session_id for r in read_requests(ours, trace_options(_args()))] == ["c1", "c2"]
+
+
+def test_a_trace_of_shared_timestamps_is_said_and_spread_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [
+        {"timestamp_ms": (i // 4) * 1000, "input_tokens": 8, "output_tokens": 2} for i in range(8)
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    together = read_requests(path, trace_options(_args()))
+    assert [r.arrival_s for r in together] == [0, 0, 0, 0, 1, 1, 1, 1]
+    err = capsys.readouterr().err
+    assert "75% of the requests arrive at the same instant as the one before" in err
+    assert "--spread-ties 1" in err
+    spread = read_requests(path, trace_options(_args("--spread-ties", "1")))
+    assert [r.arrival_s for r in spread] == pytest.approx([0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75])
+    assert capsys.readouterr().err == ""
+    with pytest.raises(ValueError, match="--spread-ties must be >= 0 seconds, got -1"):
+        trace_options(_args("--spread-ties", "-1"))

@@ -15,6 +15,7 @@ from preheat.workload.traces import (
     load_trace,
     prompt_text,
     read_trace,
+    tied_share,
 )
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
@@ -147,6 +148,32 @@ def test_burstgpt_csv_skips_failed_requests_and_counts_them(tmp_path: Path):
     assert "2 with 0 output tokens (BurstGPT: a failed request)" in said
     assert "1 with 0 prompt tokens" in said
     assert load_trace(p, TraceOptions(rate_scale=5))[2].arrival_s == pytest.approx(9.5)
+
+
+def test_spread_ties_spreads_each_shared_second_evenly_in_file_order(tmp_path: Path):
+    p = tmp_path / "b.csv"
+    p.write_text(
+        BURSTGPT_HEADER
+        + "5,ChatGPT,10,1,11,Conversation log\n"
+        + "5,ChatGPT,20,1,21,Conversation log\n"
+        + "5,ChatGPT,30,1,31,Conversation log\n"
+        + "5,ChatGPT,40,1,41,Conversation log\n"
+        + "6,ChatGPT,50,1,51,Conversation log\n"
+        + "8,ChatGPT,60,1,61,Conversation log\n"
+        + "8,ChatGPT,70,1,71,Conversation log\n"
+    )
+    together = load_trace(p)
+    assert [r.arrival_s for r in together] == [0, 0, 0, 0, 1, 3, 3]
+    spread = load_trace(p, TraceOptions(spread_ties_s=1.0, rate_scale=2))
+    assert [r.input_tokens for r in spread] == [10, 20, 30, 40, 50, 60, 70]
+    assert [r.arrival_s for r in spread] == pytest.approx([0, 0.125, 0.25, 0.375, 0.5, 1.5, 1.75])
+    # the slice is cut in the spread time: 0.7 s on keeps the last of second 5 (5.75 s)
+    later = load_trace(p, TraceOptions(spread_ties_s=1.0, start_s=0.7))
+    assert [r.input_tokens for r in later] == [40, 50, 60, 70]
+    assert tied_share(together) == pytest.approx(4 / 7)
+    assert tied_share(spread) == 0.0
+    with pytest.raises(ValueError, match="spread_ties_s must be >= 0"):
+        TraceOptions(spread_ties_s=-1)
 
 
 def test_a_burstgpt_trace_keeps_one_models_rows_when_asked(tmp_path: Path):

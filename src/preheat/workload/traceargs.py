@@ -9,7 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from preheat.workload.traces import FORMATS, TraceOptions, TraceRequest, read_trace
+from preheat.workload.traces import FORMATS, TraceOptions, TraceRequest, read_trace, tied_share
+
+#: the share of requests tied with the one before from which the replay says so
+TIED_NOTE = 0.05
 
 
 def add_trace_arguments(group: Any) -> None:
@@ -55,6 +58,15 @@ def add_trace_arguments(group: Any) -> None:
         help="keep only this model's rows (a BurstGPT trace's Model column: ChatGPT, GPT-4)",
     )
     group.add_argument(
+        "--spread-ties",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="requests that share a timestamp arrive evenly over this many seconds from it "
+        "instead of all at once (BurstGPT's timestamps are whole seconds: 1); in the trace's "
+        "time, before the scales (default 0: as the file says)",
+    )
+    group.add_argument(
         "--sessions",
         choices=("keep", "root", "none"),
         default="root",
@@ -71,6 +83,8 @@ def trace_options(args: argparse.Namespace) -> TraceOptions:
         if args.duration <= 0:
             raise ValueError(f"--duration must be > 0, got {args.duration}")
         duration = args.duration / factor if factor > 0 else args.duration
+    if not args.spread_ties >= 0:
+        raise ValueError(f"--spread-ties must be >= 0 seconds, got {args.spread_ties}")
     return TraceOptions(
         fmt=args.format,
         start_s=args.start_s,
@@ -82,6 +96,7 @@ def trace_options(args: argparse.Namespace) -> TraceOptions:
         token_scale=args.token_scale,
         sessions=args.sessions,
         model=args.trace_model,
+        spread_ties_s=args.spread_ties,
     )
 
 
@@ -93,4 +108,12 @@ def read_requests(path: Path, options: TraceOptions) -> list[TraceRequest]:
     said = trace.describe_skipped()
     if said:
         print(f"preheat: {path}: {said}", file=sys.stderr)
+    tied = tied_share(trace.requests)
+    if tied >= TIED_NOTE and options.spread_ties_s == 0:
+        print(
+            f"preheat: {path}: {tied:.0%} of the requests arrive at the same instant as the "
+            "one before (the file's timestamps are coarse?): they are sent together; "
+            "--spread-ties 1 spreads each second's over that second",
+            file=sys.stderr,
+        )
     return trace.requests

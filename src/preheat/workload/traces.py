@@ -38,6 +38,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal
 
@@ -97,7 +98,10 @@ class TraceOptions:
     its own: one session per request would pin each to a hashed endpoint for no reuse);
     ``none`` drops them. ``model``: keep only the rows of that model (a BurstGPT trace's ``Model``
     column, e.g. ``ChatGPT`` or ``GPT-4``; "" keeps every row); the others are counted as
-    skipped, and a format without a model column is an error.
+    skipped, and a format without a model column is an error. ``spread_ties_s``: requests
+    that share one timestamp (BurstGPT's are whole seconds) arrive evenly over that many
+    seconds from it, in file order, instead of all at once (0: as the file says); in the
+    trace's own time, before ``start_s``, ``duration_s`` and the scales.
     """
 
     fmt: TraceFormat = "auto"
@@ -111,6 +115,7 @@ class TraceOptions:
     sessions: SessionRule = "keep"
     block_tokens: int = MOONCAKE_BLOCK_TOKENS
     model: str = ""
+    spread_ties_s: float = 0.0
 
     def __post_init__(self) -> None:
         errors: list[str] = []
@@ -136,6 +141,8 @@ class TraceOptions:
             errors.append(f"sessions must be keep, root or none, got {self.sessions!r}")
         if self.block_tokens <= 0:
             errors.append(f"block_tokens must be > 0, got {self.block_tokens}")
+        if not (self.spread_ties_s >= 0 and math.isfinite(self.spread_ties_s)):
+            errors.append(f"spread_ties_s must be >= 0, got {self.spread_ties_s}")
         if errors:
             raise ValueError("; ".join(errors))
 
@@ -225,6 +232,8 @@ def read_trace(path: Path | str, options: TraceOptions | None = None) -> Trace:
 def _slice(raws: list[_Raw], opts: TraceOptions) -> list[TraceRequest]:
     """Sorts, slices and scales the parsed rows (:class:`TraceOptions`)."""
     raws.sort(key=lambda r: (r.t_s, r.line))
+    if opts.spread_ties_s > 0:
+        raws = spread_ties(raws, opts.spread_ties_s)
     if opts.sessions == "none":
         raws = [replace(r, session_id="") for r in raws]
     elif (
@@ -268,6 +277,34 @@ def _slice(raws: list[_Raw], opts: TraceOptions) -> list[TraceRequest]:
             )
         )
     return out
+
+
+def spread_ties(raws: list[_Raw], over_s: float) -> list[_Raw]:
+    """``raws`` (sorted by time) with each run of ``k`` rows that share a timestamp ``t``
+    at ``t + i * over_s / k``, ``i`` their order in the run: evenly over ``over_s``
+    seconds, the first at ``t``. Order is kept when the next timestamp is at least
+    ``over_s`` later (a whole-second trace spread over 1 s)."""
+    out: list[_Raw] = []
+    i = 0
+    while i < len(raws):
+        j = i
+        while j < len(raws) and raws[j].t_s == raws[i].t_s:
+            j += 1
+        k = j - i
+        out.extend(
+            r if n == 0 else replace(r, t_s=r.t_s + n * over_s / k) for n, r in enumerate(raws[i:j])
+        )
+        i = j
+    return out
+
+
+def tied_share(requests: Sequence[TraceRequest]) -> float:
+    """The share of ``requests`` (sorted by arrival) that arrive at the same instant as
+    the one before: 0 for a trace with distinct times."""
+    if len(requests) < 2:
+        return 0.0
+    ties = sum(1 for a, b in pairwise(requests) if a.arrival_s == b.arrival_s)
+    return ties / len(requests)
 
 
 def _scale_tokens(tokens: int, n_blocks: int, block_tokens: int, scale: float) -> tuple[int, int]:
