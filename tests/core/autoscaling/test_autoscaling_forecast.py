@@ -20,6 +20,7 @@ from preheat.core.autoscaling.forecast import (
     accuracy,
     ahead,
     observe,
+    offset,
     predict,
     seasonal,
     weekly,
@@ -65,11 +66,30 @@ def test_the_daily_season_is_used_only_after_a_whole_day() -> None:
     assert predict(f, 55.0, hw) > predict(f, 15.0, hw) + 15.0
 
 
+def test_the_season_is_read_between_the_slots_middles_not_stepped_at_their_edges() -> None:
+    """An hour's offset holds at its middle and the offsets between are a straight line, so
+    a forecast a cold start before the hour does not see the whole of the next hour's rise
+    (on the 10x diurnal day a day-old season's steps were predicted in full a minute
+    before each hour and held pods for a scale-down window)."""
+    hw = HoltWinters(period_s=100.0, slots=4)
+    f = Forecast(t=100.0, level=0.0, trend=0.0, season=(0.0, 0.0, 60.0, 0.0), since=0.0)
+    assert offset(f, 62.5, hw) == pytest.approx(60.0)  # slot 2's middle
+    assert offset(f, 37.5, hw) == pytest.approx(0.0)  # slot 1's middle
+    assert offset(f, 50.0, hw) == pytest.approx(30.0)  # the edge: half way
+    assert offset(f, 45.0, hw) == pytest.approx(18.0)  # 5 s before it
+    assert offset(f, 112.5 + 0.0, hw) == pytest.approx(0.0)  # the next period, slot 0
+    assert offset(f, 99.0, hw) == pytest.approx(offset(f, -1.0, hw))  # wraps around
+    # no step anywhere: 0.5 s never moves it by more than the steepest slope allows
+    steps = [abs(offset(f, t / 2 + 0.5, hw) - offset(f, t / 2, hw)) for t in range(400)]
+    assert max(steps) <= 60.0 / 25.0 * 0.5 + 1e-9
+
+
 def test_one_day_at_the_evaluation_interval_teaches_the_season() -> None:
     """The defaults, observed every 15 s as the operator does: a day whose rate doubles at
     noon (10 -> 20 req/s). At 11:30 the next day the forecast an hour ahead sees the rise
     (it said 10.0 when the season was learned against the level, which follows the rate
-    within a few evaluations), ten minutes ahead it does not, and into the afternoon it
+    within a few evaluations), ten minutes ahead a sixth of it (the season is read in a
+    straight line between the hours' middles, 11:30 and 12:30), and into the afternoon it
     stays up."""
 
     def rate(t: float) -> float:
@@ -77,7 +97,8 @@ def test_one_day_at_the_evaluation_interval_teaches_the_season() -> None:
 
     f = _feed([(15.0 * i, rate(15.0 * i)) for i in range(int((86_400 + 41_400) / 15))])
     assert seasonal(f, HW)
-    assert predict(f, 600.0) == pytest.approx(10.0, abs=1.0)
+    assert predict(f, 600.0) == pytest.approx(10.0 + 10.0 / 6, abs=1.0)
+    assert predict(f, 600.0) < predict(f, 1_800.0) < predict(f, 3_600.0)
     assert predict(f, 3_600.0) > 15.0
     assert predict(f, 6 * 3_600.0) > 15.0
 

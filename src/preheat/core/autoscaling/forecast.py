@@ -12,6 +12,9 @@ in:
     s'      = s + g * (y - base' - s),   g = 1 - (1 - gamma) ** (dt / slot)
 
 and the forecast ``h`` seconds ahead is ``level + trend * h + s(t + h)``, never below 0.
+An offset is read in a straight line between the middles of the slots around it (a slot's
+own offset at its middle; :func:`offset`), so the forecast rises towards the next hour over
+the hour instead of stepping at its edge (the update above learns the slot that holds ``t``).
 The seasonal offsets are used only once the history covers a whole period (before, a day
 is not yet known, and an offset learned from part of it would be a guess).
 
@@ -290,11 +293,26 @@ def weekly(f: Forecast, hw: HoltWinters) -> bool:
 
 
 def offset(f: Forecast, at: float, hw: HoltWinters) -> float:
-    """The seasonal offsets (daily, and weekly) the forecast adds at time ``at``."""
-    s = f.season[hw.slot(at - f.epoch)] if seasonal(f, hw) else 0.0
+    """The seasonal offsets (daily, and weekly) the forecast adds at time ``at``. The daily
+    one is read between the slots' middles, in a straight line from one slot's offset to the
+    next one's: a rate moves from one hour's level to the next over the hour, not at its
+    edge, and a step read at the edge made a forecast a cold start ahead of it predict the
+    whole of the next hour's offset a minute before the hour began."""
+    s = _between(f.season, hw.period_s, at - f.epoch) if seasonal(f, hw) else 0.0
     if weekly(f, hw):
-        s += f.week[hw.week_slot(at - f.epoch)]
+        s += _between(f.week, 7.0 * hw.period_s, at - f.epoch)
     return s
+
+
+def _between(offsets: tuple[float, ...], period_s: float, since_epoch: float) -> float:
+    """A season's offset ``since_epoch`` seconds into its phase (``offsets``: one per slot of
+    ``period_s``): linear between the middles of the two slots it lies between (a slot's
+    own offset at its middle)."""
+    n = len(offsets)
+    x = (since_epoch % period_s) / period_s * n - 0.5
+    lo = math.floor(x)
+    frac = x - lo
+    return (1.0 - frac) * offsets[lo % n] + frac * offsets[(lo + 1) % n]
 
 
 def predict(f: Forecast, horizon_s: float, hw: HoltWinters = HoltWinters()) -> float:
