@@ -170,6 +170,10 @@ def test_spread_ties_spreads_each_shared_second_evenly_in_file_order(tmp_path: P
     # the slice is cut in the spread time: 0.7 s on keeps the last of second 5 (5.75 s)
     later = load_trace(p, TraceOptions(spread_ties_s=1.0, start_s=0.7))
     assert [r.input_tokens for r in later] == [40, 50, 60, 70]
+    # spread past the next second: the runs interleave, and arrivals stay in time order
+    wide = load_trace(p, TraceOptions(spread_ties_s=2.0))
+    assert [r.input_tokens for r in wide] == [10, 20, 30, 50, 40, 60, 70]
+    assert [r.arrival_s for r in wide] == pytest.approx([0, 0.5, 1, 1, 1.5, 3, 4])
     assert tied_share(together) == pytest.approx(4 / 7)
     assert tied_share(spread) == 0.0
     with pytest.raises(ValueError, match="spread_ties_s must be >= 0"):

@@ -38,7 +38,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from itertools import pairwise
+from itertools import groupby, pairwise
 from pathlib import Path
 from typing import Any, Literal
 
@@ -282,19 +282,13 @@ def _slice(raws: list[_Raw], opts: TraceOptions) -> list[TraceRequest]:
 def spread_ties(raws: list[_Raw], over_s: float) -> list[_Raw]:
     """``raws`` (sorted by time) with each run of ``k`` rows that share a timestamp ``t``
     at ``t + i * over_s / k``, ``i`` their order in the run: evenly over ``over_s``
-    seconds, the first at ``t``. Order is kept when the next timestamp is at least
-    ``over_s`` later (a whole-second trace spread over 1 s)."""
+    seconds, the first at ``t``; sorted by time again (a run spread past the next
+    timestamp interleaves with it)."""
     out: list[_Raw] = []
-    i = 0
-    while i < len(raws):
-        j = i
-        while j < len(raws) and raws[j].t_s == raws[i].t_s:
-            j += 1
-        k = j - i
-        out.extend(
-            r if n == 0 else replace(r, t_s=r.t_s + n * over_s / k) for n, r in enumerate(raws[i:j])
-        )
-        i = j
+    for t_s, same in groupby(raws, key=lambda r: r.t_s):
+        run = list(same)
+        out.extend(replace(r, t_s=t_s + n * over_s / len(run)) for n, r in enumerate(run))
+    out.sort(key=lambda r: (r.t_s, r.line))
     return out
 
 
