@@ -6,7 +6,7 @@ import math
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from preheat.core.autoscaling import (
@@ -307,6 +307,7 @@ def test_a_shared_queue_waits_no_longer_than_a_lone_pod_and_no_less_than_the_wor
 
 @settings(max_examples=60, deadline=None)
 @given(st.floats(0.1, 400.0), st.sampled_from([300.0, 500.0, 2000.0]))
+@example(376.4375, 300.0)  # 19 pods are 0.006% over the utilisation cap: 20
 def test_a_pool_needs_no_more_pods_than_lone_pods(rate: float, target: float) -> None:
     """The pool estimate is at most the rate over one lone pod's rate, and equal at one pod."""
     lone = pod_rate(COST, AZURE, target, 99.0)
@@ -316,8 +317,10 @@ def test_a_pool_needs_no_more_pods_than_lone_pods(rate: float, target: float) ->
     if rate <= lone:
         assert got == 1
     if got > 1:  # and it is the smallest: one pod fewer misses the target or saturates
+        # (within the cap's bisection: a rate a few millionths over the cap read is over it;
+        # a tolerance the other way failed at 376.4375 req/s, 0.006% over the cap on 19 pods)
         assert not predicted_ttft_ms(COST, AZURE, rate, 99.0, got - 1) <= target or (
-            rate / (got - 1) > pod_rate(COST, AZURE, math.inf, 99.0, pods=got - 1) * 1.0001
+            rate / (got - 1) > pod_rate(COST, AZURE, math.inf, 99.0, pods=got - 1) * (1 - 1e-6)
         )
 
 
