@@ -402,8 +402,9 @@ class PredictiveSpec(_Model):
         ge=0,
         lt=100,
         description="Size for this percentile of the forecast's own shortfall: how far the "
-        "arrival rate a horizon later ran above the forecast, over about the last period "
-        "(90: the rise that 9 in 10 of the horizons stayed within). 0: none.",
+        "arrival rate a horizon later ran above the forecast (negative where it ran under "
+        "it), over about the last period (90: the rise that 9 in 10 of the horizons stayed "
+        "within; 50 with keep: the forecast without its median bias). 0: none.",
     )
     headroom_mode: Literal["size", "keep"] = Field(
         default="size",
@@ -725,7 +726,8 @@ class ForecastState(_Model):
         default_factory=list,
         max_length=32,
         description="How far the observed rate ran above each checked forecast, as a share of "
-        f"the observed: counts per bucket (upper edges {_SHORTFALL_EDGES}), decayed over about "
+        "the observed (negative: under it): counts per bucket (upper edges "
+        f"{_SHORTFALL_EDGES}), decayed over about "
         "a period (autoscaling.predictive.headroom).",
     )
 

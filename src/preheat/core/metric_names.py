@@ -182,7 +182,8 @@ AUTOSCALER_STALE = "preheat_autoscaler_stale"  # gauge 0/1: holding on missing o
 AUTOSCALER_FORECAST_RATE = "preheat_autoscaler_forecast_arrival_rate"  # gauge, namespace, pool
 AUTOSCALER_FORECAST_ERROR = "preheat_autoscaler_forecast_error_ratio"  # gauge, namespace, pool
 # autoscaling.predictive.headroom: that percentile of the forecast's shortfall (how far the
-# rate a horizon later ran above it, as a share of the observed); absent while not read
+# rate a horizon later ran above it, as a share of the observed; negative: the forecast ran
+# over what came at that percentile); absent while not read
 AUTOSCALER_FORECAST_SHORTFALL = "preheat_autoscaler_forecast_shortfall_ratio"  # gauge, same
 LABEL_CAUSE = "cause"  # preheat.core.autoscaling.Cause values
 LABEL_SIGNAL = "signal"

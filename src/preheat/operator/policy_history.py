@@ -23,8 +23,11 @@ whatever node it starts::
         weekSince: "2026-11-16T08:00:00.000Z"  # predictive.weekly: the weekly season's first
         week: [1.5, -0.4, ...]                 # req/s the weekday adds, per hour of 7 periods
         error: 0.12                            # its last checked prediction, off by 12%
-        shortfalls: [80.1, 3.2, ...]           # how far the rate ran above the checked
-                                               # predictions: decayed counts per bucket
+        shortfalls: [0.0, 3.2, ...]            # how far the rate ran above (or under) the
+                                               # checked predictions: decayed counts per
+                                               # bucket (a list of another length, as
+                                               # before 2026-12-01's signed buckets, is
+                                               # dropped and counted again)
       coldStartSeconds: 55.7                   # the pool's last measured cold start: the
                                                # predictive horizon (the pods that measured
                                                # it may have left by the restart)

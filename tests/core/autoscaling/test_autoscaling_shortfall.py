@@ -82,9 +82,9 @@ def test_the_percentile_is_the_first_bucket_edge_that_covers_that_share(
     f = _checked(pairs)
     s = shortfall(f, q)
     assert s is not None
-    shorts = [max(0.0, seen - predicted) / seen for predicted, seen in pairs]
+    shorts = [(seen - predicted) / seen for predicted, seen in pairs]  # signed
     n = len(shorts)
-    assert 0.0 <= s <= MAX_SHORTFALL
+    assert SHORTFALL_EDGES[0] == -1.0 <= s <= MAX_SHORTFALL
     if s < MAX_SHORTFALL:
         assert sum(x <= s for x in shorts) >= q * n - 1e-6  # it covers q of them
     i = SHORTFALL_EDGES.index(s)
@@ -264,3 +264,34 @@ def test_the_crd_field_reads_the_headroom_mode() -> None:
     spec["autoscaling"] = {"predictive": {"headroom": 75, "headroomMode": "hold"}}
     with pytest.raises(PoolSpecError, match=r"autoscaling\.predictive\.headroomMode"):
         to_config(spec, name="p", namespace="n")
+
+
+def test_a_forecast_that_ran_over_reads_under_itself() -> None:
+    # 60 in 100 forecasts ran 25% over what came (125 against 100), 40 were right: the
+    # median is under the forecast, the p90 at it (counted as 0 short, the median read 0%
+    # and kept the forecast's whole bias)
+    f = _checked([(125.0, 100.0)] * 60 + [(100.0, 100.0)] * 40)
+    assert shortfall(f, 0.5) == -0.25
+    assert shortfall(f, 0.9) == 0.0
+    assert shortfall(_checked([(300.0, 100.0)] * 20), 0.5) == -1.0  # at most halves it
+
+
+def test_a_keeping_headroom_keeps_no_pods_for_a_forecasts_bias() -> None:
+    """A forecast that ran 25% over what came at its median keeps pods for itself over
+    1.25 at ``headroom: 50``; one that was right keeps them for itself."""
+    keep = PredictiveConfig(enabled=True, headroom=50, headroom_keeps=True)
+
+    def said(history: list[tuple[float, float]]) -> str:
+        f = _checked(history)
+        now = f.t + 15.0
+        cfg = replace(config(), predictive=keep)
+        c = ctx(now, at_rate(now, 60.0), desired=40, cfg=cfg, max_=40,
+                state=PolicyState(forecast=f))  # fmt: skip
+        return decide(c)[0].reason
+
+    biased = said([(125.0, 100.0)] * 60 + [(100.0, 100.0)] * 40)
+    right = said([(100.0, 100.0)] * 100)
+    assert "forecast 64.0 req/s" in biased, biased
+    assert "forecast 64.0 req/s" in right, right
+    assert "its p50 shortfall -25%: keeps pods for 51.2 req/s" in biased, biased
+    assert "its p50 shortfall 0%: keeps pods for 64.0 req/s" in right, right

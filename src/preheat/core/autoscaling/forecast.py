@@ -42,11 +42,14 @@ observed`` of the latest prediction so resolved is what the decision's reason an
 
 Its shortfall (``autoscaling.predictive.headroom``): every prediction so resolved also
 counts, in a histogram (``Forecast.shortfalls``, buckets up to :data:`SHORTFALL_EDGES`),
-how far the observed rate ran above it, as a share of the observed: ``max(0, observed -
-forecast) / observed`` (0 when the forecast was at or over it). The counts decay by
-``exp(-dt / period_s)`` per ``dt`` seconds, so the histogram holds about the last period;
-:func:`shortfall` reads a percentile of it (a bucket's upper edge), and a rate sized for
-``forecast / (1 - shortfall)`` covers that share of the horizons seen.
+how far the observed rate ran above it, as a share of the observed: ``(observed -
+forecast) / observed``, signed (negative when the forecast ran over what came). The counts
+decay by ``exp(-dt / period_s)`` per ``dt`` seconds, so the histogram holds about the last
+period; :func:`shortfall` reads a percentile of it (a bucket's upper edge), and a rate sized
+for ``forecast / (1 - shortfall)`` covers that share of the horizons seen. Signed, so that a
+forecast that has run over for the last period reads under itself: its median is what came,
+not the forecast (until 2026-12-01 the histogram counted an over-run as 0, and a forecast
+biased high kept its whole bias at every percentile).
 """
 
 from __future__ import annotations
@@ -75,9 +78,13 @@ __all__ = [
 
 MIN_RATE = 1e-6  # req/s: below it nothing arrived, and no relative error is defined
 MAX_PENDING = 64  # predictions awaiting their time (horizon / interval of them, normally)
-#: the shortfall histogram's buckets, by upper edge: bucket 0 counts the predictions at or
-#: over the observed rate, bucket i those short by more than edge i-1 and at most edge i
-SHORTFALL_EDGES = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0)
+#: the shortfall histogram's buckets, by upper edge: bucket 0 counts the predictions at
+#: twice the observed rate or more (short by -1 or less), bucket i those short by more than
+#: edge i-1 and at most edge i (the negative edges: over by that share of the observed)
+SHORTFALL_EDGES = (
+    *(-1.0, -0.75, -0.5, -0.4, -0.3, -0.25, -0.2, -0.15, -0.1, -0.05),
+    *(0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0),
+)
 #: a shortfall read at most this (sizing at most 4x the forecast): past it, the forecast
 #: said next to nothing of what came (a rise from silence), and no multiple of it would
 MAX_SHORTFALL = 0.75
@@ -193,7 +200,7 @@ def observe(f: Forecast | None, t: float, y: float, hw: HoltWinters = HoltWinter
     shortfalls = _decayed(f.shortfalls, dt, hw)
     if due and y > MIN_RATE:
         error = abs(due[-1] - y) / y
-        shortfalls = _counted(shortfalls, [max(0.0, y - v) / y for v in due])
+        shortfalls = _counted(shortfalls, [(y - v) / y for v in due])
     f = replace(f, pending=pending, error=error, shortfalls=shortfalls)
     if dt <= 0:
         return replace(f, level=y)
@@ -234,7 +241,7 @@ def _decayed(counts: tuple[float, ...], dt: float, hw: HoltWinters) -> tuple[flo
 
 
 def _counted(counts: tuple[float, ...], shortfalls: Sequence[float]) -> tuple[float, ...]:
-    """The histogram with each of ``shortfalls`` (in [0, 1]) counted once."""
+    """The histogram with each of ``shortfalls`` (at most 1) counted once."""
     out = list(counts) if counts else [0.0] * len(SHORTFALL_EDGES)
     for s in shortfalls:
         i = next((i for i, e in enumerate(SHORTFALL_EDGES) if s <= e), len(out) - 1)
@@ -245,8 +252,9 @@ def _counted(counts: tuple[float, ...], shortfalls: Sequence[float]) -> tuple[fl
 def shortfall(f: Forecast, q: float) -> float | None:
     """The ``q`` quantile (0-1) of how far the observed rate ran above the forecast over
     about the last period, as a share of the observed: the upper edge of the bucket it
-    falls in, at most :data:`MAX_SHORTFALL` (None: fewer than :data:`MIN_SHORTFALLS`
-    predictions resolved)."""
+    falls in, at most :data:`MAX_SHORTFALL` and at least -1 (negative: at that percentile
+    the forecast ran over what came; None: fewer than :data:`MIN_SHORTFALLS` predictions
+    resolved)."""
     counts = f.shortfalls
     total = sum(counts)
     if len(counts) != len(SHORTFALL_EDGES) or total < MIN_SHORTFALLS:
