@@ -207,7 +207,7 @@ async def test_bad_input_is_one_clear_message(tmp_path: Path) -> None:
         "load", "--target", "127.0.0.1:1", "--trace", str(bad), "--time-scale", "0"
     )
     assert rc == 2
-    assert "time_scale must be > 0" in err
+    assert "--time-scale must be > 0" in err
 
 
 async def test_router_admission_rejections_are_recorded_on_both_wires(tmp_path: Path) -> None:

@@ -79,5 +79,16 @@ def test_a_trace_of_shared_timestamps_is_said_and_spread_when_asked(
     spread = read_requests(path, trace_options(_args("--spread-ties", "1")))
     assert [r.arrival_s for r in spread] == pytest.approx([0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75])
     assert capsys.readouterr().err == ""
-    with pytest.raises(ValueError, match="--spread-ties must be >= 0 seconds, got -1"):
+    with pytest.raises(ValueError, match="--spread-ties must be >= 0, got -1"):
         trace_options(_args("--spread-ties", "-1"))
+    with pytest.raises(ValueError, match="--spread-ties must be >= 0, got inf"):
+        trace_options(_args("--spread-ties", "inf"))
+
+
+def test_bad_trace_flags_are_refused_together_each_by_its_flag() -> None:
+    with pytest.raises(ValueError, match=r"^--time-scale") as e:
+        trace_options(_args("--time-scale", "0", "--max-requests", "-1", "--token-scale", "-2"))
+    said = str(e.value)
+    assert said.startswith("--time-scale must be > 0, got 0.0; --max-requests must be >= 0"), said
+    assert "--token-scale must be > 0" in said
+    assert "time_scale" not in said

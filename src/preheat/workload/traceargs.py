@@ -13,6 +13,17 @@ from preheat.workload.traces import FORMATS, TraceOptions, TraceRequest, read_tr
 
 #: the share of requests tied with the one before from which the replay says so
 TIED_NOTE = 0.05
+#: the flag that sets each :class:`TraceOptions` field as given (its refusals name the flag)
+FLAGS = {
+    "start_s": "--start-s",
+    "time_scale": "--time-scale",
+    "rate_scale": "--rate-scale",
+    "max_requests": "--max-requests",
+    "max_input_tokens": "--max-input-tokens",
+    "token_scale": "--token-scale",
+    "sessions": "--sessions",
+    "spread_ties_s": "--spread-ties",
+}
 
 
 def add_trace_arguments(group: Any) -> None:
@@ -76,28 +87,36 @@ def add_trace_arguments(group: Any) -> None:
 
 
 def trace_options(args: argparse.Namespace) -> TraceOptions:
-    """The options :func:`add_trace_arguments`' flags ask for; ValueError if they conflict."""
+    """The options :func:`add_trace_arguments`' flags ask for; ValueError if they conflict
+    or one is out of range (:class:`TraceOptions`' checks, each naming its flag)."""
     factor = args.time_scale / args.rate_scale if args.rate_scale > 0 else 1.0
     duration = None
     if args.duration is not None:
         if args.duration <= 0:
             raise ValueError(f"--duration must be > 0, got {args.duration}")
         duration = args.duration / factor if factor > 0 else args.duration
-    if not args.spread_ties >= 0:
-        raise ValueError(f"--spread-ties must be >= 0 seconds, got {args.spread_ties}")
-    return TraceOptions(
-        fmt=args.format,
-        start_s=args.start_s,
-        duration_s=duration,
-        time_scale=args.time_scale,
-        rate_scale=args.rate_scale,
-        max_requests=args.max_requests,
-        max_input_tokens=args.max_input_tokens,
-        token_scale=args.token_scale,
-        sessions=args.sessions,
-        model=args.trace_model,
-        spread_ties_s=args.spread_ties,
-    )
+    try:
+        return TraceOptions(
+            fmt=args.format,
+            start_s=args.start_s,
+            duration_s=duration,
+            time_scale=args.time_scale,
+            rate_scale=args.rate_scale,
+            max_requests=args.max_requests,
+            max_input_tokens=args.max_input_tokens,
+            token_scale=args.token_scale,
+            sessions=args.sessions,
+            model=args.trace_model,
+            spread_ties_s=args.spread_ties,
+        )
+    except ValueError as e:  # every problem at once, each naming the flag that set it
+        raise ValueError("; ".join(_flagged(p) for p in str(e).split("; "))) from None
+
+
+def _flagged(problem: str) -> str:
+    """``time_scale must be > 0, got 0.0`` -> ``--time-scale must be > 0, got 0.0``."""
+    field, _, rest = problem.partition(" ")
+    return f"{FLAGS[field]} {rest}" if field in FLAGS else problem
 
 
 def read_requests(path: Path, options: TraceOptions) -> list[TraceRequest]:
