@@ -42,6 +42,9 @@ def test_slicing_and_scaling(tmp_path: Path, argv: tuple[str, ...], arrivals: li
 def test_a_non_positive_duration_is_refused() -> None:
     with pytest.raises(ValueError, match="--duration must be > 0"):
         trace_options(_args("--duration", "0"))
+    # with the other flags' problems, and the value as given (not scaled)
+    with pytest.raises(ValueError, match=r"^--duration must be > 0, got -5.0; --time-scale"):
+        trace_options(_args("--duration", "-5", "--time-scale", "0", "--rate-scale", "10"))
 
 
 def test_root_sessions_need_prefix_blocks(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ TIED_NOTE = 0.05
 #: the flag that sets each :class:`TraceOptions` field as given (its refusals name the flag)
 FLAGS = {
     "start_s": "--start-s",
+    "duration_s": "--duration",  # scaled only when valid, so a refusal shows the flag's value
     "time_scale": "--time-scale",
     "rate_scale": "--rate-scale",
     "max_requests": "--max-requests",
@@ -90,11 +91,9 @@ def trace_options(args: argparse.Namespace) -> TraceOptions:
     """The options :func:`add_trace_arguments`' flags ask for; ValueError if they conflict
     or one is out of range (:class:`TraceOptions`' checks, each naming its flag)."""
     factor = args.time_scale / args.rate_scale if args.rate_scale > 0 else 1.0
-    duration = None
-    if args.duration is not None:
-        if args.duration <= 0:
-            raise ValueError(f"--duration must be > 0, got {args.duration}")
-        duration = args.duration / factor if factor > 0 else args.duration
+    duration = args.duration
+    if duration is not None and duration > 0 and factor > 0:
+        duration /= factor  # the replay's seconds, in the trace's
     try:
         return TraceOptions(
             fmt=args.format,
