@@ -3,6 +3,12 @@
 ``@pytest.mark.needs_shared(path, ...)``: the test reads files from ``../shared`` (the traces
 and calibration beside the repository). Where one is missing the test skips, unless
 ``CI=true``: then it fails, so CI cannot pass by skipping what it was meant to run.
+
+Hypothesis: no property test has a deadline (tests assert behaviour, never wall-clock speed;
+a 200-ms default fails a correct example on a busy machine). Under ``CI=true`` the examples
+are derandomized and no example database is read or written, so a CI run is reproducible
+from the commit alone; elsewhere they are random and the database under ``.hypothesis/``
+replays a failure found earlier. ``HYPOTHESIS_PROFILE=ci`` or ``=dev`` picks one by hand.
 """
 
 from __future__ import annotations
@@ -11,6 +17,12 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("dev", deadline=None)
+settings.register_profile("ci", deadline=None, derandomize=True, database=None, print_blob=True)
+_ON_CI = os.environ.get("CI", "").lower() == "true"
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if _ON_CI else "dev"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -29,6 +41,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if not missing:
         return
     why = f"shared data not present: {', '.join(missing)} (../shared beside the repository)"
-    if os.environ.get("CI", "").lower() == "true":
+    if _ON_CI:
         pytest.fail(f"{why}; CI=true, so this fails instead of skipping", pytrace=False)
     pytest.skip(why)

@@ -90,14 +90,14 @@ mixes = st.builds(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(mixes, st.floats(0.01, 50), st.floats(0.01, 50))
 def test_predicted_ttft_never_falls_as_the_rate_rises(mix: Mix, a: float, b: float) -> None:
     lo, hi = sorted((a, b))
     assert predicted_ttft_ms(COST, mix, lo, 99.0) <= predicted_ttft_ms(COST, mix, hi, 99.0)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(mixes, st.floats(100, 5_000), st.floats(50, 99.9))
 def test_at_the_pod_rate_the_prediction_meets_the_target(
     mix: Mix, target: float, pct: float
@@ -264,7 +264,7 @@ def test_the_chunk_terms_are_the_engine_cost_models() -> None:
         assert COST.added_ms(new, cached) == pytest.approx(chunk, rel=0.02)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(mixes, st.floats(0, 1), st.floats(1.0, 4.0))
 def test_cached_tokens_never_lower_and_longer_outputs_never_raise_the_rate(
     mix: Mix, cached_share: float, longer: float
@@ -283,7 +283,7 @@ def test_erlang_c_known_values() -> None:
     assert erlang_c(4, 4.0) == 1.0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     st.floats(0.5, 500.0),
     st.floats(0.0, 0.97),
@@ -305,7 +305,7 @@ def test_a_shared_queue_waits_no_longer_than_a_lone_pod_and_no_less_than_the_wor
     assert sojourn_ms(work, rho, servers + 1, pct) <= got * (1 + 1e-6)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(st.floats(0.1, 400.0), st.sampled_from([300.0, 500.0, 2000.0]))
 @example(376.4375, 300.0)  # 19 pods are 0.006% over the utilisation cap: 20
 def test_a_pool_needs_no_more_pods_than_lone_pods(rate: float, target: float) -> None:
@@ -424,7 +424,7 @@ def test_a_target_under_what_an_idle_pod_does_is_sized_for_that_floor() -> None:
     assert reachable_ms(COST, MOONCAKE, 800.0, 99.0, 0.0) == pytest.approx(floor * 1.05)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     prompt=st.floats(50.0, 40_000.0),
     target=st.floats(10.0, 10_000.0),

@@ -147,7 +147,7 @@ def test_a_weekly_season_foresees_the_weekend_the_daily_one_does_not() -> None:
     assert predict(fw, 15.0, WEEKLY) >= predict(fd, 15.0, daily) - 1.0
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(st.lists(st.floats(min_value=0.0, max_value=500.0), min_size=2, max_size=200))
 def test_a_weekly_season_changes_nothing_before_seven_periods(rates: list[float]) -> None:
     """Until the weekly history covers seven periods, the forecast with a weekly season

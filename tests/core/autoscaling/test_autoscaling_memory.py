@@ -19,7 +19,7 @@ from preheat.core.pool import AutoscalingConfig, PredictiveConfig
 WALL = 1_800_000_000.0  # the wall clock at the policy's 0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     recs=st.lists(st.integers(min_value=0, max_value=6), min_size=1, max_size=40),
     window=st.floats(min_value=0.0, max_value=50.0),
@@ -144,7 +144,7 @@ def _learned(until: float, start: float = 0.0) -> forecast.Forecast:
     return f
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(
     at=st.floats(min_value=DAY + 30.0, max_value=3 * DAY),
     gap=st.floats(min_value=0.0, max_value=DAY / 24 - 1.0),

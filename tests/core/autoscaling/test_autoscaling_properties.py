@@ -15,7 +15,7 @@ tick = st.tuples(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     curve=st.lists(tick, min_size=1, max_size=80),
     lo=st.integers(1, 3),

@@ -288,7 +288,7 @@ POLICIES = st.sampled_from(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     policy=POLICIES,
     desired=st.integers(1, 40),
@@ -312,7 +312,7 @@ def test_monotone_in_load_and_within_bounds(
 tick = st.tuples(st.floats(1.0, 40.0), st.floats(0.0, 1000.0))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     policy=st.sampled_from([Hpa(), Keda(), Hpa(behavior=HpaBehavior(down_stabilization_s=120.0))]),
     curve=st.lists(tick, min_size=1, max_size=60),
@@ -339,7 +339,7 @@ def test_hpa_behavior_never_scales_down_within_the_window_of_a_higher_recommenda
         recs.append((now, dec.recommendation))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(curve=st.lists(tick, min_size=1, max_size=80))
 def test_kpa_never_scales_down_while_panicking(curve: list[tuple[float, float]]) -> None:
     d = Driver(Kpa(target_concurrency=8.0), desired=2, max_=500)

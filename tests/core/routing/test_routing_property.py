@@ -55,7 +55,7 @@ def context(draw: st.DrawFn) -> RoutingContext:
     return RoutingContext(NOW, req, eps, history, table)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     ctx=context(),
     policy=st.sampled_from(POLICIES),

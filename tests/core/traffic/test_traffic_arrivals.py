@@ -54,7 +54,7 @@ def test_no_arrivals_says_nothing() -> None:
         ArrivalBins(0.0)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(st.floats(0.5, 200.0), st.integers(0, 10_000))
 def test_poisson_arrivals_have_a_dispersion_near_one_at_any_rate(rate: float, seed: int) -> None:
     """Over 2,000 one-second bins the estimate's standard error is about sqrt(3 / 2000)."""
@@ -64,7 +64,7 @@ def test_poisson_arrivals_have_a_dispersion_near_one_at_any_rate(rate: float, se
     assert 0.8 < got < 1.2
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=20)
 @given(st.floats(1.5, 8.0), st.floats(0.2, 5.0), st.integers(0, 10_000))
 def test_geometric_batches_have_a_dispersion_of_twice_their_mean_less_one(
     mean: float, batches_per_s: float, seed: int

@@ -70,7 +70,7 @@ def test_a_weight_must_be_positive() -> None:
         fair_shares(4, {"a": 1, "b": 2}, {"b": 0.0})
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(
     limit=st.integers(min_value=0, max_value=200),
     wants=st.dictionaries(
