@@ -32,7 +32,7 @@ The pipeline, each step a small module of its own:
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from preheat.core.autoscaling import (
     capacity,
@@ -134,28 +134,25 @@ def decide(ctx: Context) -> tuple[Decision, PolicyState]:
     decision carries the arrival-rate forecast made at this evaluation (``forecast``; None
     when none was: no router figures, stale metrics), whether or not it acted.
     """
-    decision, state = _decide(ctx)
-    f = state.forecast
-    if f is not None and f is not ctx.state.forecast and f.pending:
-        at, rate = f.pending[-1]
-        outlook = Outlook(
-            rate, at - f.t, f.error, _horizon_basis(ctx), _headroom(ctx, f), _keeps(ctx)
-        )
-        decision = replace(decision, forecast=outlook)
-    return decision, state
-
-
-def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
-    cfg, reps, counts, st, now = ctx.autoscaling, ctx.replicas, ctx.counts, ctx.state, ctx.now
-    current = reps.desired
+    cfg, current = ctx.autoscaling, ctx.replicas.desired
     if not cfg.objectives:
-        return _hold(ctx, Cause.NO_OBJECTIVES, f"autoscaling off: {current} replicas", st)
-
+        return _hold(ctx, Cause.NO_OBJECTIVES, f"autoscaling off: {current} replicas", ctx.state)
     # 1. freshness: hold on silence, and silence is not idleness.
     why = missing_signals(ctx)
     if why:
-        held = replace(st, idle_since=None)
+        held = replace(ctx.state, idle_since=None)
         return _hold(ctx, Cause.STALE, f"holding {current}: {why}", held)
+    predicted, forecast_state, outlook = _forecast(ctx)
+    decision, state = _decide(ctx, predicted, forecast_state, outlook)
+    return (decision if outlook is None else replace(decision, forecast=outlook)), state
+
+
+def _decide(
+    ctx: Context, predicted: float | None, forecast_state: Forecast | None, outlook: Outlook | None
+) -> tuple[Decision, PolicyState]:
+    """:func:`decide` past its holds on no objectives and silence, with the forecast made."""
+    cfg, reps, counts, st, now = ctx.autoscaling, ctx.replicas, ctx.counts, ctx.state, ctx.now
+    current = reps.desired
 
     # 2. per-objective recommendation, max over objectives.
     serving = counts.active
@@ -175,9 +172,9 @@ def _decide(ctx: Context) -> tuple[Decision, PolicyState]:
     factor = ctx.tuning.max_latency_factor
     views = [recommend.view(o, sv, serving, current, cfg.tolerance, factor) for o, sv in observed]
     fed_back, _ = recommend.combine(views)  # the feedback alone
-    predicted, forecast_state, outlook = _forecast(ctx)
-    views, model_note, late_since = _with_capacity(ctx, views, serving, predicted)
-    estimated = bool(model_note)  # the estimate sized the routers' arrivals, refused included
+    sized = _with_capacity(ctx, views, serving, predicted)
+    views, model_note, late_since = sized.views, sized.note, sized.late_since
+    estimated = sized.estimated  # the estimate sized the routers' arrivals, refused included
     if fired is not None and late_since is not None and now - late_since >= cfg.window_s:
         # late for a whole window with the pods the estimate says the rate needs: the
         # feedback's correction is bounded by the estimate (capacity.combine), and panic
@@ -370,16 +367,26 @@ def _estimate_inputs(ctx: Context) -> tuple[ServiceCost, Mix, Demand] | None:
     return cost, mix, seen
 
 
+@dataclass(frozen=True)
+class _Sized:
+    """What :func:`_with_capacity` made of the objectives' views."""
+
+    views: list[recommend.ObjectiveView]  # each objective's replicas, the estimate combined in
+    note: str  # what the estimate said ("": none made)
+    late_since: float | None  # the next ``PolicyState.late_since``
+    estimated: bool  # whether an estimate was made (it sized the routers' arrivals)
+
+
 def _with_capacity(
     ctx: Context,
     views: list[recommend.ObjectiveView],
     serving: int,
     predicted: float | None = None,
-) -> tuple[list[recommend.ObjectiveView], str, float | None]:
+) -> _Sized:
     """Every objective's replicas with the capacity estimate combined in
-    (:func:`capacity.combine`); what the estimate said ("" when none was made: no cost
-    model, no arrival rate, no finished requests to read the mix from, or no TTFT
-    objective); and the next ``PolicyState.late_since``. ``predicted``: the rate the
+    (:func:`capacity.combine`), what the estimate said and the next
+    ``PolicyState.late_since``; none is made without a cost model, an arrival rate, finished
+    requests to read the mix from, or a TTFT objective. ``predicted``: the rate the
     forecast asks to size for (at least the observed one).
 
     The estimate is the pods the rate needs to meet the TTFT objectives (the largest over
@@ -387,14 +394,14 @@ def _with_capacity(
     way, since a backlog inflates them all alike."""
     inputs = _estimate_inputs(ctx)
     if inputs is None:
-        return views, "", None
+        return _Sized(views, "", None, estimated=False)
     cost, mix, seen = inputs
     rate = max(seen.arrival_rate, predicted or 0.0)
     burst = capacity.burst_size(seen.arrival_dispersion, seen.window_s)
     desired, tol = ctx.replicas.desired, ctx.autoscaling.tolerance
     model, floors = _ttft_model(ctx, cost, mix, rate, burst)
     if model is None:
-        return views, "", None
+        return _Sized(views, "", None, estimated=False)
     # each objective's model: the TTFT estimate, and for a concurrency objective the pods
     # that keep what a pod runs at this rate within its target (a target below that is
     # sized for, not read as lateness the estimate does not explain)
@@ -468,7 +475,7 @@ def _with_capacity(
         note = f"{note}; late with {serving} serving, more than the rate needs: waiting a window"
     elif since is not None and sure and not waited:
         note = f"{note}; late with {serving} serving over {SURE_TAIL:g}+ slow requests: corrected"
-    return out, note, since
+    return _Sized(out, note, since, estimated=True)
 
 
 def _ttft_model(
