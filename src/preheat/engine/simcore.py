@@ -214,6 +214,8 @@ class _BlockPool:
             self.ref[b] += 1
 
     def allocate(self, n: int) -> list[int]:
+        if n <= 0:  # most calls: a sequence whose next tokens fit its last block
+            return []
         assert n <= len(self.free)
         popitem = self.free.popitem
         hash_of, ref, cached = self.hash_of, self.ref, self.cached
@@ -496,7 +498,7 @@ class SimCore:
         return self._plan
 
     def _blocks_needed(self, seq: _Seq, num_tokens: int) -> int:
-        return max(0, math.ceil(num_tokens / self.config.block_size) - len(seq.blocks))
+        return max(0, -(-num_tokens // self.config.block_size) - len(seq.blocks))
 
     def _preempt(self, seq: _Seq) -> None:
         self._pool.release(seq.blocks)
@@ -542,7 +544,8 @@ class SimCore:
                     break
             if self_preempted:
                 break
-            seq.blocks.extend(pool.allocate(need))
+            if need:
+                seq.blocks.extend(pool.allocate(need))
             work.append((seq, num_new))
             budget -= num_new
             idx += 1
@@ -595,11 +598,13 @@ class SimCore:
 
     def _stretch_length(self, work: list[tuple[_Seq, int]]) -> int:
         n = min(self.config.max_stretch_steps, *(s.stop_at - len(s.output) for s, _ in work))
+        bs, pool = self.config.block_size, self._pool
         while n > 1:
-            need = sum(self._blocks_needed(s, s.num_computed + n) for s, _ in work)
-            if need <= len(self._pool.free):
-                for s, _ in work:
-                    s.blocks.extend(self._pool.allocate(self._blocks_needed(s, s.num_computed + n)))
+            needs = [-(-(s.num_computed + n) // bs) - len(s.blocks) for s, _ in work]
+            if sum(x for x in needs if x > 0) <= len(pool.free):
+                for (s, _), x in zip(work, needs, strict=True):
+                    if x > 0:
+                        s.blocks.extend(pool.allocate(x))
                 return n
             n //= 2
         return 1
