@@ -16,6 +16,7 @@ from preheat.simulate.compare import (
     default_values,
     parse_compare,
     parse_knobs,
+    refuse_unused,
     settings,
     slo_of,
     summary_lines,
@@ -41,6 +42,26 @@ def test_parse_compare_names_policies_once_and_all_means_every_one() -> None:
     assert parse_compare("all") == ("preheat", "hpa", "keda", "kpa", "fixed")
     with pytest.raises(SimInputError, match="unknown policy hpx"):
         parse_compare("hpx,kpa")
+
+
+def test_a_knob_or_schedule_the_comparison_would_not_read_is_refused_with_the_others() -> None:
+    refuse_unused(("hpa", "kpa"), parse_knobs(["hpa=16", "kpa=8"]), schedule_given=False)
+    refuse_unused(("scheduled",), {}, schedule_given=True)
+    refuse_unused(None, {}, schedule_given=False)
+    with pytest.raises(SimInputError) as e:
+        refuse_unused(("hpa",), parse_knobs(["keda=2", "hpa=8", "fixed=3"]), schedule_given=True)
+    assert str(e.value) == (
+        "--knob keda: keda is not compared (--compare hpa); add it there; "
+        "--knob fixed: fixed is not compared (--compare hpa); add it there; "
+        "--schedule is read by scheduled only, which is not compared (--compare hpa; "
+        "`all` leaves it out): add scheduled there"
+    )
+    with pytest.raises(SimInputError) as e:
+        refuse_unused(None, parse_knobs(["hpa=16"]), schedule_given=True)
+    assert str(e.value) == (
+        "--knob sweeps a policy of --compare: give --compare too; "
+        "--schedule is read by --compare scheduled: give it too"
+    )
 
 
 @pytest.mark.parametrize(
@@ -242,6 +263,10 @@ def test_cli_compare_takes_a_burstgpt_trace_and_says_what_it_skipped(
         (["--compare", "hpa", "--sweep", "replicas.max=1,2"], "give one of them"),
         (["--compare", "hpa", "--knob", "hpa"], "expected POLICY=V1,V2"),
         (["--compare", "fixed", "--target-attainment", "2"], "--target-attainment"),
+        # a flag the comparison would not read: refused, not run without it
+        (["--knob", "hpa=16"], "--knob sweeps a policy of --compare: give --compare too"),
+        (["--compare", "hpa", "--knob", "kpa=16"], "--knob kpa: kpa is not compared"),
+        (["--compare", "all", "--schedule", "day.json"], "--schedule is read by scheduled only"),
     ],
 )
 def test_cli_compare_bad_input_exits_2_with_one_message(

@@ -69,6 +69,7 @@ __all__ = [
     "parse_compare",
     "parse_knobs",
     "read_schedule",
+    "refuse_unused",
     "settings",
     "slo_of",
     "summary_lines",
@@ -181,6 +182,34 @@ def parse_knobs(items: Sequence[str]) -> dict[str, tuple[float, ...]]:
             raise SimInputError(f"--knob {item!r}: pool sizes are whole numbers")
         out[name] = values
     return out
+
+
+def refuse_unused(
+    policies: Sequence[str] | None, knobs: Mapping[str, object], schedule_given: bool
+) -> None:
+    """Refuse what the comparison would silently not read, every problem at once: a
+    ``--knob`` for a policy not compared (or with no ``--compare`` at all: ``policies``
+    None), a ``--schedule`` without ``scheduled`` compared (``all`` leaves it out)."""
+    problems: list[str] = []
+    if policies is None:
+        if knobs:
+            problems.append("--knob sweeps a policy of --compare: give --compare too")
+        if schedule_given:
+            problems.append("--schedule is read by --compare scheduled: give it too")
+    else:
+        compared = ", ".join(policies)
+        problems.extend(
+            f"--knob {name}: {name} is not compared (--compare {compared}); add it there"
+            for name in knobs
+            if name not in policies
+        )
+        if schedule_given and "scheduled" not in policies:
+            problems.append(
+                f"--schedule is read by scheduled only, which is not compared (--compare "
+                f"{compared}; `all` leaves it out): add scheduled there"
+            )
+    if problems:
+        raise SimInputError("; ".join(problems))
 
 
 def _objectives(spec: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -411,6 +411,9 @@ def run(args: argparse.Namespace) -> int:
         sweep = parse_sweep(args.sweep) if args.sweep else None
         if args.compare and sweep is not None:
             raise SimInputError("--compare and --sweep: give one of them")
+        # the comparison's flags before any work (a large trace is read after)
+        compared = compare.parse_compare(args.compare) if args.compare else None
+        compare.refuse_unused(compared, compare.parse_knobs(args.knob), args.schedule is not None)
         if args.compare and not 0 < args.target_attainment <= 1:
             raise SimInputError(
                 f"--target-attainment must be within (0, 1], got {args.target_attainment}"
