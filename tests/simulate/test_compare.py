@@ -46,6 +46,7 @@ def test_parse_compare_names_policies_once_and_all_means_every_one() -> None:
 
 def test_a_knob_or_schedule_the_comparison_would_not_read_is_refused_with_the_others() -> None:
     refuse_unused(("hpa", "kpa"), parse_knobs(["hpa=16", "kpa=8"]), schedule_given=False)
+    refuse_unused(("hpa",), {}, schedule_given=False, attainment_given=True)
     refuse_unused(("scheduled",), {}, schedule_given=True)
     refuse_unused(None, {}, schedule_given=False)
     with pytest.raises(SimInputError) as e:
@@ -267,6 +268,7 @@ def test_cli_compare_takes_a_burstgpt_trace_and_says_what_it_skipped(
         (["--knob", "hpa=16"], "--knob sweeps a policy of --compare: give --compare too"),
         (["--compare", "hpa", "--knob", "kpa=16"], "--knob kpa: kpa is not compared"),
         (["--compare", "all", "--schedule", "day.json"], "--schedule is read by scheduled only"),
+        (["--target-attainment", "0.9"], "--target-attainment is read by --compare"),
     ],
 )
 def test_cli_compare_bad_input_exits_2_with_one_message(

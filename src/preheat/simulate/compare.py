@@ -185,17 +185,24 @@ def parse_knobs(items: Sequence[str]) -> dict[str, tuple[float, ...]]:
 
 
 def refuse_unused(
-    policies: Sequence[str] | None, knobs: Mapping[str, object], schedule_given: bool
+    policies: Sequence[str] | None,
+    knobs: Mapping[str, object],
+    *,
+    schedule_given: bool,
+    attainment_given: bool = False,
 ) -> None:
     """Refuse what the comparison would silently not read, every problem at once: a
     ``--knob`` for a policy not compared (or with no ``--compare`` at all: ``policies``
-    None), a ``--schedule`` without ``scheduled`` compared (``all`` leaves it out)."""
+    None), a ``--schedule`` without ``scheduled`` compared (``all`` leaves it out), a
+    ``--target-attainment`` with no comparison."""
     problems: list[str] = []
     if policies is None:
         if knobs:
             problems.append("--knob sweeps a policy of --compare: give --compare too")
         if schedule_given:
             problems.append("--schedule is read by --compare scheduled: give it too")
+        if attainment_given:
+            problems.append("--target-attainment is read by --compare: give it too")
     else:
         compared = ", ".join(policies)
         problems.extend(

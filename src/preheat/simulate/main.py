@@ -52,6 +52,8 @@ from preheat.workload.superpose import superpose
 from preheat.workload.traceargs import add_trace_arguments, read_requests, trace_options
 from preheat.workload.traces import TraceError, TraceRequest
 
+TARGET_ATTAINMENT = 0.99  # --compare reads each policy's cost at this attainment
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = parser.add_argument_group("what to simulate")
@@ -118,8 +120,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--target-attainment",
         type=float,
-        default=0.99,
-        help="--compare: the attainment the costs are read at (default 0.99)",
+        default=None,
+        help=f"--compare: the attainment the costs are read at (default {TARGET_ATTAINMENT:g})",
     )
     p.add_argument(
         "--no-probe",
@@ -413,7 +415,14 @@ def run(args: argparse.Namespace) -> int:
             raise SimInputError("--compare and --sweep: give one of them")
         # the comparison's flags before any work (a large trace is read after)
         compared = compare.parse_compare(args.compare) if args.compare else None
-        compare.refuse_unused(compared, compare.parse_knobs(args.knob), args.schedule is not None)
+        compare.refuse_unused(
+            compared,
+            compare.parse_knobs(args.knob),
+            schedule_given=args.schedule is not None,
+            attainment_given=args.target_attainment is not None,
+        )
+        if args.target_attainment is None:
+            args.target_attainment = TARGET_ATTAINMENT
         if args.compare and not 0 < args.target_attainment <= 1:
             raise SimInputError(
                 f"--target-attainment must be within (0, 1], got {args.target_attainment}"
