@@ -268,7 +268,8 @@ def test_cli_compare_takes_a_burstgpt_trace_and_says_what_it_skipped(
         (["--knob", "hpa=16"], "--knob sweeps a policy of --compare: give --compare too"),
         (["--compare", "hpa", "--knob", "kpa=16"], "--knob kpa: kpa is not compared"),
         (["--compare", "all", "--schedule", "day.json"], "--schedule is read by scheduled only"),
-        (["--target-attainment", "0.9"], "--target-attainment is read by --compare"),
+        (["--target-attainment", "0.9", "--no-probe"], "--target-attainment is read by --compare"),
+        (["--no-probe"], "--no-probe is read by --compare: give it too"),
     ],
 )
 def test_cli_compare_bad_input_exits_2_with_one_message(

@@ -190,11 +190,12 @@ def refuse_unused(
     *,
     schedule_given: bool,
     attainment_given: bool = False,
+    no_probe: bool = False,
 ) -> None:
     """Refuse what the comparison would silently not read, every problem at once: a
     ``--knob`` for a policy not compared (or with no ``--compare`` at all: ``policies``
     None), a ``--schedule`` without ``scheduled`` compared (``all`` leaves it out), a
-    ``--target-attainment`` with no comparison."""
+    ``--target-attainment`` or ``--no-probe`` with no comparison."""
     problems: list[str] = []
     if policies is None:
         if knobs:
@@ -203,6 +204,8 @@ def refuse_unused(
             problems.append("--schedule is read by --compare scheduled: give it too")
         if attainment_given:
             problems.append("--target-attainment is read by --compare: give it too")
+        if no_probe:
+            problems.append("--no-probe is read by --compare: give it too")
     else:
         compared = ", ".join(policies)
         problems.extend(

@@ -420,6 +420,7 @@ def run(args: argparse.Namespace) -> int:
             compare.parse_knobs(args.knob),
             schedule_given=args.schedule is not None,
             attainment_given=args.target_attainment is not None,
+            no_probe=args.no_probe,
         )
         if args.target_attainment is None:
             args.target_attainment = TARGET_ATTAINMENT
