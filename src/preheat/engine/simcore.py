@@ -544,8 +544,7 @@ class SimCore:
                     break
             if self_preempted:
                 break
-            if need:
-                seq.blocks.extend(pool.allocate(need))
+            seq.blocks.extend(pool.allocate(need))
             work.append((seq, num_new))
             budget -= num_new
             idx += 1
@@ -598,13 +597,11 @@ class SimCore:
 
     def _stretch_length(self, work: list[tuple[_Seq, int]]) -> int:
         n = min(self.config.max_stretch_steps, *(s.stop_at - len(s.output) for s, _ in work))
-        bs, pool = self.config.block_size, self._pool
         while n > 1:
-            needs = [-(-(s.num_computed + n) // bs) - len(s.blocks) for s, _ in work]
-            if sum(x for x in needs if x > 0) <= len(pool.free):
-                for (s, _), x in zip(work, needs, strict=True):
-                    if x > 0:
-                        s.blocks.extend(pool.allocate(x))
+            needs = [self._blocks_needed(s, s.num_computed + n) for s, _ in work]
+            if sum(needs) <= len(self._pool.free):
+                for (s, _), need in zip(work, needs, strict=True):
+                    s.blocks.extend(self._pool.allocate(need))
                 return n
             n //= 2
         return 1
