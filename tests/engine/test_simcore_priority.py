@@ -111,6 +111,16 @@ def test_fcfs_is_the_default_and_a_bad_policy_is_refused() -> None:
         CoreConfig(scheduling_policy="lifo")
 
 
+def test_a_replica_that_could_never_run_a_request_is_refused_with_every_reason() -> None:
+    # a token budget of 0 spun the scheduler forever; 0 KV blocks divided by zero
+    with pytest.raises(ValueError, match=r"^num_gpu_blocks must be >= 1") as e:
+        CoreConfig(num_gpu_blocks=0, max_num_batched_tokens=0, eos_probability=-0.1)
+    assert str(e.value) == (
+        "num_gpu_blocks must be >= 1, got 0; max_num_batched_tokens must be >= 1, got 0; "
+        "eos_probability must be within [0, 1], got -0.1"
+    )
+
+
 def test_abort_of_a_waiting_request_under_priority() -> None:
     core = SimCore(CoreConfig(max_num_seqs=1, scheduling_policy="priority"), COST)
     core.add(req("a", range(0, 64), 10, priority=1), 0.0)

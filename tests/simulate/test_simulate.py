@@ -240,6 +240,28 @@ def _write_trace(tmp_path: Path, n: int = 12) -> Path:
         (["--set", "replicas.max=-1"], "replicas.max"),
         (["--sweep", "autoscaling.window=10s,ten"], "autoscaling.window=ten"),
         (["--sweep", "nope=1,2"], "unknown key 'nope' in the pool spec"),
+        # numbers out of range: each ran (a negative deadline, a NaN start-up time) or
+        # failed late with an internal name (the objective), or hung (a token budget of 0)
+        (
+            ["--ttft-objective-ms", "-1"],
+            "ttft_objective_ms (--ttft-objective-ms) must be >= 0 and finite, got -1.0",
+        ),
+        (
+            ["--ttft-deadline-ms", "nan"],
+            "ttft_deadline_ms (--ttft-deadline-ms) must be > 0 and finite, got nan",
+        ),
+        (
+            ["--image-pull-s", "-1", "--promote-s", "inf"],
+            "startup.image_pull_s (--image-pull-s) must be >= 0 and finite, got -1.0; "
+            "startup.promote_s (--promote-s) must be >= 0 and finite, got inf",
+        ),
+        (["--jobs", "-1"], "--jobs must be >= 0"),
+        (
+            ["--engine-option", "max_num_batched_tokens=0", "--engine-option", "num_gpu_blocks=0"],
+            "sim engine options: num_gpu_blocks must be >= 1, got 0; "
+            "max_num_batched_tokens must be >= 1, got 0",
+        ),
+        (["--engine-option", "time_scale=0"], "time_scale must be > 0 and finite, got 0.0"),
     ],
 )
 def test_cli_bad_set_and_sweep_exit_2_with_one_message(

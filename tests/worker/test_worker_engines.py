@@ -59,6 +59,9 @@ def test_sim_from_flags() -> None:
         (["--sim-opt", "bogus=1"], "unknown sim engine option 'bogus'"),
         (["--sim-opt", "novalue"], "--sim-opt wants KEY=VALUE"),
         (["--engine", "vllm"], "--engine vllm needs --model"),
+        (["--sim-max-num-seqs", "0"], "max_num_seqs must be >= 1, got 0"),
+        (["--sim-time-scale", "-2"], "time_scale must be > 0 and finite, got -2.0"),
+        (["--sim-opt", "eos_probability=1.5"], r"eos_probability must be within \[0, 1\]"),
     ],
 )
 def test_bad_engine_flags_are_explained(argv: list[str], fragment: str) -> None:

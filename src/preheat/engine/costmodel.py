@@ -105,6 +105,7 @@ import bisect
 import dataclasses
 import functools
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -416,6 +417,19 @@ class CostModel:
     spec_method: str = ""  # "" (off) | ngram | draft_model | eagle | eagle3
     spec_tokens: int = 0  # k, vLLM's num_speculative_tokens
     spec_accept_len: float = 1.0  # E: tokens per sequence per verification step, in [1, k+1]
+
+    def __post_init__(self) -> None:
+        """ValueError for a knob out of range: a time scale of 0 or less (every step free,
+        or negative) and negative or non-finite start-up overrides."""
+        problems: list[str] = []
+        if not (math.isfinite(self.scale) and self.scale > 0):
+            problems.append(f"time_scale must be > 0 and finite, got {self.scale}")
+        for name in ("load_s", "warmup_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                problems.append(f"{name} must be >= 0 and finite, got {value}")
+        if problems:
+            raise ValueError("; ".join(problems))
 
     @classmethod
     def from_calibration(cls, data: Mapping[str, Any], **overrides: Any) -> CostModel:

@@ -86,6 +86,19 @@ class SimConfig:
     scheduling_policy: str = "fcfs"
     cost: CostModel = field(default_factory=CostModel.default)
 
+    def __post_init__(self) -> None:
+        """ValueError naming every field out of range (the scheduler's, via
+        :class:`CoreConfig`, and ``max_waiting``)."""
+        problems: list[str] = []
+        if self.max_waiting is not None and self.max_waiting < 0:
+            problems.append(f"max_waiting must be >= 0, got {self.max_waiting}")
+        try:
+            self.core_config()
+        except ValueError as e:
+            problems.append(str(e))
+        if problems:
+            raise ValueError("; ".join(problems))
+
     @property
     def waiting_limit(self) -> int:
         return 4 * self.max_num_seqs if self.max_waiting is None else self.max_waiting
@@ -160,7 +173,10 @@ class SimConfig:
             raise PreheatError(ErrorCode.INVALID_ARGUMENT, "; ".join(errors))
         calibration = cost_kwargs.pop("calibration", None)
         data = load_calibration(None if calibration is None else Path(str(calibration)))
-        cost = CostModel.from_calibration(data, **cost_kwargs, **levers)
+        try:
+            cost = CostModel.from_calibration(data, **cost_kwargs, **levers)
+        except ValueError as e:
+            raise PreheatError(ErrorCode.INVALID_ARGUMENT, f"sim engine options: {e}") from None
         if cost.model_size != "8b":
             cost = CostModel.from_32b(
                 load_calibration(packaged=PACKAGED_32B), cost.with_(model_size="8b")
@@ -173,7 +189,10 @@ class SimConfig:
             kwargs["num_gpu_blocks"] = max(
                 1, kv_cache_tokens(cost.model_size, cost.weights, cost.kv_dtype) // block
             )
-        return cls(cost=cost, **kwargs)  # type: ignore[arg-type]
+        try:
+            return cls(cost=cost, **kwargs)  # type: ignore[arg-type]
+        except ValueError as e:
+            raise PreheatError(ErrorCode.INVALID_ARGUMENT, f"sim engine options: {e}") from None
 
 
 _KEEP_ON_RESHAPE = (

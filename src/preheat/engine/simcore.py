@@ -83,11 +83,31 @@ class CoreConfig:
     scheduling_policy: str = "fcfs"  # or "priority" (vLLM's --scheduling-policy)
 
     def __post_init__(self) -> None:
+        """Every field out of range, at once (ValueError): a replica with no KV blocks, no
+        batch or no token budget would never run a request (a budget of 0 tokens spun the
+        scheduler forever)."""
+        problems = [
+            f"{name} must be >= 1, got {getattr(self, name)}"
+            for name in (
+                "block_size",
+                "num_gpu_blocks",
+                "max_num_seqs",
+                "max_num_batched_tokens",
+                "max_model_len",
+                "vocab_size",
+                "max_stretch_steps",
+            )
+            if not getattr(self, name) >= 1
+        ]
+        if not 0.0 <= self.eos_probability <= 1.0:
+            problems.append(f"eos_probability must be within [0, 1], got {self.eos_probability}")
         if self.scheduling_policy not in SCHEDULING_POLICIES:
-            raise ValueError(
+            problems.append(
                 f"scheduling_policy must be one of {', '.join(SCHEDULING_POLICIES)}, "
                 f"got {self.scheduling_policy!r}"
             )
+        if problems:
+            raise ValueError("; ".join(problems))
 
 
 @dataclass(frozen=True, slots=True)

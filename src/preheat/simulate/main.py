@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
-import math
 import os
 import shlex
 import sys
@@ -252,11 +251,6 @@ DEFAULT = SimOptions()
 def sim_options(args: argparse.Namespace) -> tuple[SimOptions, dict[str, str]]:
     """The options of the command line (with ``--from-run``'s settings under the flags given)
     and where each start-up and interval assumption comes from."""
-    target = args.default_ttft_target_ms
-    if target is not None and not 0 <= target < math.inf:
-        raise SimInputError(f"--default-ttft-target-ms must be >= 0 and finite, got {target}")
-    if args.max_in_flight < 0:
-        raise SimInputError(f"--max-in-flight must be >= 0, got {args.max_in_flight}")
     routing: SchedulerConfig | None = None
     if args.routing is not None:
         try:
@@ -428,6 +422,10 @@ def run(args: argparse.Namespace) -> int:
             raise SimInputError(
                 f"--target-attainment must be within (0, 1], got {args.target_attainment}"
             )
+        if args.copies < 1:
+            raise SimInputError(f"--copies must be >= 1, got {args.copies}")
+        if args.jobs < 0:
+            raise SimInputError(f"--jobs must be >= 0 (0: one per CPU), got {args.jobs}")
         args.pool = _pool_path(args)
         pool = read_pool(args.pool)
         base = pool_config(pool, overrides)  # every problem of the base pool, before any work
@@ -436,8 +434,6 @@ def run(args: argparse.Namespace) -> int:
         trace = read_trace(args)
     except (PreheatError, TraceError, ValueError) as e:
         return _fail(str(e))
-    if args.copies < 1:
-        return _fail(f"--copies must be >= 1, got {args.copies}")
     if not trace:
         return _fail(f"{args.trace}: no requests left after slicing")
     out: Path = args.out or Path("runs") / time.strftime("simulate-%Y%m%d-%H%M%S")
