@@ -95,3 +95,23 @@ def test_bad_trace_flags_are_refused_together_each_by_its_flag() -> None:
     assert said.startswith("--time-scale must be > 0, got 0.0; --max-requests must be >= 0"), said
     assert "--token-scale must be > 0" in said
     assert "time_scale" not in said
+
+
+def test_objectives_and_drain_out_of_range_are_refused_before_any_connection(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a NaN objective or drain passed every check and the replay ran (port 9: discard,
+    # nothing listens; the refusal comes before any connection is tried)
+    from preheat.cli import main
+
+    trace = str(_trace(tmp_path / "t.jsonl", 3))
+    argv = ["load", "--target", "127.0.0.1:9", "--trace", trace, "--out", str(tmp_path / "r")]
+    assert main([*argv, "--ttft-objective-ms", "nan", "--e2e-objective-ms", "-1"]) == 2
+    said = capsys.readouterr().err
+    assert (
+        "--ttft-objective-ms must be >= 0 and finite (0: none), got nan; "
+        "--e2e-objective-ms must be >= 0 and finite (0: none), got -1.0"
+    ) in said
+    assert main([*argv, "--drain-s", "nan"]) == 2
+    assert "drain_s must be >= 0, got nan" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import shlex
 import signal
 import sys
@@ -247,8 +248,16 @@ def _replay_cli(args: argparse.Namespace) -> int:
         return _fail(f"--target {args.target}: gRPC wants HOST:PORT (or use --api openai)")
     if args.api == "openai" and not args.target.startswith(("http://", "https://")):
         return _fail(f"--target {args.target}: --api openai wants http://HOST:PORT")
-    if args.ttft_objective_ms < 0 or args.e2e_objective_ms < 0:
-        return _fail("objectives must be >= 0")
+    bad = [
+        f"{flag} must be >= 0 and finite (0: none), got {value}"
+        for flag, value in (
+            ("--ttft-objective-ms", args.ttft_objective_ms),
+            ("--e2e-objective-ms", args.e2e_objective_ms),
+        )
+        if not 0 <= value < math.inf
+    ]
+    if bad:
+        return _fail("; ".join(bad))
     try:
         requests = read_requests(args.trace, topts)
     except TraceError as err:

@@ -60,9 +60,9 @@ class LoadOptions:
             errors.append(f"max_output_tokens must be >= 1, got {self.max_output_tokens}")
         if not self.request_timeout_s > 0:
             errors.append(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
-        if self.drain_s < 0:
+        if not self.drain_s >= 0:  # NaN too
             errors.append(f"drain_s must be >= 0, got {self.drain_s}")
-        if self.late_ms < 0:
+        if not self.late_ms >= 0:
             errors.append(f"late_ms must be >= 0, got {self.late_ms}")
         if self.ttft_deadline_ms < 0:
             errors.append(f"ttft_deadline_ms must be >= 0, got {self.ttft_deadline_ms}")
