@@ -3,6 +3,7 @@ and that the server it is for binds, in this process or in a child."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import errno
 import json
@@ -153,3 +154,41 @@ def test_port_zero_binds_and_connections_never_get_a_held_port() -> None:
     # the one other port goes to the first bind; every later one finds the range exhausted
     assert got[0] == other
     assert got[1:] == ["EADDRINUSE"] * 3 + ["EADDRNOTAVAIL"] * 2
+
+
+@pytest.mark.parametrize(
+    ("command", "flag"),
+    [
+        ("worker", "--grpc-port"),
+        ("worker", "--http-port"),
+        ("worker", "--control-port"),
+        ("router", "--grpc-port"),
+        ("router", "--http-port"),
+        ("operator", "--health-port"),
+        ("up", "--router-grpc-port"),
+        ("up", "--router-http-port"),
+    ],
+)
+@pytest.mark.parametrize("value", ["70000", "-1", "80x"])
+def test_a_port_flag_out_of_range_is_refused_by_name(
+    command: str, flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # gRPC took --grpc-port 70000 without a word and the server ran; --http-port -1 ended in
+    # a socket traceback. The command line is parsed, not run: a flag let through fails
+    # here instead of starting a server
+    from preheat.cli import build_parser
+
+    parser, _ = build_parser(command)
+    with pytest.raises(SystemExit) as e:
+        parser.parse_args([command, flag, value])
+    assert e.value.code == 2
+    assert f"argument {flag}: '{value}' is not a TCP port (0-65535)" in capsys.readouterr().err
+
+
+def test_the_port_types_take_the_whole_range() -> None:
+    from preheat.process.ports import port_number, port_or_off
+
+    assert [port_number(v) for v in ("0", "1", "65535")] == [0, 1, 65535]
+    assert port_or_off("-1") == -1
+    with pytest.raises(argparse.ArgumentTypeError, match=r"'-1' is not a TCP port \(0-65535\)"):
+        port_number("-1")

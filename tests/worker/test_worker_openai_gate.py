@@ -82,8 +82,13 @@ def test_vllm_without_vllm_is_unavailable() -> None:
 
 
 @pytest.mark.parametrize("port", ["-2", "70000"])
-def test_bad_openai_port_exits_2(port: str) -> None:
-    assert run(parse("--openai-port", port)) == 2
+def test_bad_openai_port_exits_2(port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        parse("--openai-port", port)
+    assert e.value.code == 2
+    assert f"argument --openai-port: '{port}' is not a TCP port (0-65535, or -1: off)" in (
+        capsys.readouterr().err
+    )
 
 
 def test_sim_options_error_exits_2() -> None:

@@ -29,6 +29,7 @@ from preheat.local.runtime import LocalPool, UpOptions, local_config
 from preheat.local.settings import up_settings
 from preheat.local.view import LiveView, LogView
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging
+from preheat.process.ports import port_number
 from preheat.report.record import write_settings
 
 log = logging.getLogger("preheat.local")
@@ -57,8 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="sim",
         help="the workers' engine (default sim, whatever the pool says)",
     )
-    parser.add_argument("--router-grpc-port", type=int, default=0, help="0: a free port")
-    parser.add_argument("--router-http-port", type=int, default=0, help="0: a free port")
+    parser.add_argument("--router-grpc-port", type=port_number, default=0, help="0: a free port")
+    parser.add_argument("--router-http-port", type=port_number, default=0, help="0: a free port")
     parser.add_argument(
         "--interval-s", type=float, default=2.0, help="autoscaler evaluation period (default 2)"
     )

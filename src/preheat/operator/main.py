@@ -32,6 +32,7 @@ from preheat.operator.options import (
 )
 from preheat.operator.services import services
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging
+from preheat.process.ports import port_number
 from preheat.process.tracing import Tracing, add_tracing_flag, setup_tracing
 from preheat.wire.tokens import TokenError, read_token
 
@@ -59,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--health-port",
-        type=int,
+        type=port_number,
         default=8080,
         help="port of /healthz and /metrics (default 8080; 0 = none)",
     )

@@ -22,6 +22,7 @@ closed at once, as a plain pick would.
 
 from __future__ import annotations
 
+import argparse
 import socket
 import sys
 from types import TracebackType
@@ -73,4 +74,30 @@ class ReservedPort:
         return f"ReservedPort({self.address}, held={self.held})"
 
 
-__all__ = ["ReservedPort"]
+def port_number(text: str) -> int:
+    """An argparse ``type`` for a TCP port flag: 0-65535, 0 for any free port. Out of range,
+    a server bound something else (gRPC took 70000 without a word) or raised a socket
+    traceback (-1)."""
+    return _port(text, off=False)
+
+
+def port_or_off(text: str) -> int:
+    """:func:`port_number`, or -1: the listener is off."""
+    return _port(text, off=True)
+
+
+def _port(text: str, *, off: bool) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -2
+    if port == -1 and off:
+        return port
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a TCP port (0-65535{', or -1: off' if off else ''})"
+        )
+    return port
+
+
+__all__ = ["ReservedPort", "port_number", "port_or_off"]

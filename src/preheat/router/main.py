@@ -32,6 +32,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -47,6 +48,7 @@ from preheat.core.routing.scheduler import POLICIES
 from preheat.core.traffic.classes import Traffic
 from preheat.process import aio
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging
+from preheat.process.ports import port_number
 from preheat.process.tracing import add_tracing_flag, setup_tracing
 from preheat.router.app import RouterConfig, RouterServer, describe
 from preheat.router.endpoints import DiscoverySource, StaticDiscovery, StaticDiscoveryError
@@ -105,8 +107,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="routing policy; overrides the config file's (default preheat)",
     )
     g.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
-    g.add_argument("--grpc-port", type=int, default=50050, help="gRPC port; 0 = ephemeral")
-    g.add_argument("--http-port", type=int, default=8000, help="HTTP port; 0 = ephemeral")
+    g.add_argument("--grpc-port", type=port_number, default=50050, help="gRPC port; 0 = ephemeral")
+    g.add_argument("--http-port", type=port_number, default=8000, help="HTTP port; 0 = ephemeral")
     g.add_argument("--region", default=_env("PREHEAT_REGION"), help="router's region")
     g.add_argument("--zone", default=_env("PREHEAT_ZONE"), help="router's zone")
     g.add_argument(
@@ -352,12 +354,14 @@ def build_config(args: argparse.Namespace) -> RouterConfig:
     for flag, v in (("--max-queue", args.max_queue), ("--max-retries", args.max_retries)):
         if v < 0:
             problems.append(f"{flag} must be >= 0, got {v}")
-    if args.queue_timeout_s < 0:
-        problems.append(f"--queue-timeout-s must be >= 0, got {args.queue_timeout_s}")
-    if args.drain_grace_s < 0:
-        problems.append(f"--drain-grace-s must be >= 0, got {args.drain_grace_s}")
-    if args.refresh_interval_s <= 0:
-        problems.append(f"--refresh-interval-s must be > 0, got {args.refresh_interval_s}")
+    for flag, v, positive in (  # NaN passed a plain `< 0` and the router ran with it
+        ("--queue-timeout-s", args.queue_timeout_s, False),
+        ("--drain-grace-s", args.drain_grace_s, False),
+        ("--refresh-interval-s", args.refresh_interval_s, True),
+        ("--first-token-timeout-s", args.first_token_timeout_s, False),
+    ):
+        if not (math.isfinite(v) and (v > 0 if positive else v >= 0)):
+            problems.append(f"{flag} must be {'> 0' if positive else '>= 0'} and finite, got {v}")
     keys: dict[str, KeySet | None] = {}
     for flag, path in (
         ("--api-keys-file", args.api_keys_file),
@@ -383,8 +387,6 @@ def build_config(args: argparse.Namespace) -> RouterConfig:
         adm = AdmissionConfig(default_ttft_target_ms=target, max_in_flight=max_in_flight)
     except ValueError as e:
         problems.append(f"--default-ttft-target-ms/--max-in-flight: {e}")
-    if not args.first_token_timeout_s >= 0:
-        problems.append(f"--first-token-timeout-s must be >= 0, got {args.first_token_timeout_s}")
     http = HttpLimits()
     try:
         http = HttpLimits(

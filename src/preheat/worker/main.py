@@ -36,6 +36,7 @@ from preheat.core.lifecycle import WARM_STATES, LifecycleState
 from preheat.engine.base import Engine
 from preheat.process import aio
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging
+from preheat.process.ports import port_number, port_or_off
 from preheat.process.tracing import Tracing, add_tracing_flag, setup_tracing
 from preheat.wire.controltls import TLSFileError, tls_files
 from preheat.wire.tokens import TokenError, read_token
@@ -63,11 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="127.0.0.1",
         help="address the data ports (gRPC, HTTP) bind (default 127.0.0.1; in a pod 0.0.0.0)",
     )
-    g.add_argument("--grpc-port", type=int, default=50051, help="gRPC port; 0 = ephemeral")
-    g.add_argument("--http-port", type=int, default=8080, help="HTTP port; 0 = ephemeral")
+    g.add_argument("--grpc-port", type=port_number, default=50051, help="gRPC port; 0 = ephemeral")
+    g.add_argument("--http-port", type=port_number, default=8080, help="HTTP port; 0 = ephemeral")
     g.add_argument(
         "--control-port",
-        type=int,
+        type=port_number,
         default=50052,
         help="port of WorkerControl's Promote/Demote/Drain, opened only with a control "
         "token; 0 = ephemeral (default 50052)",
@@ -179,7 +180,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     o.add_argument(
         "--openai-port",
-        type=int,
+        type=port_or_off,
         default=8000,
         help="port of the OpenAI HTTP API on --host (default 8000 like vllm serve; "
         "0 = ephemeral; -1 = off). The sim engine serves none (openai_port 0)",
@@ -218,12 +219,6 @@ def run(args: argparse.Namespace) -> int:
             control_tls.read()  # unreadable files fail here, not at bind
     except (TokenError, TLSFileError) as e:
         log.error("bad_credentials", extra=fields(error=str(e)))
-        return 2
-    if args.openai_port < -1 or args.openai_port > 65535:
-        log.error(
-            "bad_flags",
-            extra=fields(error=f"--openai-port {args.openai_port}: 0-65535, or -1 (off)"),
-        )
         return 2
     try:
         engine, openai = build_worker_engine(args)

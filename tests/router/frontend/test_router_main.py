@@ -53,6 +53,23 @@ def test_every_problem_reported_at_once(tmp_path: Path) -> None:
         assert needle in msg
 
 
+def test_a_nan_or_infinite_interval_is_refused_with_the_others() -> None:
+    # NaN passed the `< 0` checks and the router ran holding requests for NaN seconds
+    with pytest.raises(ValueError, match=r"^--queue-timeout-s") as ei:
+        build_config(
+            _args(
+                *("--queue-timeout-s", "nan", "--drain-grace-s", "inf"),
+                *("--refresh-interval-s", "nan", "--first-token-timeout-s", "-1"),
+            )
+        )
+    assert str(ei.value) == (
+        "--queue-timeout-s must be >= 0 and finite, got nan; "
+        "--drain-grace-s must be >= 0 and finite, got inf; "
+        "--refresh-interval-s must be > 0 and finite, got nan; "
+        "--first-token-timeout-s must be >= 0 and finite, got -1.0"
+    )
+
+
 def test_discovery_spec() -> None:
     assert build_discovery("static:eps.yaml") is not None
     with pytest.raises(ValueError, match="static:FILE"):
