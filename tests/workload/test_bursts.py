@@ -11,14 +11,23 @@ import pytest
 
 from preheat.workload.bursts import (
     BurstSpec,
+    RateCurve,
     arrivals,
     bursty_trace,
     rate_curve,
     read_servegen_rates,
+    requests_on_curve,
     select_span,
     write_preheat_jsonl,
 )
-from preheat.workload.traces import TraceError, TraceOptions, load_trace
+from preheat.workload.superpose import superpose
+from preheat.workload.traces import (
+    MAX_TRACE_REQUESTS,
+    TraceError,
+    TraceOptions,
+    TraceRequest,
+    load_trace,
+)
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 SERVEGEN = DATA / "servegen_aggregate_rate_10min.csv"
@@ -101,3 +110,25 @@ def test_bad_inputs_say_what_is_wrong(tmp_path: Path) -> None:
     bad.write_text("a,b\n1,2\n")
     with pytest.raises(TraceError, match="CSV header"):
         read_servegen_rates(bad, "x")
+
+
+def test_a_curve_that_would_make_more_requests_than_memory_holds_is_refused_first(
+    tmp_path: Path,
+) -> None:
+    # `preheat bench traces --diurnal-peak-rps 1e9` generated until the machine ran out of
+    # memory (35 trillion requests); the expected count is checked before any is made, so
+    # not even the Azure file is read (a path that does not exist is not reached)
+    curve = RateCurve("w", 0, (1.0, 3.0), (1e9, 3e9), 600.0)
+    with pytest.raises(ValueError, match=r"about 2,400,000,000,000 requests; at most 20,000,000"):
+        requests_on_curve(curve, tmp_path / "absent.csv", seed=0)
+    # at the bound it goes on, to the Azure file
+    fits = RateCurve("w", 0, (1.0,), (MAX_TRACE_REQUESTS / 600.0,), 600.0)
+    with pytest.raises(TraceError, match=r"absent\.csv"):
+        requests_on_curve(fits, tmp_path / "absent.csv", seed=0)
+
+
+def test_superposed_copies_over_the_bound_are_refused_before_they_are_made() -> None:
+    one = [TraceRequest(arrival_s=float(i), input_tokens=8, output_tokens=2) for i in range(10)]
+    assert len(superpose(one, 3)) == 30
+    with pytest.raises(ValueError, match=r"2,000,001 copies of 10 requests would make about"):
+        superpose(one, 2_000_001)

@@ -38,7 +38,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from preheat.workload.traces import TraceError, TraceOptions, TraceRequest, load_trace
+from preheat.workload.traces import (
+    TraceError,
+    TraceOptions,
+    TraceRequest,
+    check_trace_size,
+    load_trace,
+)
 
 SERVEGEN_WINDOW_S = 600.0
 DEFAULT_WORKLOAD = "language/m-small"
@@ -177,6 +183,12 @@ def bursty_trace(
 def requests_on_curve(curve: RateCurve, azure_csv: Path | str, seed: int) -> list[TraceRequest]:
     """Poisson arrivals following ``curve``, sized by the Azure trace's rows in order from a
     random start (steps 4-5; the bursty and the diurnal traces alike)."""
+    expected = sum(curve.rates_rps) * curve.window_s
+    check_trace_size(
+        expected,
+        f"a curve of {len(curve.rates_rps)} windows of {curve.window_s:g} s at a mean "
+        f"{expected / (len(curve.rates_rps) * curve.window_s):,.1f} req/s",
+    )
     sizes = load_trace(azure_csv, TraceOptions(fmt="azure"))
     if not sizes:
         raise TraceError(azure_csv, None, "no requests in the Azure trace")

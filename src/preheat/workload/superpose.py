@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from preheat.workload.traces import TraceRequest
+from preheat.workload.traces import TraceRequest, check_trace_size
 
 
 def superpose(trace: Sequence[TraceRequest], copies: int) -> list[TraceRequest]:
@@ -20,6 +20,7 @@ def superpose(trace: Sequence[TraceRequest], copies: int) -> list[TraceRequest]:
         raise ValueError(f"copies must be >= 1, got {copies}")
     if copies == 1 or not trace:
         return list(trace)
+    check_trace_size(len(trace) * copies, f"{copies:,} copies of {len(trace):,} requests")
     span = max(t.arrival_s for t in trace) + 1e-3
     id_range = 1 + max((max(t.prefix_block_ids, default=0) for t in trace), default=0)
     out: list[TraceRequest] = []
