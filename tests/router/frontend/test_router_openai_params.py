@@ -208,6 +208,24 @@ def test_a_message_with_tool_calls_is_refused() -> None:
     parse_body(ChatBody, json.dumps({"messages": ok}).encode())
 
 
+def test_a_content_part_that_is_not_text_is_named_by_its_type() -> None:
+    # an image part got the union's three unrelated complaints ("Input should be a valid
+    # string; ... type: Input should be 'text'; ... text: Field required")
+    parts = [{"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {}}]
+    body = {"messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": parts}]}
+    with pytest.raises(BodyError) as exc:
+        parse_body(ChatBody, json.dumps(body).encode())
+    assert exc.value.param == "messages.1.content"
+    assert exc.value.message == (
+        "invalid request: messages.1.content: content[1] is a part of type 'image_url': the "
+        "pool's models take text, so only 'text' parts are served"
+    )
+    text_only = parse_body(
+        ChatBody, json.dumps({"messages": [{"role": "user", "content": parts[:1]}]}).encode()
+    )
+    assert text_only.messages[0].text() == "what is this?"
+
+
 def test_honoured_parameters_reach_the_engine_request() -> None:
     body = parse_body(
         ChatBody,

@@ -29,6 +29,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from preheat.core.errors import ErrorCode, PreheatError, Reason
 from preheat.proto.preheat.v1 import inference_pb2
@@ -133,6 +134,24 @@ class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts_only(cls, value: Any) -> Any:
+        """A part of another type (``image_url``, ``input_audio``, ``file``) is named, not
+        left to the union's three unrelated complaints (a string expected; type 'text'
+        expected; text required)."""
+        if isinstance(value, list):
+            for i, part in enumerate(value):
+                kind = part.get("type") if isinstance(part, dict) else None
+                if isinstance(kind, str) and kind != "text":
+                    raise PydanticCustomError(
+                        "content_part_type",
+                        "content[{i}] is a part of type {kind}: the pool's models take text, "
+                        "so only 'text' parts are served",
+                        {"i": i, "kind": repr(kind[:40])},
+                    )
+        return value
 
     def text(self) -> str:
         if self.content is None:
