@@ -289,6 +289,19 @@ async def chat_with_logit_bias(client: openai.AsyncOpenAI, ctx: Ctx) -> Outcome:
     return out
 
 
+async def completion_of_token_ids(client: openai.AsyncOpenAI, ctx: Ctx) -> Outcome:
+    """``prompt`` as token ids, bare and as a list of one (OpenAI's and vLLM's forms): the
+    engine gets the ids as they are, no tokenizer in between."""
+    ids = list(range(BIASED_TOKEN, BIASED_TOKEN + 12))
+    out: Outcome = {}
+    for label, prompt in (("bare", ids), ("list_of_one", [ids])):
+        r = await client.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=8, **GREEDY, **TOKEN_IDS
+        )
+        out[label] = dump(r)
+    return out
+
+
 async def completion_with_stop(client: openai.AsyncOpenAI, ctx: Ctx) -> Outcome:
     """Asks once without ``stop``, picks a stop string from the middle of that text, asks
     again with it (each server derives its own stop string; equal texts, equal strings)."""
@@ -358,6 +371,7 @@ CASES: dict[str, Case] = {
     "chat_with_json_schema": chat_with_json_schema,
     "chat_with_named_tool_choice": chat_with_named_tool_choice,
     "chat_with_logit_bias": chat_with_logit_bias,
+    "completion_of_token_ids": completion_of_token_ids,
     "completion_with_stop": completion_with_stop,
     "chat_with_n_1": chat_with_n_1,
     "unknown_model": unknown_model,

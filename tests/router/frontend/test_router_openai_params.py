@@ -279,6 +279,35 @@ async def test_the_router_answers_the_table_over_http() -> None:
             await client.close()
 
 
+async def test_a_completion_prompt_of_token_ids_goes_to_the_engine_as_ids() -> None:
+    """OpenAI's and vLLM's completions take ``prompt`` as token ids (a list of integers, or
+    a list of one such list); the sim path refused them with four unrelated complaints."""
+    ids = [11, 12, 13, 14, 15]
+    async with workers([{"id": "w-1"}]) as ws, router([w.endpoint for w in ws]) as r:
+        client = openai.AsyncOpenAI(base_url=r.url + "/v1", api_key="x", max_retries=0)
+        try:
+            for prompt in (ids, [ids]):
+                got = await client.completions.create(model=MODEL, prompt=prompt, max_tokens=2)
+                assert got.usage is not None
+                assert (got.usage.prompt_tokens, got.usage.completion_tokens) == (5, 2)
+            refused = {
+                "two prompts": ([ids, ids], "exactly one prompt is supported, 2 were sent"),
+                "a negative id": ([3, -1], "token id -1 is not in [0, 4294967295]"),
+                "outside the vocabulary": ([3, 10**9], "outside the vocabulary"),
+                "a float": ([1.5], "expected a string or token ids (integers)"),
+            }
+            for label, (prompt, said) in refused.items():
+                with pytest.raises(openai.BadRequestError) as exc:
+                    await client.completions.create(
+                        model=MODEL,
+                        prompt=prompt,  # type: ignore[arg-type]
+                        max_tokens=2,
+                    )
+                assert said in exc.value.message, label
+        finally:
+            await client.close()
+
+
 # What each engine does with every parameter. sim: the gRPC path (the table in oai_params):
 # honoured, or refused with a 400 naming it unless its value has no effect. vllm: the
 # passthrough to vLLM's own OpenAI layer: honoured (a field of vLLM's request model: applied,

@@ -385,9 +385,9 @@ def _parse_chat(raw: bytes) -> tuple[ChatBody, str]:
     return cbody, flatten_chat(cbody.messages)
 
 
-def _parse_completion(raw: bytes) -> tuple[CompletionBody, str]:
+def _parse_completion(raw: bytes) -> tuple[CompletionBody, str | list[int]]:
     pbody: CompletionBody = parse_body(CompletionBody, raw)
-    return pbody, pbody.prompt_text()
+    return pbody, pbody.prompt
 
 
 async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
@@ -407,6 +407,7 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
         metrics = d.metrics
         if await pool.passthrough.wait_active():
             return await _passthrough(request, fe, pool, raw, chat, received, received_pc)
+        prompt: str | list[int]
         if chat:
             cbody, prompt = await d.offload(len(raw), functools.partial(_parse_chat, raw))
             body: Any = cbody

@@ -153,7 +153,7 @@ CHAT: dict[str, Param] = {
 
 COMPLETIONS: dict[str, Param] = {
     **_SHARED,
-    "prompt": _honoured("one prompt: a string or a list of one string"),
+    "prompt": _honoured("one prompt: a string or token ids, or a list of one of either"),
     "best_of": _refused("one candidate per request (allowed: 1)", _is(1)),
     "echo": _refused("the prompt is not echoed yet (allowed: false)", _false),
     "logprobs": _refused(_LOGPROBS),

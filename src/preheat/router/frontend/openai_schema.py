@@ -109,18 +109,40 @@ class _Body(BaseModel):
 
 
 class CompletionBody(_Body):
+    """``prompt`` as OpenAI takes it: a string, token ids, or a list of one of either (a
+    batch of several prompts is refused: one choice per request). Token ids go to the
+    engine as they are (``GenerateRequest.prompt_token_ids``), as vLLM takes them."""
+
     PARAMS: ClassVar[dict[str, Param]] = COMPLETIONS
-    prompt: str | list[str]
+    prompt: str | list[int]
 
-    @field_validator("prompt")
+    @field_validator("prompt", mode="before")
     @classmethod
-    def _one_prompt(cls, v: str | list[str]) -> str | list[str]:
-        if isinstance(v, list) and len(v) != 1:
-            raise ValueError("exactly one prompt is supported (a string, or a list of one)")
-        return v
-
-    def prompt_text(self) -> str:
-        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+    def _one_prompt(cls, v: Any) -> Any:
+        if isinstance(v, list) and v and all(isinstance(p, str | list) for p in v):
+            if len(v) != 1:
+                raise PydanticCustomError(
+                    "one_prompt",
+                    "exactly one prompt is supported, {n} were sent (a string or token ids, "
+                    "or a list of one of either)",
+                    {"n": len(v)},
+                )
+            v = v[0]
+        if isinstance(v, str):
+            return v
+        if isinstance(v, list) and all(type(t) is int for t in v):
+            bad = [t for t in v if not 0 <= t <= U32_MAX]
+            if bad:
+                raise PydanticCustomError(
+                    "token_id",
+                    "token id {t} is not in [0, {top}]",
+                    {"t": bad[0], "top": U32_MAX},
+                )
+            return v
+        raise PydanticCustomError(
+            "prompt_type",
+            "expected a string or token ids (integers), or a list of one of either",
+        )
 
 
 class TextPart(BaseModel):
@@ -222,8 +244,10 @@ class BodyError(PreheatError):
 
 
 def to_generate_request(
-    body: _Body, prompt: str, max_tokens: int, *, session_id: str, request_id: str
+    body: _Body, prompt: str | list[int], max_tokens: int, *, session_id: str, request_id: str
 ) -> inference_pb2.GenerateRequest:
+    """The engine request for ``body``: ``prompt`` is text, or token ids (the oneof's
+    ``prompt_token_ids``)."""
     sampling = inference_pb2.SamplingParams(max_tokens=max_tokens, stop=body.stops())
     if body.temperature is not None:
         sampling.temperature = body.temperature
@@ -234,12 +258,16 @@ def to_generate_request(
     sampling.stop_token_ids.extend(body.stop_token_ids or ())
     sampling.min_tokens = body.min_tokens or 0
     sampling.ignore_eos = bool(body.ignore_eos)
-    return inference_pb2.GenerateRequest(
+    req = inference_pb2.GenerateRequest(
         request_id=request_id,
         model=body.model,
-        prompt=prompt,
         sampling=sampling,
         session_id=session_id,
         ttft_deadline_ms=body.ttft_deadline_ms or 0,
         slo_class=body.slo_class or "",
     )
+    if isinstance(prompt, str):
+        req.prompt = prompt
+    else:
+        req.prompt_token_ids.ids.extend(prompt)
+    return req
