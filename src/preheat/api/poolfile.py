@@ -30,6 +30,7 @@ from preheat.api.pool import InferencePoolSpec, config_from_spec, validate_spec
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.manifests import API_VERSION, KIND, pool_name_problem
 from preheat.core.pool import PoolConfig
+from preheat.process import yamlfile
 
 TOP_LEVEL_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
 _SPEC_KEYS = frozenset(
@@ -95,7 +96,7 @@ def _decode(data: bytes, source: str) -> Any:
             [f"not UTF-8 text: byte 0x{data[e.start]:02x} at offset {e.start} (line {line})"],
         ) from None
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in yamlfile.load_all(text) if d is not None]
     except yaml.YAMLError as e:
         raise PoolFileError(source, [f"not valid YAML: {e}"]) from None
     if len(docs) != 1:

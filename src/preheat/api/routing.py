@@ -33,6 +33,7 @@ from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.routing.config import DEFAULT_FILTERS, DEFAULT_SCORERS, SchedulerConfig
 from preheat.core.routing.plugins.registry import FILTERS, SCORERS
 from preheat.core.routing.scheduler import POLICIES
+from preheat.process import yamlfile
 
 _D = SchedulerConfig()
 
@@ -206,7 +207,7 @@ def load_routing_config(data: Mapping[str, Any] | str) -> SchedulerConfig:
     internal config. Raises one ``PreheatError(INVALID_ARGUMENT)`` listing every problem."""
     if isinstance(data, str):
         try:
-            loaded = yaml.safe_load(data)
+            loaded = yamlfile.load(data)
         except yaml.YAMLError as e:
             raise PreheatError(
                 ErrorCode.INVALID_ARGUMENT, f"invalid routing config: not valid YAML: {e}"

@@ -31,6 +31,7 @@ from preheat.operator.options import (
     parse_config,
 )
 from preheat.operator.services import services
+from preheat.process import yamlfile
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging
 from preheat.process.ports import port_number
 from preheat.process.tracing import Tracing, add_tracing_flag, setup_tracing
@@ -87,7 +88,7 @@ def options_from_args(args: argparse.Namespace) -> OperatorOptions:
     namespaces: tuple[str, ...] = ()
     doc: dict[str, Any] = {}
     if args.config:
-        doc = yaml.safe_load(Path(args.config).read_text()) or {}
+        doc = yamlfile.load(Path(args.config).read_text()) or {}
         build, namespaces, monitor = parse_config(doc)
     build = replace(build, log_format=args.log_format)
     return OperatorOptions(

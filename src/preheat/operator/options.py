@@ -28,8 +28,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from preheat.api.pool import read_pod
 from preheat.autoscaler.prometheus import PrometheusSource
 from preheat.autoscaler.scrape import DirectScrapeSource
@@ -37,6 +35,7 @@ from preheat.autoscaler.source import MetricSource
 from preheat.core.autoscaling import PolicyTuning
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.manifests import DEFAULT_GPU_TYPES, BuildOptions, NetworkPolicyOptions
+from preheat.process import yamlfile
 from preheat.wire.tokens import read_token
 
 ENV_RESYNC_S = "PREHEAT_OPERATOR_RESYNC_S"
@@ -290,7 +289,7 @@ def options_from_env(env: Mapping[str, str]) -> OperatorOptions:
     (``PREHEAT_OPERATOR_CONFIG``), the cache token (``PREHEAT_WORKER_CACHE_TOKEN_FILE`` or
     ``PREHEAT_CACHE_TOKEN``) and the rest of :meth:`OperatorOptions.with_env`."""
     path = env.get(CONFIG_ENV, "")
-    doc = (yaml.safe_load(Path(path).read_text()) or {}) if path else {}
+    doc = (yamlfile.load(Path(path).read_text()) or {}) if path else {}
     return OperatorOptions(
         build=parse_config(doc)[0],
         cache_token=read_token(

@@ -46,7 +46,7 @@ from preheat.core.routing.admission import AdmissionConfig
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.scheduler import POLICIES
 from preheat.core.traffic.classes import Traffic
-from preheat.process import aio
+from preheat.process import aio, yamlfile
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging
 from preheat.process.ports import port_number
 from preheat.process.tracing import add_tracing_flag, setup_tracing
@@ -272,7 +272,7 @@ def load_config_file_full(
 ) -> tuple[SchedulerConfig, Traffic, dict[str, float]]:
     """:func:`load_config_file` plus the admission keys given (``defaultTtftTargetMs``,
     ``maxInFlight``), by key."""
-    data: Any = yaml.safe_load(text) if text.strip() else {}
+    data: Any = yamlfile.load(text) if text.strip() else {}
     return parse_routing(data)
 
 
@@ -333,7 +333,7 @@ def build_config(args: argparse.Namespace) -> RouterConfig:
         try:
             text = Path(args.routing_config).read_text()
             sched, traffic, extra = load_config_file_full(text)
-            raw = yaml.safe_load(text) if text.strip() else {}
+            raw = yamlfile.load(text) if text.strip() else {}
         except OSError as e:
             problems.append(f"--routing-config {args.routing_config}: cannot read: {e}")
         except (ValueError, yaml.YAMLError) as e:

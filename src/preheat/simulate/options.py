@@ -39,6 +39,7 @@ from preheat.core.pool import PoolConfig
 from preheat.core.routing.baselines import SchedulerState
 from preheat.core.routing.config import SchedulerConfig
 from preheat.core.routing.types import PrefillCost, RouteDecision, RoutingContext
+from preheat.process import yamlfile
 
 RouteFn = Callable[
     [RoutingContext, SchedulerConfig, PrefillCost, SchedulerState],
@@ -101,7 +102,7 @@ def load_network(path: Path | str) -> Network:
     """
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yamlfile.load(p.read_text())
     except OSError as e:
         raise SimInputError(f"network file {p}: {e.strerror or e}") from None
     except yaml.YAMLError as e:
@@ -352,7 +353,7 @@ def parse_assignment(text: str, flag: str = "--set") -> tuple[str, str]:
 
 def _value(raw: str) -> Any:
     try:
-        return yaml.safe_load(raw) if raw else ""
+        return yamlfile.load(raw) if raw else ""
     except yaml.YAMLError:
         return raw
 

@@ -26,6 +26,7 @@ from typing import Any, Generic, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from preheat.process import yamlfile
 from preheat.router.endpoints.discovery import DiscoveredEndpoint
 
 T = TypeVar("T")
@@ -181,7 +182,7 @@ class WatchedFile(Generic[T]):
 def decode(path: Path, text: str) -> Any:
     """A file's text as YAML (JSON when it is ``*.json``)."""
     try:
-        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        return json.loads(text) if path.suffix == ".json" else yamlfile.load(text)
     except (ValueError, yaml.YAMLError) as e:
         raise StaticDiscoveryError(f"{path}: not valid YAML/JSON: {e}") from None
 
