@@ -193,6 +193,33 @@ def test_set_and_sweep_errors_name_the_bad_key() -> None:
     assert parse_sweep("replicas.max=2, 4") == ("replicas.max", ("2", "4"))
 
 
+def test_set_reaches_a_list_element_by_its_index() -> None:
+    # an objective's target could be set only by rewriting the whole list: `--set
+    # autoscaling.objectives.0.targetMs=400` was "unknown key '0' in autoscaling.objectives"
+    objectives = [
+        {"signal": "ttft", "percentile": 99, "targetMs": 300},
+        {"signal": "queueDepth", "perReplica": 4},
+    ]
+    pf = spec_document(
+        "p",
+        {"model": {"name": "m"}, "replicas": {"max": 2}, "autoscaling": {"objectives": objectives}},
+    )
+    cfg = pool_config(pf, [("autoscaling.objectives.0.targetMs", "450")])
+    assert [o.target for o in cfg.autoscaling.objectives] == [450.0, 4.0]
+    assert pf.spec is not None
+    assert pf.spec["autoscaling"]["objectives"][0]["targetMs"] == 300  # the file is not changed
+    assert parse_sweep("autoscaling.objectives.0.targetMs=200,400")[1] == ("200", "400")
+    with pytest.raises(SimInputError, match=r"has 2 element\(s\) in this pool \(indices 0-1\)"):
+        pool_config(pf, [("autoscaling.objectives.2.targetMs", "1")])
+    with pytest.raises(SimInputError, match=r"is a list: the next part is an element's index"):
+        parse_sweep("autoscaling.objectives.first.targetMs=1,2")
+    with pytest.raises(SimInputError, match=r"unknown key 'tgt' in autoscaling.objectives.0"):
+        pool_config(pf, [("autoscaling.objectives.0.tgt", "1")])
+    bare = spec_document("p", {"model": {"name": "m"}, "replicas": {"max": 2}})
+    with pytest.raises(SimInputError, match=r"is empty in this pool; --set autoscaling.objec"):
+        pool_config(bare, [("autoscaling.objectives.0.targetMs", "1")])
+
+
 @pytest.mark.needs_shared(MOONCAKE)
 def test_mooncake_slice_runs_with_its_real_lengths() -> None:
     trace = load_trace(MOONCAKE, TraceOptions(max_requests=150, max_input_tokens=30_000))

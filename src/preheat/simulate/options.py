@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -311,20 +312,38 @@ def _submodel(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _resolve(key: str) -> list[str]:
+def _is_list(annotation: Any) -> bool:
+    """A list field (``list[X]``, or ``list[X] | None``)."""
+    if typing.get_origin(annotation) is list:
+        return True
+    return any(typing.get_origin(a) is list for a in typing.get_args(annotation))
+
+
+def _resolve(key: str) -> list[str | int]:
     """``autoscaling.scale_down.stabilization`` -> the spec's alias path, or an error that
-    lists the keys known where the path goes wrong."""
+    lists the keys known where the path goes wrong. A list's element is its index
+    (``autoscaling.objectives.0.targetMs``), checked against the pool when it is applied."""
     if not key or any(not part for part in key.split(".")):
         raise SimInputError(f"--set key {key!r} is not a dotted path like autoscaling.window")
     model: type[BaseModel] | None = InferencePoolSpec
-    path: list[str] = []
+    path: list[str | int] = []
     free = False  # under engine.args past its typed fields: vLLM's keys, checked on apply
+    listed = False  # the last key named a list: the next part is an index
     for part in key.split("."):
         if free:
             path.append(part)
             continue
+        if listed:
+            if not part.isdigit():
+                raise SimInputError(
+                    f"--set {key}: {'.'.join(map(str, path))} is a list: the next part is "
+                    f"an element's index (0, 1, ...), got {part!r}"
+                )
+            path.append(int(part))
+            listed = False
+            continue
         if model is None:
-            raise SimInputError(f"--set {key}: {'.'.join(path)} has no sub-keys")
+            raise SimInputError(f"--set {key}: {'.'.join(map(str, path))} has no sub-keys")
         known = _fields(model)
         if part not in known and model.model_config.get("extra") == "allow":
             # engine.args: any vLLM engine argument (preheat.api.engine_args checks it when
@@ -334,13 +353,14 @@ def _resolve(key: str) -> list[str]:
             continue
         if part not in known:
             aliases = sorted({a for a, _ in known.values()})
-            where = ".".join(path) or "the pool spec"
+            where = ".".join(map(str, path)) or "the pool spec"
             raise SimInputError(
                 f"--set {key}: unknown key {part!r} in {where}; known: {', '.join(aliases)}"
             )
         alias, annotation = known[part]
         path.append(alias)
         model = _submodel(annotation)
+        listed = _is_list(annotation)
     return path
 
 
@@ -365,18 +385,40 @@ def apply_overrides(
     out: dict[str, Any] = _deep_copy(spec)
     for key, raw in overrides:
         path = _resolve(key)
-        node = out
-        for part in path[:-1]:
+        node: Any = out
+        for depth, part in enumerate(path[:-1]):
+            if isinstance(part, int):
+                node = _element(node, part, key, path[:depth])
+                continue
             child = node.get(part)
-            if not isinstance(child, dict):
-                child = {}
+            if not isinstance(child, dict | list):
+                child = {} if not isinstance(path[depth + 1], int) else []
                 node[part] = child
             node = child
-        if path[:2] == ["engine", "args"] and raw.lower() == "none":
-            node.pop(path[-1], None)  # "none" unsets an engine arg: the engine's default
+        last = path[-1]
+        if isinstance(last, int):
+            _element(node, last, key, path[:-1])
+            node[last] = _value(raw)
+        elif path[:2] == ["engine", "args"] and raw.lower() == "none":
+            node.pop(last, None)  # "none" unsets an engine arg: the engine's default
         else:
-            node[path[-1]] = _value(raw)
+            node[last] = _value(raw)
     return out
+
+
+def _element(node: Any, index: int, key: str, where: Sequence[str | int]) -> Any:
+    """``node[index]`` of a list in the spec, or an error saying how many it has."""
+    name = ".".join(map(str, where))
+    if not isinstance(node, list):
+        raise SimInputError(f"--set {key}: {name} is not a list in this pool")
+    if index >= len(node):
+        raise SimInputError(
+            f"--set {key}: {name} has {len(node)} element(s) in this pool "
+            f"(indices 0-{len(node) - 1}); --set {name}=[...] replaces the whole list"
+            if node
+            else f"--set {key}: {name} is empty in this pool; --set {name}=[...] sets it"
+        )
+    return node[index]
 
 
 def _deep_copy(obj: Any) -> Any:
