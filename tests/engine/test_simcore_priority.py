@@ -119,6 +119,10 @@ def test_a_replica_that_could_never_run_a_request_is_refused_with_every_reason()
         "num_gpu_blocks must be >= 1, got 0; max_num_batched_tokens must be >= 1, got 0; "
         "eos_probability must be within [0, 1], got -0.1"
     )
+    # 10**12 blocks was a MemoryError, 10**9 took 8 GB; ids past 32 bits overflowed the hash
+    with pytest.raises(ValueError, match=r"^num_gpu_blocks must be <= 10,000,000") as e:
+        CoreConfig(num_gpu_blocks=10**9, vocab_size=2**40)
+    assert "vocab_size must be <= 4,294,967,296 (token ids are 32-bit)" in str(e.value)
 
 
 def test_abort_of_a_waiting_request_under_priority() -> None:

@@ -289,6 +289,10 @@ def _write_trace(tmp_path: Path, n: int = 12) -> Path:
             "max_num_batched_tokens must be >= 1, got 0",
         ),
         (["--engine-option", "time_scale=0"], "time_scale must be > 0 and finite, got 0.0"),
+        (
+            ["--set", "engine.args.numGpuBlocks=1000000000"],
+            "spec.engine.args.numGpuBlocks: input should be less than or equal to 10000000",
+        ),
     ],
 )
 def test_cli_bad_set_and_sweep_exit_2_with_one_message(

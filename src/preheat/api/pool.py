@@ -31,6 +31,7 @@ from preheat.api import engine_args
 from preheat.api.traffic import TrafficSpec, to_traffic
 from preheat.api.traffic import cross_problems as traffic_problems
 from preheat.core.autoscaling.forecast import SHORTFALL_EDGES
+from preheat.core.blocks import MAX_GPU_BLOCKS
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.manifests import GROUP, KIND, PLURAL, VERSION
 from preheat.core.pool import (
@@ -158,7 +159,9 @@ class EngineArgs(_Model):
     tensor_parallel_size: int | None = Field(
         default=None, ge=1, le=64, description="vllm only: GPUs per replica for one model."
     )
-    num_gpu_blocks: int | None = Field(default=None, ge=1, description="sim only: KV blocks.")
+    num_gpu_blocks: int | None = Field(
+        default=None, ge=1, le=MAX_GPU_BLOCKS, description="sim only: KV blocks."
+    )
     time_scale: float | None = Field(
         default=None, gt=0, description="sim only: multiplies every simulated duration."
     )

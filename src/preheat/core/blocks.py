@@ -14,6 +14,11 @@ from collections.abc import Sequence
 
 ROOT_HASH = 0
 
+#: The most KV blocks one (simulated) replica may have: a GPU's KV cache is tens of thousands
+#: of blocks (25,000 of 16 tokens for an 8B model on an H100); the sim engine keeps a list
+#: entry per block, so 10 million is 80 MB, where 10**9 asked for 8 GB
+MAX_GPU_BLOCKS = 10_000_000
+
 
 def block_hash(parent: int, tokens: Sequence[int]) -> int:
     """The chained hash of one block of ``tokens`` following the block named ``parent``."""

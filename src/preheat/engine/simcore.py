@@ -50,7 +50,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, KeysView, Sequence
 from dataclasses import dataclass, field
 
-from preheat.core.blocks import ROOT_HASH, block_hash, tenant_root
+from preheat.core.blocks import MAX_GPU_BLOCKS, ROOT_HASH, block_hash, tenant_root
 from preheat.core.errors import ErrorCode, PreheatError
 from preheat.core.sampling import SamplingOptions
 from preheat.engine.base import (
@@ -99,6 +99,14 @@ class CoreConfig:
             )
             if not getattr(self, name) >= 1
         ]
+        for name, top, why in (
+            # 10**12 was a MemoryError, 10**9 took 8 GB (preheat.core.blocks)
+            ("num_gpu_blocks", MAX_GPU_BLOCKS, "a GPU holds tens of thousands"),
+            # token ids are uint32 on the wire and in the prefix hashes
+            ("vocab_size", 2**32, "token ids are 32-bit"),
+        ):
+            if getattr(self, name) > top:
+                problems.append(f"{name} must be <= {top:,} ({why}), got {getattr(self, name):,}")
         if not 0.0 <= self.eos_probability <= 1.0:
             problems.append(f"eos_probability must be within [0, 1], got {self.eos_probability}")
         if self.scheduling_policy not in SCHEDULING_POLICIES:
