@@ -111,6 +111,13 @@ def test_the_command_reads_servegen_a_schedule_or_a_trace(
         (["--servegen", "{csv}", "--workload", "a/b", "--score-from", "5"], "nothing to score"),
         (["--schedule", "{tmp}/missing.json"], "--schedule"),
         (["--trace", "{tmp}/missing.jsonl"], "missing.jsonl"),
+        # flags the source does not read were ignored: --window-s 0 with --servegen ran
+        (
+            ["--servegen", "{csv}", "--window-s", "0", "--format", "azure"],
+            "--format is read with --trace only; --window-s is read with --trace only",
+        ),
+        (["--schedule", "{tmp}/s.json", "--workload", "a/b"], "--workload is read with --servegen"),
+        (["--trace", "{tmp}/missing.jsonl", "--window-s", "nan"], "--window-s must be > 0"),
     ],
 )
 def test_bad_input_is_a_clear_error(

@@ -116,11 +116,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--trace", type=Path, help="a request trace, counted in --window-s")
     p.add_argument(
         "--workload",
-        default="language/m-large",
-        help="with --servegen: the workload (default language/m-large)",
+        default=None,
+        help=f"with --servegen: the workload (default {DEFAULT_WORKLOAD})",
     )
-    p.add_argument("--format", choices=FORMATS, default="auto", help="with --trace")
-    p.add_argument("--window-s", type=float, default=60.0, help="with --trace (default 60)")
+    p.add_argument("--format", choices=FORMATS, default=None, help="with --trace (default auto)")
+    p.add_argument(
+        "--window-s", type=float, default=None, help=f"with --trace (default {DEFAULT_WINDOW_S:g})"
+    )
     p.add_argument("--period", default="24h", help="autoscaling.predictive.period (24h)")
     p.add_argument(
         "--horizons", default="10m,1h,6h", help="how far ahead, comma-separated durations"
@@ -142,18 +144,41 @@ class Series:
     name: str  # for the benchmarks.md section
 
 
+DEFAULT_WORKLOAD = "language/m-large"
+DEFAULT_WINDOW_S = 60.0
+
+
+def unused_flags(args: argparse.Namespace) -> list[str]:
+    """A flag its source does not read, each named (it was ignored: ``--window-s 0`` with
+    ``--servegen`` ran as if it had not been given)."""
+    out = []
+    for flag, value, source in (
+        ("--workload", args.workload, "--servegen"),
+        ("--format", args.format, "--trace"),
+        ("--window-s", args.window_s, "--trace"),
+    ):
+        given = getattr(args, source.removeprefix("--")) is not None
+        if value is not None and not given:
+            out.append(f"{flag} is read with {source} only")
+    return out
+
+
 def _series(args: argparse.Namespace) -> Series:
     if args.servegen is not None:
-        rates = read_servegen_rates(args.servegen, args.workload)
-        source = f"ServeGen `{args.workload}` ({args.servegen.name})"
-        return Series(rates, SERVEGEN_WINDOW_S, source, args.workload.replace("/", "-"))
+        workload = args.workload or DEFAULT_WORKLOAD
+        rates = read_servegen_rates(args.servegen, workload)
+        source = f"ServeGen `{workload}` ({args.servegen.name})"
+        return Series(rates, SERVEGEN_WINDOW_S, source, workload.replace("/", "-"))
     if args.schedule is not None:
         s = read_schedule(args.schedule)
         return Series(list(s.rates_rps), s.window_s, args.schedule.name, args.schedule.stem)
-    trace = read_requests(args.trace, TraceOptions(fmt=args.format))
-    rates = window_rates([r.arrival_s for r in trace], args.window_s)
+    window_s = DEFAULT_WINDOW_S if args.window_s is None else args.window_s
+    if not 0 < window_s < math.inf:  # before the trace is read
+        raise ValueError(f"--window-s must be > 0 and finite, got {window_s:g}")
+    trace = read_requests(args.trace, TraceOptions(fmt=args.format or "auto"))
+    rates = window_rates([r.arrival_s for r in trace], window_s)
     source = f"{args.trace.name} ({len(trace):,} requests)"
-    return Series(rates, args.window_s, source, args.trace.stem)
+    return Series(rates, window_s, source, args.trace.stem)
 
 
 def report(
@@ -199,6 +224,9 @@ def run(args: argparse.Namespace) -> int:
         horizons = [parse_duration(h.strip()) for h in args.horizons.split(",") if h.strip()]
         if period_s <= 0 or not horizons or min(horizons) <= 0:
             raise ValueError("--period and every --horizons must be > 0")
+        unused = unused_flags(args)
+        if unused:
+            raise ValueError("; ".join(unused))
         series = _series(args)
     except (ValueError, TraceError, SimInputError) as e:
         print(f"preheat bench forecast: {e}", file=sys.stderr)
