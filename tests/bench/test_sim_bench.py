@@ -96,3 +96,32 @@ def test_autoscalers_are_the_core_policies() -> None:
 def test_missing_data_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert sim.run(parse([*TINY, "--data", str(tmp_path)])) == 2
     assert "not found (--data names the shared data folder)" in capsys.readouterr().out
+
+
+def test_every_bad_flag_is_named_before_any_part_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # each used to end in a traceback (--routing-requests -5, --per-gpu-scale nan), or to
+    # fail only after the parts before its own had run (--policies, --autoscalers, --slo-ms)
+    argv = [
+        *("--routing-requests", "-5", "--per-gpu-scale", "nan", "--routing-gpus", "0,x"),
+        *("--policies", "preheat,nosuch", "--autoscalers", "hpa,nosuch", "--slo-ms", "-1"),
+        *("--preheat-percentile", "100", "--standby", "0,-1", "--geo-gpus", "2"),
+        *("--write", str(tmp_path / "b.md")),
+    ]
+    assert sim.run(parse(argv)) == 2
+    err = capsys.readouterr().err
+    for said in (
+        "--routing-requests must be >= 1 and finite, got -5",
+        "--routing-gpus wants comma-separated ints, got '0,x'",
+        "--per-gpu-scale must be > 0 and finite, got nan",
+        "--policies: unknown 'nosuch'; known: preheat,",
+        "--autoscalers: unknown 'nosuch'; known: preheat, hpa, keda, kpa",
+        "--slo-ms must be > 0 and finite, got -1.0",
+        "--preheat-percentile must be within (0, 100), got 100.0",
+        "--standby: every value must be >= 0, got -1",
+        "--geo-gpus must be >= 3 and finite, got 2",
+    ):
+        assert said in err, said
+    assert not (tmp_path / "b.md").exists()
+    assert sim_bench.problems(parse(TINY)) == sim_bench.problems(parse([])) == []

@@ -7,6 +7,7 @@ this module sits above both, so neither imports the other's caller."""
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from preheat.bench.sim_bench import (
     SERVEGEN,
     autoscaling_part,
     geography_part,
+    problems,
     routing_part,
 )
 from preheat.bench.sim_decode import decode_part
@@ -25,6 +27,10 @@ from preheat.report.markdown import write_section
 
 def run(args: argparse.Namespace) -> int:
     parts = PARTS if args.part == "all" else (args.part,)
+    bad = problems(args)
+    if bad:
+        print(f"preheat bench sim: {'; '.join(bad)}", file=sys.stderr)
+        return 2
     for f in (MOONCAKE, AZURE, SERVEGEN):
         if not (args.data / f).is_file():
             print(f"error: {args.data / f} not found (--data names the shared data folder)")
