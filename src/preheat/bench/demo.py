@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
 
 import grpc
 
+from preheat.bench.flagcheck import FlagCheck
 from preheat.bench.workerproc import spawn_worker
 from preheat.core.percentiles import sample_quantile
 from preheat.load.stream import StreamRecord, stream_generate
@@ -95,5 +97,25 @@ async def _demo(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+#: concurrent requests the burst may send: the sim worker's max_num_seqs
+MAX_BURST = 1024
+#: the long prompt's words: its text is held in memory (8 bytes a word); the worker refuses
+#: what is over its context window with its own message
+MAX_PROMPT_TOKENS = 1_000_000
+
+
+def problems(args: argparse.Namespace) -> list[str]:
+    """Every flag out of range (a traceback before: ``--max-tokens -3``, ``--burst -1`` ran)."""
+    c = FlagCheck()
+    c.number("--max-tokens", args.max_tokens, 1)
+    c.number("--prompt-tokens", args.prompt_tokens, 1, high=MAX_PROMPT_TOKENS)
+    c.number("--burst", args.burst, 0, high=MAX_BURST)
+    return c.problems
+
+
 def run(args: argparse.Namespace) -> int:
+    bad = problems(args)
+    if bad:
+        print(f"preheat demo: {'; '.join(bad)}", file=sys.stderr)
+        return 2
     return asyncio.run(_demo(args))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import platform
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from preheat.bench import (
     traces,
     vllm_serve,
 )
+from preheat.bench.demo import MAX_PROMPT_TOKENS
+from preheat.bench.flagcheck import FlagCheck
 from preheat.bench.workerproc import spawn_worker
 from preheat.core.percentiles import sample_quantile
 from preheat.engine.base import Engine, EngineRequest, Sampling
@@ -226,7 +229,24 @@ async def _bench_scale(
     return failed
 
 
+def worker_problems(args: argparse.Namespace) -> list[str]:
+    """``preheat bench worker``'s flags out of range, at once (each ended in a traceback:
+    ``--rounds 0`` divided by zero, ``--time-scales 0`` failed in the worker it started)."""
+    c = FlagCheck()
+    c.number("--requests", args.requests, 1)
+    c.listed("--concurrency", args.concurrency, int, 1)
+    c.number("--prompt-tokens", args.prompt_tokens, 1, high=MAX_PROMPT_TOKENS)
+    c.number("--max-tokens", args.max_tokens, 1)
+    c.number("--rounds", args.rounds, 1)
+    c.listed("--time-scales", args.time_scales, float, 0, strict=True)
+    return c.problems
+
+
 async def _bench_worker(args: argparse.Namespace) -> int:
+    bad = worker_problems(args)
+    if bad:
+        print(f"preheat bench worker: {'; '.join(bad)}", file=sys.stderr)
+        return 2
     levels = [int(c) for c in args.concurrency.split(",")]
     rows: list[str] = []
     failed = 0

@@ -46,6 +46,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from preheat.api.pool import to_config
+from preheat.bench.flagcheck import FlagCheck
 from preheat.bench.oracle import OracleResult, oracle_hit_rate
 from preheat.core.autoscaling import Context, Decision, PolicyState
 from preheat.core.autoscaling.baselines import Hpa, Keda, Kpa
@@ -169,65 +170,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def problems(args: argparse.Namespace) -> list[str]:
     """Every flag out of range, at once, before any part runs: a bad value used to end in a
     traceback, or in one only after the parts before its own had run for minutes."""
-    out: list[str] = []
-
-    def number(flag: str, value: float, low: float, *, strict: bool = False) -> None:
-        ok = math.isfinite(value) and (value > low if strict else value >= low)
-        if not ok:
-            out.append(f"{flag} must be {'>' if strict else '>='} {low:g} and finite, got {value}")
-
-    def listed(flag: str, text: str, kind: type, low: float, *, empty: bool = False) -> None:
-        parts = [x.strip() for x in str(text).split(",") if x.strip()]
-        try:
-            values = [kind(x) for x in parts]
-        except ValueError:
-            out.append(f"{flag} wants comma-separated {kind.__name__}s, got {text!r}")
-            return
-        if not values and not empty:
-            out.append(f"{flag} names nothing")
-        bad = [v for v in values if not (math.isfinite(v) and v >= low)]
-        if bad:
-            out.append(f"{flag}: every value must be >= {low:g}, got {bad[0]}")
-
-    def names(flag: str, text: str, known: Sequence[str]) -> None:
-        given = [x.strip() for x in str(text).split(",") if x.strip()]
-        unknown = [n for n in given if n not in known]
-        if unknown or not given:
-            out.append(
-                f"{flag}: unknown {', '.join(map(repr, unknown))}; known: {', '.join(known)}"
-                if unknown
-                else f"{flag} names nothing; known: {', '.join(known)}"
-            )
-
-    number("--routing-requests", args.routing_requests, 1)
-    listed("--routing-gpus", args.routing_gpus, int, 1)
-    number("--per-gpu-scale", args.per_gpu_scale, 0, strict=True)
-    number("--ttft-objective-ms", args.ttft_objective_ms, 0, strict=True)
-    number("--search-runs", args.search_runs, 0)
-    number("--search-requests", args.search_requests, 1)
-    names("--policies", args.policies, POLICIES)
-    number("--burst-mean-rps", args.burst_mean_rps, 0, strict=True)
-    number("--burst-window-s", args.burst_window_s, 0, strict=True)
-    number("--burst-windows", args.burst_windows, 4)
-    number("--slo-ms", args.slo_ms, 0, strict=True)
+    c = FlagCheck()
+    c.number("--routing-requests", args.routing_requests, 1)
+    c.listed("--routing-gpus", args.routing_gpus, int, 1)
+    c.number("--per-gpu-scale", args.per_gpu_scale, 0, strict=True)
+    c.number("--ttft-objective-ms", args.ttft_objective_ms, 0, strict=True)
+    c.number("--search-runs", args.search_runs, 0)
+    c.number("--search-requests", args.search_requests, 1)
+    c.names("--policies", args.policies, POLICIES)
+    c.number("--burst-mean-rps", args.burst_mean_rps, 0, strict=True)
+    c.number("--burst-window-s", args.burst_window_s, 0, strict=True)
+    c.number("--burst-windows", args.burst_windows, 4)
+    c.number("--slo-ms", args.slo_ms, 0, strict=True)
     if not 0 < args.preheat_percentile < 100:
-        out.append(f"--preheat-percentile must be within (0, 100), got {args.preheat_percentile}")
-    listed("--preheat-target-ms", args.preheat_target_ms, float, 0, empty=True)
-    number("--preheat-concurrency", args.preheat_concurrency, 0)
-    listed("--concurrency-sweep", args.concurrency_sweep, float, 1, empty=True)
-    number("--initial-replicas", args.initial_replicas, 1)
-    names("--autoscalers", args.autoscalers, tuple(autoscalers(args.slo_ms)))
-    listed("--standby", args.standby, int, 0)
-    number("--decode-requests", args.decode_requests, 0)
-    number("--geo-gpus", args.geo_gpus, len(REGIONS))
-    number("--geo-requests", args.geo_requests, 1)
-    for flag, value in (
-        ("--sensitivity", args.sensitivity),
-        ("--ablate-concurrency", args.ablate_concurrency),
-    ):
-        if value not in (0, 1):
-            out.append(f"{flag} must be 0 or 1, got {value}")
-    return out
+        c.problems.append(
+            f"--preheat-percentile must be within (0, 100), got {args.preheat_percentile}"
+        )
+    c.listed("--preheat-target-ms", args.preheat_target_ms, float, 0, empty=True)
+    c.number("--preheat-concurrency", args.preheat_concurrency, 0)
+    c.listed("--concurrency-sweep", args.concurrency_sweep, float, 1, empty=True)
+    c.number("--initial-replicas", args.initial_replicas, 1)
+    c.names("--autoscalers", args.autoscalers, tuple(autoscalers(args.slo_ms)))
+    c.listed("--standby", args.standby, int, 0)
+    c.number("--decode-requests", args.decode_requests, 0)
+    c.number("--geo-gpus", args.geo_gpus, len(REGIONS))
+    c.number("--geo-requests", args.geo_requests, 1)
+    c.one_of("--sensitivity", args.sensitivity, (0, 1))
+    c.one_of("--ablate-concurrency", args.ablate_concurrency, (0, 1))
+    return c.problems
 
 
 # --- shared ------------------------------------------------------------------------------
