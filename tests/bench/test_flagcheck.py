@@ -49,6 +49,11 @@ def test_each_check_names_its_flag() -> None:
             "preheat bench worker: --rounds must be >= 1 and finite, got 0; "
             "--time-scales: every value must be > 0, got 0.0",
         ),
+        (
+            ["bench", "router", "--part", "policies", "--workers", "100000", "--rounds", "0"],
+            "preheat bench router: --rounds must be >= 1 and finite, got 0; "
+            "--workers must be within [1, ",
+        ),
     ],
 )
 def test_a_bad_flag_starts_nothing(
@@ -58,3 +63,16 @@ def test_a_bad_flag_starts_nothing(
     out, err = capsys.readouterr()
     assert said in err
     assert out == ""  # no worker was started ("starting: preheat worker ...")
+
+
+def test_a_cluster_bigger_than_the_machine_is_refused_before_any_process() -> None:
+    # `preheat bench router --workers 100000` started that many worker processes at once
+    from preheat.bench.workerproc import check_sim_workers, sim_worker_limit
+
+    most, why = sim_worker_limit()
+    assert 1 <= most <= 64  # preheat.local.capacity.MAX_WORKERS
+    assert check_sim_workers("--workers", most) is None
+    assert check_sim_workers("--workers", most + 1) == (
+        f"--workers must be within [1, {most}] on this machine ({why}), got {most + 1}"
+    )
+    assert check_sim_workers("--workers", 0) is not None

@@ -48,6 +48,7 @@ import json
 import os
 import platform
 import random
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -57,15 +58,19 @@ from pathlib import Path
 import aiohttp
 import grpc
 
+from preheat.bench.flagcheck import FlagCheck
 from preheat.bench.workerproc import (
     ServiceProcess,
+    check_sim_workers,
     spawn_nullproxy,
     spawn_router,
     spawn_service,
     spawn_worker,
 )
+from preheat.core.blocks import MAX_GPU_BLOCKS
 from preheat.core.errors import PreheatError
 from preheat.core.percentiles import sample_quantile
+from preheat.core.routing.scheduler import POLICIES
 from preheat.engine.simtokenizer import SimTokenizer
 from preheat.load.stream import StreamRecord, stream_generate
 from preheat.proto.preheat.v1 import inference_pb2 as pb
@@ -275,6 +280,9 @@ async def cluster(
 ) -> AsyncIterator[Cluster]:
     """``k`` sim workers (started in parallel) and one router over a static endpoints file;
     yields once a Pick through the router succeeds and every worker has had time to be seen."""
+    too_many = check_sim_workers("the cluster's workers", k)
+    if too_many is not None:
+        raise ValueError(too_many)
     async with contextlib.AsyncExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="preheat-bench-")))
         workers = list(
@@ -819,7 +827,7 @@ def _bench_inprocess(counts: Sequence[int], prompt_tokens: int, seconds: float) 
     from preheat.core.routing.baselines import SchedulerState
     from preheat.core.routing.config import SchedulerConfig
     from preheat.core.routing.history import PrefixHistory
-    from preheat.core.routing.scheduler import POLICIES, schedule
+    from preheat.core.routing.scheduler import schedule
     from preheat.core.routing.types import Endpoint, RequestInfo, RoutingContext
     from preheat.engine.costmodel import CostModel
 
@@ -1604,6 +1612,36 @@ _PARTS: dict[str, Part] = {
 }
 
 
+def problems(args: argparse.Namespace) -> list[str]:
+    """The common flags out of range, at once, before any part starts a process (``--rounds
+    0`` divided by zero after a cluster had started; ``--workers 100000`` started that many
+    worker processes at once)."""
+    c = FlagCheck()
+    c.listed("--concurrency", args.concurrency, int, 1)
+    c.number("--requests", args.requests, 1)
+    c.number("--rounds", args.rounds, 1)
+    c.number("--prompt-tokens", args.prompt_tokens, 1)
+    c.number("--max-tokens", args.max_tokens, 1)
+    c.listed("--overhead-time-scale", args.overhead_time_scale, float, 0, strict=True)
+    c.number("--streams", args.streams, 1)
+    c.number("--stream-tokens", args.stream_tokens, 1)
+    c.number("--throughput-s", args.throughput_s, 0, strict=True)
+    c.number("--pick-s", args.pick_s, 0, strict=True)
+    c.number("--pick-concurrency", args.pick_concurrency, 1)
+    c.number("--pick-prompt-tokens", args.pick_prompt_tokens, 1)
+    c.names("--policies", args.policies, POLICIES)
+    workers = check_sim_workers("--workers", args.workers)
+    if workers is not None:
+        c.problems.append(workers)
+    c.number("--trace-start-s", args.trace_start_s, 0)
+    c.number("--trace-duration-s", args.trace_duration_s, 0, strict=True)
+    c.number("--rate-scale", args.rate_scale, 0, strict=True)
+    c.number("--gpu-blocks", args.gpu_blocks, 1, high=MAX_GPU_BLOCKS)
+    c.number("--max-input-tokens", args.max_input_tokens, 1)
+    c.listed("--policy-time-scale", args.policy_time_scale, float, 0, strict=True)
+    return c.problems
+
+
 async def run_router_bench(args: argparse.Namespace, more: Mapping[str, Part] | None = None) -> int:
     """The parts ``--part`` names; ``more``: parts built on this module's helpers
     (``pools``: :mod:`preheat.bench.router_pools`, which imports this one)."""
@@ -1612,6 +1650,10 @@ async def run_router_bench(args: argparse.Namespace, more: Mapping[str, Part] | 
     unknown = [p for p in parts if p not in known]
     if unknown:
         raise SystemExit(f"unknown --part {','.join(unknown)}; choose from {','.join(PARTS)}")
+    bad = problems(args)
+    if bad:
+        print(f"preheat bench router: {'; '.join(bad)}", file=sys.stderr)
+        return 2
     failed = 0
     for name in parts:
         print(f"\n== router bench: {name}", flush=True)

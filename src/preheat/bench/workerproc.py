@@ -14,6 +14,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
+from preheat.local.capacity import Limits, read_machine, worker_limit
 from preheat.process.children import spawn
 
 _STOP_GRACE_S = 60.0
@@ -75,6 +76,21 @@ async def _pump(stream: asyncio.StreamReader, log: list[str], echo: bool) -> Non
         log.append(text)
         if echo:
             print(text, file=sys.stderr)
+
+
+def sim_worker_limit() -> tuple[int, str]:
+    """The most sim worker processes a benchmark may start at once on this machine, and
+    why (``preheat up``'s rule: ``preheat.local.capacity.worker_limit``)."""
+    return worker_limit("sim", read_machine(), Limits())
+
+
+def check_sim_workers(flag: str, k: int) -> str | None:
+    """Why ``k`` sim workers are too many (or too few) for this machine, naming ``flag``;
+    None when they fit. ``--workers 100000`` started that many processes at once."""
+    most, why = sim_worker_limit()
+    if not 1 <= k <= most:
+        return f"{flag} must be within [1, {most}] on this machine ({why}), got {k}"
+    return None
 
 
 def spawn_worker(
