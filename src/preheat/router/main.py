@@ -53,10 +53,12 @@ from preheat.process.tracing import add_tracing_flag, setup_tracing
 from preheat.router.app import RouterConfig, RouterServer, describe
 from preheat.router.endpoints import DiscoverySource, StaticDiscovery, StaticDiscoveryError
 from preheat.router.endpoints.static import decode as decode_pools_file
+from preheat.router.endpoints.static import parse_endpoints
 from preheat.router.frontend.auth import CredentialFileError, KeySet
 from preheat.router.frontend.http import HttpLimits
 from preheat.router.frontend.tokenizer import TokenizerLoadError, build_tokenizer
 from preheat.router.pools import PoolSource, PoolSpec, StaticPools, is_multi_pool
+from preheat.router.pools.static import parse_pools
 from preheat.router.settings import (
     DEFAULT_TARGET_KEY,
     MAX_IN_FLIGHT_KEY,
@@ -311,14 +313,25 @@ def build_sources(
     kind, _, arg = spec.partition(":")
     if kind == "static" and arg:
         path = Path(arg)
+        default = PoolSpec(name=pool, model=model)
         try:
             data = decode_pools_file(path, path.read_text(encoding="utf-8"))
         except OSError as e:
             raise ValueError(f"--discovery {spec}: cannot read: {e}") from None
         except StaticDiscoveryError as e:
             raise ValueError(str(e)) from None
+        try:
+            # every problem of the file before the router listens: checked only by the
+            # watcher, a bad address or a duplicate id ended the started router with
+            # "unhandled errors in a TaskGroup" and a traceback in the log
+            if is_multi_pool(data):
+                parse_pools(data, origin=str(path), default=default)
+            else:
+                parse_endpoints(data, origin=str(path))
+        except StaticDiscoveryError as e:
+            raise ValueError(f"--discovery: {e}") from None
         if is_multi_pool(data):
-            return None, StaticPools(path, PoolSpec(name=pool, model=model))
+            return None, StaticPools(path, default)
     return build_discovery(spec), None
 
 

@@ -39,6 +39,29 @@ def test_a_multi_pool_file_gives_a_pool_source(tmp_path: Path) -> None:
         build_sources(f"static:{f}")
 
 
+def test_a_bad_static_file_is_refused_before_the_router_listens(tmp_path: Path) -> None:
+    # checked only by the watcher, a bad address or a duplicate id ended the started router
+    # with "unhandled errors in a TaskGroup" and a traceback in its log
+    f = tmp_path / "eps.yaml"
+    f.write_text(
+        yaml.safe_dump(
+            [
+                {"address": "127.0.0.1:70000", "id": "w1"},
+                {"address": "127.0.0.1:9", "id": "w1"},
+            ]
+        )
+    )
+    with pytest.raises(ValueError) as e:
+        build_sources(f"static:{f}")
+    assert str(e.value) == (
+        f"--discovery: {f}: 0: address '127.0.0.1:70000' is not host:port; "
+        "1: duplicate endpoint id 'w1'"
+    )
+    f.write_text(yaml.safe_dump({"pools": [{"pool": "a", "model": "x", "endpoints": ["h"]}]}))
+    with pytest.raises(ValueError, match=r"^--discovery: .*pools\[0\]\.endpoints: "):
+        build_sources(f"static:{f}")
+
+
 def test_a_pools_routing_overlays_the_routers_file_and_flags_win(tmp_path: Path) -> None:
     r = tmp_path / "routing.yaml"
     r.write_text(
