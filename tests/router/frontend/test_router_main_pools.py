@@ -51,7 +51,7 @@ def test_a_bad_static_file_is_refused_before_the_router_listens(tmp_path: Path) 
             ]
         )
     )
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(ValueError, match=r"^--discovery: ") as e:
         build_sources(f"static:{f}")
     assert str(e.value) == (
         f"--discovery: {f}: 0: address '127.0.0.1:70000' is not host:port; "
