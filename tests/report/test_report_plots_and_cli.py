@@ -139,3 +139,12 @@ def test_one_bad_folder_among_several_stops_before_any_output(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "missing: no such run folder" in captured.err
+
+
+def test_plots_and_no_plots_together_are_refused(tmp_path: Path, run_known: Run) -> None:
+    # --no-plots used to win silently over --plots DIR
+    write_run(tmp_path / "run", run_known)
+    proc = _report(str(tmp_path / "run"), "--no-plots", "--plots", str(tmp_path / "p"))
+    assert proc.returncode == 2
+    assert "argument --plots: not allowed with argument --no-plots" in proc.stderr
+    assert not (tmp_path / "p").exists()

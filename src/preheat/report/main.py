@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="RUN_DIR",
         help="a run folder; several: each one's table, then one line per run side by side",
     )
-    parser.add_argument(
+    plots = parser.add_mutually_exclusive_group()  # --no-plots used to drop --plots silently
+    plots.add_argument(
         "--plots",
         type=Path,
         default=None,
@@ -32,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where to write the PNG plots (default: each RUN_DIR; with several runs, "
         "DIR/<run folder name>)",
     )
-    parser.add_argument("--no-plots", action="store_true", help="print the tables only")
+    plots.add_argument("--no-plots", action="store_true", help="print the tables only")
 
 
 def _read(folder: Path) -> Run:
