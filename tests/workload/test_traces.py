@@ -307,3 +307,24 @@ def test_real_traces_load():
     azure = load_trace(DATA / "azure_llm_2023_conv.csv", TraceOptions(max_requests=100))
     assert len(azure) == 100
     assert azure[0].arrival_s == 0.0
+
+
+def test_a_trace_over_the_memory_bound_is_refused_at_the_row_past_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # every row is held to be sorted before slicing: a file of more rows than memory holds
+    # filled it (the bound is 20 million; 3 here so that the test writes 5 rows)
+    from preheat.workload import traces
+
+    monkeypatch.setattr(traces, "MAX_TRACE_REQUESTS", 3)
+    p = tmp_path / "t.jsonl"
+    p.write_text(
+        "".join(
+            json.dumps({"timestamp_ms": i, "input_tokens": 4, "output_tokens": 1}) + "\n"
+            for i in range(5)
+        )
+    )
+    with pytest.raises(TraceError, match=r"t\.jsonl:4: more than 3 requests: at most"):
+        traces.load_trace(p)
+    monkeypatch.setattr(traces, "MAX_TRACE_REQUESTS", 5)
+    assert len(traces.load_trace(p)) == 5

@@ -242,6 +242,14 @@ def read_trace(path: Path | str, options: TraceOptions | None = None) -> Trace:
         if isinstance(row, _Skip):
             skipped[row.reason] = skipped.get(row.reason, 0) + 1
         else:
+            if len(raws) >= MAX_TRACE_REQUESTS:  # every row is held to be sorted first
+                raise TraceError(
+                    p,
+                    row.line,
+                    f"more than {MAX_TRACE_REQUESTS:,} requests: at most that many fit in "
+                    "memory (about 300 bytes each) and every row is read before the trace "
+                    "is sorted and sliced; split the file",
+                )
             raws.append(row)
     return Trace(_slice(raws, opts), fmt, skipped)
 
