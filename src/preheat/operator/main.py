@@ -22,7 +22,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from preheat.core.manifests import BuildOptions
-from preheat.operator.kube import Kube
+from preheat.operator.kube import Kube, KubeConfigError
 from preheat.operator.metrics import Metrics
 from preheat.operator.options import (
     OperatorConfigError,
@@ -178,6 +178,9 @@ def run(args: argparse.Namespace) -> int:
     tracing = setup_tracing(args.tracing, "preheat-operator")
     try:
         asyncio.run(serve(options, tracing=tracing))
+    except KubeConfigError as e:  # a traceback before
+        log.error("no_cluster", extra=fields(error=str(e)))
+        return 2
     finally:
         if tracing is not None:
             tracing.shutdown()

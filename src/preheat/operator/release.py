@@ -23,7 +23,7 @@ from typing import Any
 import kopf
 
 from preheat.core.manifests import API_VERSION, OPERATOR_FINALIZER, PLURAL
-from preheat.operator.kube import POOLS, Kube
+from preheat.operator.kube import POOLS, Kube, KubeConfigError
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,11 @@ async def release(
 
 
 async def _main(args: argparse.Namespace) -> int:
-    kube = await Kube.connect(args.kubeconfig)
+    try:
+        kube = await Kube.connect(args.kubeconfig)
+    except KubeConfigError as e:  # a traceback before
+        log.error("no_cluster", extra=fields(error=str(e)))
+        return 2
     try:
         released = await release(
             kube,
