@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from preheat.cli import main
-from preheat.operator.kube import Kube, KubeConfigError
 
 
 @pytest.fixture(autouse=True)
@@ -17,17 +16,6 @@ def _outside_a_pod(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
-
-
-async def test_a_missing_or_empty_kubeconfig_is_named(tmp_path: Path) -> None:
-    with pytest.raises(KubeConfigError, match=r"and --kubeconfig /nonexistent: no such file$"):
-        await Kube.connect("/nonexistent")
-    with pytest.raises(KubeConfigError, match=r"and ~/\.kube/config: no such file$"):
-        await Kube.connect()
-    empty = tmp_path / "kc"
-    empty.write_text("{}\n")
-    with pytest.raises(KubeConfigError, match=rf"and --kubeconfig {empty}: Invalid kube-config"):
-        await Kube.connect(str(empty))
 
 
 @pytest.mark.parametrize("command", [["operator", "--standalone"], ["release-pools"]])

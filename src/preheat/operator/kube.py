@@ -9,19 +9,16 @@ paths, so any group/version works without generated models. Errors come out as k
 
 from __future__ import annotations
 
-import asyncio
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import kopf
 from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 
 from preheat.core.manifests import API_VERSION, EXACT_MAPS, PLURAL
+from preheat.process.kubeconfig import load as kubeconfig_load
 
 RETRY_DELAY_S = 5.0
 _TEMPORARY_STATUS = frozenset({409, 429, 500, 502, 503, 504})
@@ -114,10 +111,6 @@ def in_cluster_server(environ: Mapping[str, str]) -> str:
     return f"https://{host}:{port}"
 
 
-class KubeConfigError(Exception):
-    """No credentials to reach a cluster: not in a pod, and no usable kubeconfig."""
-
-
 class Kube:
     """A thin async client for the objects the operator owns (dicts in, dicts out)."""
 
@@ -128,33 +121,7 @@ class Kube:
     async def connect(cls, kubeconfig: str | None = None) -> Kube:
         """In-cluster credentials when running in a pod, else the kubeconfig (``KUBECONFIG``)."""
         configuration = k8s_client.Configuration()
-        try:
-            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        except k8s_config.ConfigException:
-            path = kubeconfig or os.environ.get("KUBECONFIG") or None
-            where = (
-                f"--kubeconfig {kubeconfig}"
-                if kubeconfig
-                else f"KUBECONFIG={path}"
-                if path
-                else "~/.kube/config"
-            )
-            first = Path(path.split(os.pathsep)[0]) if path else Path.home() / ".kube" / "config"
-            if not await asyncio.to_thread(first.is_file):
-                # the client reads a missing file as an empty one: "Expected key
-                # current-context", which does not say the file is not there
-                raise KubeConfigError(
-                    f"no cluster to talk to: not in a pod (no service account), and {where}: "
-                    "no such file"
-                ) from None
-            try:
-                await k8s_config.load_kube_config(  # KUBECONFIG read now, not at import
-                    config_file=path, client_configuration=configuration
-                )
-            except (k8s_config.ConfigException, OSError) as e:
-                raise KubeConfigError(
-                    f"no cluster to talk to: not in a pod (no service account), and {where}: {e}"
-                ) from None
+        await kubeconfig_load(configuration, kubeconfig)
         return cls(k8s_client.ApiClient(configuration=configuration))
 
     async def close(self) -> None:

@@ -22,7 +22,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from preheat.core.manifests import BuildOptions
-from preheat.operator.kube import Kube, KubeConfigError
+from preheat.operator.kube import Kube
 from preheat.operator.metrics import Metrics
 from preheat.operator.options import (
     OperatorConfigError,
@@ -32,6 +32,7 @@ from preheat.operator.options import (
 )
 from preheat.operator.services import services
 from preheat.process import yamlfile
+from preheat.process.kubeconfig import KubeConfigError
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging
 from preheat.process.ports import port_number
 from preheat.process.tracing import Tracing, add_tracing_flag, setup_tracing

@@ -23,7 +23,8 @@ from typing import Any
 import kopf
 
 from preheat.core.manifests import API_VERSION, OPERATOR_FINALIZER, PLURAL
-from preheat.operator.kube import POOLS, Kube, KubeConfigError
+from preheat.operator.kube import POOLS, Kube
+from preheat.process.kubeconfig import KubeConfigError
 from preheat.process.logs import LOG_FORMATS, fields, setup_logging
 
 log = logging.getLogger(__name__)

@@ -21,10 +21,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
+from preheat.process import kubeconfig
 from preheat.router.endpoints.discovery import DiscoveredEndpoint
 
 log = logging.getLogger(__name__)
@@ -130,12 +130,9 @@ class PodSet:
 async def api_client() -> Any:
     """A ``kubernetes_asyncio`` ApiClient: the in-cluster config, else the kubeconfig
     (``KUBECONFIG`` as it is now: the client reads it once). The caller closes it."""
-    from kubernetes_asyncio import client, config
+    from kubernetes_asyncio import client
 
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        await config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
+    await kubeconfig.load()  # KubeConfigError: one line saying what was tried
     return client.ApiClient()
 
 

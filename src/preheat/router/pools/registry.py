@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from preheat.core.routing.types import PrefillCost, StepClock
 from preheat.engine.costmodel import CostModel
+from preheat.process.kubeconfig import KubeConfigError
 from preheat.process.logs import fields
 from preheat.router.embedded import EmbeddedRouter
 from preheat.router.endpoints import DiscoverySource, EndpointStore, StaticDiscovery
@@ -296,8 +297,8 @@ class PoolSet:
         try:
             async for specs in self._source.changes():
                 self.apply(specs)
-        except asyncio.CancelledError:
-            raise
+        except (asyncio.CancelledError, KubeConfigError):
+            raise  # no cluster: said once, by the router's discovery_failed, not a traceback
         except Exception:
             log.exception("pool_discovery_failed")
             raise
