@@ -36,6 +36,25 @@ def test_a_partial_last_line_is_tolerated(tmp_path: Path) -> None:
         f.write('{"request_id": "b", "t_s": 1')  # killed mid-write
     back = read_run(tmp_path)
     assert [r.request_id for r in back.requests] == ["a"]
+    assert back.cut_off == (f"{REQUESTS_FILE}:2",)  # and said (it was left out silently)
+
+
+def test_the_report_says_which_line_it_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from preheat.cli import main
+
+    with RunWriter(tmp_path, RunMeta(name="cut")) as w:
+        w.request(RequestOutcome("a", 0.0, "ok", ttft_ms=5.0))
+    assert main(["report", str(tmp_path), "--no-plots"]) == 0
+    assert "cut off" not in capsys.readouterr().out
+    with (tmp_path / REQUESTS_FILE).open("a") as f:
+        f.write('{"request_id": "b", "t_s": 1')  # killed mid-write
+    assert main(["report", str(tmp_path), "--no-plots"]) == 0
+    assert (
+        f"note: {tmp_path / REQUESTS_FILE}:2: the line was cut off mid-write (the run stopped "
+        "while writing it); left out"
+    ) in capsys.readouterr().out
 
 
 def test_a_malformed_line_in_the_middle_names_file_and_line(tmp_path: Path) -> None:

@@ -57,6 +57,11 @@ def run(args: argparse.Namespace) -> int:
         if i:
             print("\n" + "=" * 78 + "\n")
         print(render_table(summary))
+        for where in record.cut_off:  # a partial last line, left out (it used to be silent)
+            print(
+                f"note: {folder / where}: the line was cut off mid-write (the run stopped "
+                "while writing it); left out"
+            )
         if args.no_plots:
             continue
         from preheat.report.plots import write_plots  # matplotlib only when plotting

@@ -134,6 +134,9 @@ class Run:
     requests: list[RequestOutcome]
     events: list[ScaleEvent]
     replicas: list[ReplicaSample]
+    #: the files whose last line was cut off mid-write (a live run killed while writing it),
+    #: left out of the record above; ``preheat report`` says so
+    cut_off: tuple[str, ...] = ()
 
 
 @dataclass
@@ -337,7 +340,7 @@ class RunFormatError(ValueError):
     """A run folder that cannot be read, saying which file and line."""
 
 
-def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def _lines(path: Path, cut_off: list[str] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     if not path.exists():
         return
     with path.open(encoding="utf-8") as f:
@@ -347,19 +350,22 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             try:
                 data = json.loads(line)
             except json.JSONDecodeError as err:
-                # A live run killed mid-write leaves a partial last line: tolerate only that.
+                # A live run killed mid-write leaves a partial last line: tolerate only that,
+                # and tell the caller (``cut_off``) so that the report can say so
                 rest = f.read()
                 if rest.strip():
                     raise RunFormatError(f"{path}:{n}: not JSON ({err.msg})") from None
+                if cut_off is not None:
+                    cut_off.append(f"{path.name}:{n}")
                 return
             if not isinstance(data, dict):
                 raise RunFormatError(f"{path}:{n}: expected a JSON object")
             yield n, data
 
 
-def _read(path: Path, cls: type[T]) -> list[T]:
+def _read(path: Path, cls: type[T], cut_off: list[str] | None = None) -> list[T]:
     out: list[T] = []
-    for n, data in _lines(path):
+    for n, data in _lines(path, cut_off):
         try:
             out.append(_from_dict(cls, data))
         except TypeError as err:
@@ -383,7 +389,8 @@ def read_run(folder: Path | str) -> Run:
         meta = _from_dict(RunMeta, json.loads(meta_path.read_text(encoding="utf-8")))
     except (json.JSONDecodeError, TypeError) as err:
         raise RunFormatError(f"{meta_path}: {err}") from None
-    requests = _read(root / REQUESTS_FILE, RequestOutcome)
+    cut_off: list[str] = []
+    requests = _read(root / REQUESTS_FILE, RequestOutcome, cut_off)
     for r in requests:
         if r.outcome not in OUTCOMES:
             raise RunFormatError(
@@ -393,8 +400,9 @@ def read_run(folder: Path | str) -> Run:
     return Run(
         meta=meta,
         requests=requests,
-        events=_read(root / EVENTS_FILE, ScaleEvent),
-        replicas=_read(root / REPLICAS_FILE, ReplicaSample),
+        events=_read(root / EVENTS_FILE, ScaleEvent, cut_off),
+        replicas=_read(root / REPLICAS_FILE, ReplicaSample, cut_off),
+        cut_off=tuple(cut_off),
     )
 
 
