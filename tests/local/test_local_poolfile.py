@@ -162,3 +162,31 @@ def test_cli_unwritable_run_folder(tmp_path):
     assert proc.returncode == 2
     assert "cannot write the run folder" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_cli_bad_flags_are_named_together_and_start_nothing(tmp_path):
+    # NaN passed the `<= 0` checks, and a --prometheus without a scheme warned "unknown url
+    # type" and went on with the direct scrape
+    pool = tmp_path / "p.yaml"
+    pool.write_text(
+        "apiVersion: preheat.dev/v1alpha1\nkind: InferencePool\nmetadata: {name: x}\n"
+        "spec: {model: {name: m}, replicas: {min: 1, max: 1}}\n"
+    )
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "preheat.cli", "up", "-f", str(pool), "--out", str(out)),
+            *("--no-ui", "--interval-s", "nan", "--drain-grace-s", "inf"),
+            *("--prometheus", "prom:9090"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert (
+        "preheat up: --interval-s must be > 0 and finite (got nan); --drain-grace-s must be "
+        ">= 0 and finite (got inf); --prometheus must be an http:// or https:// URL (got "
+        "'prom:9090'); nothing was started"
+    ) in proc.stderr
+    assert not out.exists()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import shlex
 import signal
 import sys
@@ -143,12 +144,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _problems(args: argparse.Namespace) -> list[str]:
     out = []
-    if args.interval_s <= 0:
-        out.append(f"--interval-s must be > 0 (got {args.interval_s:g})")
-    if args.startup_timeout_s < 0:
-        out.append(f"--startup-timeout-s must be >= 0 (got {args.startup_timeout_s:g})")
-    if args.drain_grace_s < 0:
-        out.append(f"--drain-grace-s must be >= 0 (got {args.drain_grace_s:g})")
+    # NaN passed the `<= 0` / `< 0` forms of these; an infinite wait is not a setting either
+    if not 0 < args.interval_s < math.inf:
+        out.append(f"--interval-s must be > 0 and finite (got {args.interval_s:g})")
+    if not 0 <= args.startup_timeout_s < math.inf:
+        out.append(f"--startup-timeout-s must be >= 0 and finite (got {args.startup_timeout_s:g})")
+    if not 0 <= args.drain_grace_s < math.inf:
+        out.append(f"--drain-grace-s must be >= 0 and finite (got {args.drain_grace_s:g})")
     if args.max_starting < 1:
         out.append(f"--max-starting must be >= 1 (got {args.max_starting})")
     if args.max_workers < 0:
@@ -158,11 +160,10 @@ def _problems(args: argparse.Namespace) -> list[str]:
             capacity.parse_bytes(args.worker_memory)
         except ValueError as e:
             out.append(f"--worker-memory: {e}")
-    for flag in ("router_grpc_port", "router_http_port"):
-        v = getattr(args, flag)
-        if not 0 <= v < 65536:
-            out.append(f"--{flag.replace('_', '-')} must be a port (got {v})")
-    return out
+    if args.prometheus and not args.prometheus.startswith(("http://", "https://")):
+        # "unknown url type", then a warning and the direct scrape: a typo is not an outage
+        out.append(f"--prometheus must be an http:// or https:// URL (got {args.prometheus!r})")
+    return out  # the router's ports: checked by argparse (process.ports.port_number)
 
 
 def _prometheus_ok(url: str) -> str:
