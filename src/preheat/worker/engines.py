@@ -95,9 +95,27 @@ def sim_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+def _other_engines_flags(args: argparse.Namespace, kind: str) -> list[str]:
+    """The ``--sim-*`` flags given to a vLLM worker, or the ``--vllm-*`` ones given to a sim
+    worker: the engine built never reads them (``--engine sim --vllm-gpu-memory-utilization
+    5`` ran without a word)."""
+    other = {"sim": _VLLM_FLAGS, "vllm": _SIM_FLAGS}.get(kind, {})
+    return [
+        "--" + dest.replace("_", "-")
+        for field, dest in other.items()
+        if field != "model" and getattr(args, dest, None) is not None
+    ]
+
+
 def build_engine(args: argparse.Namespace) -> Engine:
     """The engine the flags in ``args`` describe (``--engine`` and its knobs)."""
     kind = getattr(args, "engine", "sim")
+    unread = _other_engines_flags(args, kind)
+    if unread:
+        raise EngineUnavailable(
+            f"{', '.join(unread)}: not read by the {kind} engine (--engine {kind}); leave "
+            "them out or choose the engine they are for"
+        )
     if kind == "sim":
         return _build_sim(args)
     if kind == "vllm":

@@ -220,27 +220,31 @@ def run(args: argparse.Namespace) -> int:
     except (TokenError, TLSFileError) as e:
         log.error("bad_credentials", extra=fields(error=str(e)))
         return 2
+    try:  # before the engine is built: a vLLM engine loads its model there
+        config = WorkerConfig(
+            worker_id=args.worker_id,
+            host=args.host,
+            grpc_port=args.grpc_port,
+            http_port=args.http_port,
+            control_token=control_token,
+            control_host=args.control_host,
+            control_port=args.control_port,
+            cache_token=cache_token,
+            control_tls=control_tls,
+            zone=args.zone,
+            region=args.region,
+            start_as=LifecycleState(args.start_as),
+            drain_grace_s=args.drain_grace_s,
+            openai_port=max(0, args.openai_port),
+        )
+    except ValueError as e:  # --drain-grace-s -1 was a traceback, NaN a traceback and a hang
+        log.error("bad_flags", extra=fields(error=f"--drain-grace-s: {e}"))
+        return 2
     try:
         engine, openai = build_worker_engine(args)
     except EngineUnavailable as e:
         log.error("engine_unavailable", extra=fields(error=str(e)))
         return 2
-    config = WorkerConfig(
-        worker_id=args.worker_id,
-        host=args.host,
-        grpc_port=args.grpc_port,
-        http_port=args.http_port,
-        control_token=control_token,
-        control_host=args.control_host,
-        control_port=args.control_port,
-        cache_token=cache_token,
-        control_tls=control_tls,
-        zone=args.zone,
-        region=args.region,
-        start_as=LifecycleState(args.start_as),
-        drain_grace_s=args.drain_grace_s,
-        openai_port=max(0, args.openai_port),
-    )
     tracing = setup_tracing(args.tracing, "preheat-worker")
     try:
         return aio.run(serve(engine, config, openai=openai, tracing=tracing))

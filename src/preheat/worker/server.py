@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
@@ -143,8 +144,8 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         if self.start_as not in WARM_STATES:
             raise ValueError(f"start_as must be active or standby, got {self.start_as.value}")
-        if self.drain_grace_s < 0:
-            raise ValueError(f"drain_grace_s must be >= 0, got {self.drain_grace_s}")
+        if not 0 <= self.drain_grace_s < math.inf:  # NaN too
+            raise ValueError(f"drain_grace_s must be >= 0 and finite, got {self.drain_grace_s}")
 
     @property
     def control_address(self) -> str:
