@@ -333,3 +333,23 @@ def test_prometheus_options_from_the_environment_fill_the_pool_in() -> None:
     assert source.selector == 'namespace="serving",service="llama-workers"'
     assert source.router_selector == 'job="preheat-router",pool="llama"'
     assert AutoscalerOptions.from_env({}).prometheus_router_selector == ""
+
+
+def test_the_wall_clock_offset_is_kept_through_read_jitter_and_follows_a_step() -> None:
+    """Each evaluation read the policy's clock and the wall clock one after the other, so
+    their difference was off by the gap between the reads, and every remembered time moved
+    by it: a forecast's ``since`` came back 2 ms off after a restart (the fresh-clock CI run
+    of 2026-12-02). One offset is kept per process; a step past a second is taken up."""
+    from prometheus_client import CollectorRegistry
+
+    from preheat.operator.autoscaling import WALL_STEP_S, Autoscaler
+    from preheat.operator.metrics import AutoscalerMetrics
+
+    walls = iter([1_000.0, 1_010.002, 1_020.0015, 1_030.0 + 2 * WALL_STEP_S])
+    auto = Autoscaler(
+        AutoscalerOptions(wall_clock=lambda: next(walls)), AutoscalerMetrics(CollectorRegistry())
+    )
+    assert auto._wall(30.0) == 1_000.0
+    assert auto._wall(40.0) == 1_010.0  # read 2 ms late: the kept offset, not the gap
+    assert auto._wall(50.0) == 1_020.0
+    assert auto._wall(60.0) == 1_030.0 + 2 * WALL_STEP_S  # the wall clock stepped: taken up
