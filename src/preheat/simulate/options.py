@@ -211,8 +211,7 @@ class SimOptions:
 
     def __post_init__(self) -> None:
         problems = [
-            f"{name}{f' ({FLAGS[name]})' if name in FLAGS else ''} must be {rule}, got {value}"
-            for name, rule, value in _out_of_range(self)
+            f"{name} must be {rule}, got {value}" for name, rule, value in _out_of_range(self)
         ]
         if any(t > 0 for t, _ in self.forecast_history):
             problems.append("forecast_history must be at or before t=0")
@@ -224,45 +223,36 @@ class SimOptions:
             raise SimInputError("; ".join(problems))
 
 
-#: the options' numeric fields and what each must be: ``> 0`` (a positive, finite
-#: number), ``>= 0`` (zero or a positive, finite number); None is allowed where the field's
-#: type allows it (not set). ``startup.`` names a field of :class:`Startup`.
-_RANGES: tuple[tuple[str, str], ...] = (
-    ("refresh_interval_s", "> 0"),
-    ("autoscale_interval_s", "> 0"),
-    ("sample_interval_s", "> 0"),
-    ("ttft_deadline_ms", "> 0"),
-    ("ttft_objective_ms", ">= 0"),
-    ("default_ttft_target_ms", ">= 0"),
-    ("max_in_flight", ">= 0"),
-    ("max_retries", ">= 0"),
-    ("queue_timeout_s", "> 0"),
-    ("max_queue", ">= 0"),
-    ("history_ttl_s", "> 0"),
-    ("startup.image_pull_s", ">= 0"),
-    ("startup.load_s", ">= 0"),
-    ("startup.warmup_s", ">= 0"),
-    ("startup.promote_s", ">= 0"),
+#: the options' numeric fields, what each must be and the ``preheat simulate`` flag that
+#: sets it (named beside the field in a refusal; "" for a field no flag sets): ``> 0`` (a
+#: positive, finite number), ``>= 0`` (zero or a positive, finite number); None is allowed
+#: where the field's type allows it (not set). ``startup.`` names a field of
+#: :class:`Startup`.
+_RANGES: tuple[tuple[str, str, str], ...] = (
+    ("refresh_interval_s", "> 0", "--refresh-interval-s"),
+    ("autoscale_interval_s", "> 0", "--autoscale-interval-s"),
+    ("sample_interval_s", "> 0", ""),
+    ("ttft_deadline_ms", "> 0", "--ttft-deadline-ms"),
+    ("ttft_objective_ms", ">= 0", "--ttft-objective-ms"),
+    ("default_ttft_target_ms", ">= 0", "--default-ttft-target-ms"),
+    ("max_in_flight", ">= 0", "--max-in-flight"),
+    ("max_retries", ">= 0", ""),
+    ("queue_timeout_s", "> 0", ""),
+    ("max_queue", ">= 0", ""),
+    ("history_ttl_s", "> 0", ""),
+    ("startup.image_pull_s", ">= 0", "--image-pull-s"),
+    ("startup.load_s", ">= 0", ""),
+    ("startup.warmup_s", ">= 0", ""),
+    ("startup.promote_s", ">= 0", "--promote-s"),
 )
-
-#: the ``preheat simulate`` flag that sets each field, named beside it in a refusal
-FLAGS: Mapping[str, str] = {
-    "refresh_interval_s": "--refresh-interval-s",
-    "autoscale_interval_s": "--autoscale-interval-s",
-    "ttft_deadline_ms": "--ttft-deadline-ms",
-    "ttft_objective_ms": "--ttft-objective-ms",
-    "default_ttft_target_ms": "--default-ttft-target-ms",
-    "max_in_flight": "--max-in-flight",
-    "startup.image_pull_s": "--image-pull-s",
-    "startup.promote_s": "--promote-s",
-}
 
 
 def _out_of_range(options: SimOptions) -> list[tuple[str, str, object]]:
-    """(field, rule, value) of every numeric field outside its rule (``_RANGES``): a
-    negative start-up time, an interval of 0, a NaN or infinite deadline."""
+    """(field and its flag, rule, value) of every numeric field outside its rule
+    (``_RANGES``): a negative start-up time, an interval of 0, a NaN or infinite
+    deadline."""
     bad: list[tuple[str, str, object]] = []
-    for name, rule in _RANGES:
+    for name, rule, flag in _RANGES:
         owner: object = options
         *parents, attr = name.split(".")
         for parent in parents:
@@ -273,7 +263,8 @@ def _out_of_range(options: SimOptions) -> list[tuple[str, str, object]]:
         number = float(value)
         ok = math.isfinite(number) and (number > 0 if rule == "> 0" else number >= 0)
         if not ok:
-            bad.append((name, f"{rule} and finite", value))
+            said = f"{name} ({flag})" if flag else name
+            bad.append((said, f"{rule} and finite", value))
     return bad
 
 
