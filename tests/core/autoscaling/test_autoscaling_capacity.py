@@ -30,7 +30,6 @@ from preheat.core.autoscaling.capacity import (
     replicas_for,
     replicas_for_concurrency,
     sojourn_ms,
-    utilization_cap,
 )
 from preheat.core.autoscaling.recommend import needed
 from preheat.core.pool import Objective, Signal
@@ -194,62 +193,6 @@ def test_combine_when_late(
         model, feedback, serving=serving, desired=desired, late=True, persistent=persistent
     )
     assert got == want, why
-
-
-def test_the_headroom_is_the_noise_of_the_windows_arrival_count() -> None:
-    """Two standard deviations of the count the window's mean is made of, at most 10%."""
-    assert utilization_cap(4.0, 30.0, 1.0) == pytest.approx(0.9)  # 120 arrivals: 18% > 10%
-    assert utilization_cap(400.0, 30.0, 1.0) == pytest.approx(1 - 2 * math.sqrt(1 / 12_000))
-    assert utilization_cap(400.0, 30.0, 4.0) == pytest.approx(1 - 2 * math.sqrt(4 / 12_000))
-    assert utilization_cap(400.0, 30.0, 50.0) == pytest.approx(0.9)  # bursts of 25: 10%
-    # not measured, or under Poisson (its estimate's noise): read as Poisson
-    for d in (None, math.nan, math.inf, 0.3):
-        assert utilization_cap(400.0, 30.0, d) == pytest.approx(1 - 2 * math.sqrt(1 / 12_000))
-    for rate, window in ((0.0, 30.0), (-1.0, 30.0), (5.0, 0.0), (math.nan, 30.0)):
-        assert utilization_cap(rate, window, 1.0) == pytest.approx(0.9)
-
-
-@given(
-    st.floats(0.0, 1e5),
-    st.floats(0.0, 1e5),
-    st.floats(0.0, 3600.0),
-    st.floats(0.0, 3600.0),
-    st.floats(0.0, 100.0),
-    st.floats(0.0, 100.0),
-)
-def test_more_arrivals_keep_less_headroom_and_bursts_more(
-    r1: float, r2: float, w1: float, w2: float, d1: float, d2: float
-) -> None:
-    for r, w, d in ((r1, w1, d1), (r2, w2, d2)):
-        assert 0.9 - 1e-12 <= utilization_cap(r, w, d) < 1.0
-    lo, hi = sorted((r1, r2))
-    assert utilization_cap(lo, w1, d1) <= utilization_cap(hi, w1, d1)
-    lo, hi = sorted((w1, w2))
-    assert utilization_cap(r1, lo, d1) <= utilization_cap(r1, hi, d1)
-    lo, hi = sorted((d1, d2))
-    assert utilization_cap(r1, w1, lo) >= utilization_cap(r1, w1, hi)
-
-
-def test_a_large_steady_rate_is_sized_with_the_headroom_its_noise_needs() -> None:
-    """About 380 req/s over 30 s: 2% headroom, not 10%, so one pod in ten is not held
-    idle; the same rate in bursts keeps the 10% (and the bursts' own wait, proposal
-    0016)."""
-    lone = pod_rate(COST, AZURE, 400.0, 95.0)  # the kit's objective: ttft p95 <= 400 ms
-    rate = 20 * lone  # 20 pods at the 10% headroom
-    sized = {}
-    for d in (1.0, 200.0):
-        demand = Demand(arrival_rate=rate, refused_rate=0.0, window_s=30.0, arrival_dispersion=d)
-        sig = replace(signals(0.0, 200.0), demand=demand, mix=AZURE)
-        dec, _ = decide(ctx(0.0, sig, desired=16, max_=64))
-        sized[d] = dec.active
-        assert "capacity: " in dec.reason
-    steady = utilization_cap(rate, 30.0, 1.0)
-    assert steady > 0.98
-    assert sized[1.0] == replicas_for(rate, COST, AZURE, 400.0, 95.0, 64, max_utilization=steady)
-    assert sized[1.0] < replicas_for(rate, COST, AZURE, 400.0, 95.0, 64, max_utilization=0.9)
-    bursty = replicas_for(rate, COST, AZURE, 400.0, 95.0, 64, burst_size(200.0, 30.0))
-    assert sized[200.0] == min(bursty, 16 + 4)  # at most +4 a step
-    assert sized[1.0] < sized[200.0]
 
 
 def test_the_policy_sizes_from_the_rate_when_latency_is_still_fine() -> None:

@@ -255,9 +255,9 @@ def _run(pred: PredictiveConfig) -> tuple[list[int], str]:
     reason = ""
     for i in range(12):
         now = 15.0 * i
-        # +8 req/s every 15 s: steep enough that 60 s ahead needs more pods than now at
+        # +5 req/s every 15 s: steep enough that 60 s ahead needs more pods than now at
         # the estimate's ~20 req/s per pod at p95 <= 400 ms (proposal 0014)
-        c = ctx(now, at_rate(now, 10.0 + 8.0 * i), desired=desired, cfg=cfg, max_=40)
+        c = ctx(now, at_rate(now, 10.0 + 5.0 * i), desired=desired, cfg=cfg, max_=40)
         if state is not None:
             c = replace(c, state=state)
         d, state = decide(c)

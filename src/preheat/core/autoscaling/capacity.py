@@ -64,7 +64,6 @@ __all__ = [
     "replicas_for",
     "replicas_for_concurrency",
     "sojourn_ms",
-    "utilization_cap",
 ]
 
 
@@ -223,42 +222,12 @@ def reachable_ms(
     return max(target_ms, floor * (1.0 + max(0.05, slack)))
 
 
-#: The most headroom the estimate keeps under a pod's saturating rate (10%): a lone pod's
-#: few requests a second vary by more than their mean's noise (:func:`utilization_cap`).
-MAX_HEADROOM = 0.1
-
-#: Standard deviations of the window's arrival count the headroom covers (one-sided, 97.7%).
-HEADROOM_Z = 2.0
-
-
-def utilization_cap(rate: float, window_s: float, dispersion: float | None) -> float:
-    """The share of its saturating rate the estimate runs a pod at, sizing for ``rate``
-    req/s measured over ``window_s`` with index of dispersion ``dispersion`` (None: not
-    measured; read as Poisson).
-
-    The headroom is for the next window's arrivals, which come from the same process as the
-    measured ones: a count of mean ``rate * window_s`` whose variance is ``dispersion`` times
-    that, so its relative standard deviation is ``sqrt(D / (rate * window_s))``. The cap
-    keeps ``HEADROOM_Z`` of them (and no more than ``MAX_HEADROOM``): a pool sized at the knee
-    is saturated by the first rate a little over the window's mean (:func:`pod_rate`), and
-    how far over that can be is a known function of how many arrivals the mean is made of.
-    Four requests a second over 30 s (120 arrivals, relative noise 9%) keep the full 10%; 400
-    a second (12,000, 0.9%) keep 1.8%, where a constant 10% held one pod in ten idle."""
-    count = rate * window_s if rate > 0 and window_s > 0 else 0.0
-    if not math.isfinite(count) or count <= 0:
-        return 1.0 - MAX_HEADROOM
-    d = 1.0
-    if dispersion is not None and math.isfinite(dispersion):
-        d = max(1.0, dispersion)
-    return 1.0 - min(MAX_HEADROOM, HEADROOM_Z * math.sqrt(d / count))
-
-
 def pod_rate(
     cost: ServiceCost,
     mix: Mix,
     target_ms: float,
     percentile: float,
-    max_utilization: float = 1.0 - MAX_HEADROOM,
+    max_utilization: float = 0.9,
     pods: int = 1,
     burst: float = 1.0,
 ) -> float:
@@ -294,7 +263,7 @@ def _ok(
     pods: int,
     target: float,
     pct: float,
-    max_util: float = 1.0 - MAX_HEADROOM,
+    max_util: float = 0.9,
     burst: float = 1.0,
 ) -> bool:
     """``pods`` meet the target at ``lam`` req/s in all, each within ``max_util`` of
@@ -315,7 +284,6 @@ def replicas_for(
     percentile: float,
     highest: int,
     burst: float = 1.0,
-    max_utilization: float = 1.0 - MAX_HEADROOM,
 ) -> int | None:
     """Pods the arrival rate needs to meet the TTFT objective (at most ``highest``): the
     smallest pool that meets it, sharing the rate (proposal 0015); no more than the rate
@@ -323,27 +291,25 @@ def replicas_for(
     no estimate (no rate, or nothing finished to learn the mix from). ``burst``: the
     arrivals' mean batch size (:func:`burst_size`); a burst one pod cannot clear within
     the target at any rate is spread over the smallest pool that can (more pods never
-    wait longer: each takes a smaller share of it). ``max_utilization``: the share of its
-    saturating rate a pod runs at (:func:`utilization_cap`)."""
+    wait longer: each takes a smaller share of it)."""
     if arrival_rate <= 0 or mix.requests <= 0:
         return None
-    cap = max_utilization
-    per_pod = pod_rate(cost, mix, target_ms, percentile, cap, burst=burst)
+    per_pod = pod_rate(cost, mix, target_ms, percentile, burst=burst)
     if per_pod <= 0:
         if burst <= 1.0 or idle_floor_ms(cost, mix, percentile) > target_ms:
             return highest
         lo, hi = 1, highest  # the pool that meets it is within (lo, hi]
-        if _ok(cost, mix, arrival_rate, hi, target_ms, percentile, cap, burst):
+        if _ok(cost, mix, arrival_rate, hi, target_ms, percentile, burst=burst):
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if _ok(cost, mix, arrival_rate, mid, target_ms, percentile, cap, burst):
+                if _ok(cost, mix, arrival_rate, mid, target_ms, percentile, burst=burst):
                     hi = mid
                 else:
                     lo = mid
         return hi
     lone = max(1, min(highest, math.ceil(round(arrival_rate / per_pod, 9))))
     for n in range(1, lone):
-        if _ok(cost, mix, arrival_rate, n, target_ms, percentile, cap, burst):
+        if _ok(cost, mix, arrival_rate, n, target_ms, percentile, burst=burst):
             return n
     return lone
 

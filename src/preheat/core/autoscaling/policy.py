@@ -399,7 +399,7 @@ def _with_capacity(
     rate = max(seen.arrival_rate, predicted or 0.0)
     burst = capacity.burst_size(seen.arrival_dispersion, seen.window_s)
     desired, tol = ctx.replicas.desired, ctx.autoscaling.tolerance
-    model, floors = _ttft_model(ctx, cost, mix, rate, burst, seen)
+    model, floors = _ttft_model(ctx, cost, mix, rate, burst)
     if model is None:
         return _Sized(views, "", None, estimated=False)
     # each objective's model: the TTFT estimate, and for a concurrency objective the pods
@@ -479,14 +479,11 @@ def _with_capacity(
 
 
 def _ttft_model(
-    ctx: Context, cost: ServiceCost, mix: Mix, rate: float, burst: float, seen: Demand
+    ctx: Context, cost: ServiceCost, mix: Mix, rate: float, burst: float
 ) -> tuple[int | None, list[str]]:
     """The pods ``rate`` needs to meet every TTFT objective (the largest; None without one),
     and for each target under what an idle pod does at this mix, a note that it was sized
-    for what one does. Each pod runs within the noise of ``rate``'s next window of its
-    saturating rate (:func:`capacity.utilization_cap`, the window and dispersion of
-    ``seen``)."""
-    cap = capacity.utilization_cap(rate, seen.window_s, seen.arrival_dispersion)
+    for what one does."""
     model: int | None = None
     floors: list[str] = []
     for obj in ctx.autoscaling.objectives:
@@ -500,9 +497,7 @@ def _ttft_model(
                 f"ttft p{obj.percentile:g} {obj.target:g} ms is under what an idle pod "
                 f"does at this mix: sized for {goal:.0f} ms"
             )
-        need = capacity.replicas_for(
-            rate, cost, mix, goal, obj.percentile, ctx.replicas.max, burst, cap
-        )
+        need = capacity.replicas_for(rate, cost, mix, goal, obj.percentile, ctx.replicas.max, burst)
         if need is not None:
             model = need if model is None else max(model, need)
     return model, floors
@@ -521,7 +516,7 @@ def _kept(ctx: Context, outlook: Outlook | None, predicted: float | None) -> int
     cost, mix, seen = inputs
     rate = max(room, predicted or 0.0)
     burst = capacity.burst_size(seen.arrival_dispersion, seen.window_s)
-    return _ttft_model(ctx, cost, mix, rate, burst, seen)[0]
+    return _ttft_model(ctx, cost, mix, rate, burst)[0]
 
 
 #: Observations beyond a late latency percentile that make the reading sure, not noise (a
