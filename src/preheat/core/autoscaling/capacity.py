@@ -239,7 +239,12 @@ def pod_rate(
     The headroom: near saturation the decoding batch, and with it the step time and the
     TTFT, climbs steeply (the model's p99 at 400 and 500 ms differs by a few percent of
     the rate), so a pool sized at the knee is saturated by the first rate a little over
-    the window's mean. ``burst``: the arrivals' mean batch size (:func:`sojourn_ms`)."""
+    the window's mean. The 10% is a constant, not the noise of the window's count: the
+    rate moves between 30-s windows by several times a Poisson count's noise on every
+    trace measured (p90 6-31%), and a headroom from that noise (5071e61, reverted) or a
+    constant 5% missed more on the 10x diurnal day (docs/benchmarks.md, *The headroom
+    below saturation, measured*). ``burst``: the arrivals' mean batch size
+    (:func:`sojourn_ms`)."""
     if idle_floor_ms(cost, mix, percentile) > target_ms:
         return 0.0
     lo, hi = 0.0, 1.0
