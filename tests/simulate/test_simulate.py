@@ -309,6 +309,34 @@ def test_cli_bad_set_and_sweep_exit_2_with_one_message(
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    ("engine_flag", "engine_message"),
+    [
+        ("max_num_seqs=0", "sim engine options: max_num_seqs must be >= 1, got 0"),
+        ("nope=1", "unknown sim engine option 'nope'"),
+    ],
+)
+def test_every_layers_problem_is_listed_at_once_before_the_trace_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine_flag: str, engine_message: str
+) -> None:
+    """A bad pool field, a bad flag and a bad engine option in one command: all three
+    refused together, and before the trace is read (it does not exist here). They were
+    refused one layer at a time: the pool's problems alone, then the flags'."""
+    from preheat.cli import main
+
+    flags = ["--set", "replicas.min=-1", "--ttft-deadline-ms", "-1"]
+    flags += ["--engine-option", engine_flag]
+    argv = ["simulate", "--pool", str(_write_pool(tmp_path)), "--trace"]
+    rc = main([*argv, str(tmp_path / "absent.jsonl"), "--out", str(tmp_path / "run"), *flags])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "spec.replicas.min: input should be greater than or equal to 0" in err
+    assert "ttft_deadline_ms (--ttft-deadline-ms) must be > 0 and finite, got -1.0" in err
+    assert engine_message in err
+    assert "absent.jsonl" not in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_cli_sweep_prints_the_trade_off_table(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

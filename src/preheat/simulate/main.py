@@ -29,7 +29,9 @@ from pathlib import Path
 from preheat.api.poolfile import PoolDocument
 from preheat.api.routing import load_routing_config
 from preheat.core.errors import PreheatError
+from preheat.core.pool import PoolConfig
 from preheat.core.routing.config import SchedulerConfig
+from preheat.engine.sim import SimConfig
 from preheat.report.record import Run, write_run
 from preheat.report.summary import RunSummary
 from preheat.simulate import compare, fromrun
@@ -46,7 +48,7 @@ from preheat.simulate.options import (
     read_pool,
 )
 from preheat.simulate.pareto import Point, next_fixed_probe
-from preheat.simulate.world import SimStats, simulate
+from preheat.simulate.world import SimStats, engine_config, simulate
 from preheat.workload.superpose import superpose
 from preheat.workload.traceargs import add_trace_arguments, read_requests, trace_options
 from preheat.workload.traces import TraceError, TraceRequest
@@ -401,6 +403,39 @@ def _pool_path(args: argparse.Namespace) -> Path:
     return Path(pool_file)
 
 
+def _checked(
+    args: argparse.Namespace, pool: PoolDocument, overrides: tuple[tuple[str, str], ...]
+) -> tuple[PoolConfig, SimOptions, dict[str, str]]:
+    """The base pool, the options and their origins, every problem of the three layers (the
+    pool file with its overrides, the flags, the sim engine's options on that pool) listed
+    at once and before any work: a run with a bad pool field, a bad flag and a bad
+    ``--engine-option`` was refused one layer at a time."""
+    problems: list[str] = []
+    base: PoolConfig | None = None
+    options: SimOptions | None = None
+    origins: dict[str, str] = {}
+    try:
+        base = pool_config(pool, overrides)
+    except PreheatError as e:
+        problems.append(str(e))
+    try:
+        options, origins = sim_options(args)
+    except (PreheatError, ValueError) as e:
+        problems.append(str(e))
+    try:
+        if base is not None and options is not None:
+            engine_config(base, options)
+        else:  # the flags' engine options on their own (a flag that does not parse is
+            # among sim_options' problems already)
+            given = [e for e in args.engine_option if "=" in e]
+            SimConfig.from_options(dict(parse_assignment(e, "--engine-option") for e in given))
+    except PreheatError as e:
+        problems.append(str(e))
+    if problems or base is None or options is None:
+        raise SimInputError("\n".join(problems))
+    return base, options, origins
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         overrides = tuple(parse_assignment(s) for s in args.set)
@@ -428,8 +463,7 @@ def run(args: argparse.Namespace) -> int:
             raise SimInputError(f"--jobs must be >= 0 (0: one per CPU), got {args.jobs}")
         args.pool = _pool_path(args)
         pool = read_pool(args.pool)
-        base = pool_config(pool, overrides)  # every problem of the base pool, before any work
-        options, origins = sim_options(args)
+        base, options, origins = _checked(args, pool, overrides)
         assumptions = fromrun.describe_assumptions(base, options, origins)
         trace = read_trace(args)
     except (PreheatError, TraceError, ValueError) as e:
