@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from preheat.report.periods import by_period, parse_periods, render_periods
 from preheat.report.record import Run, RunFormatError, read_run
 from preheat.report.summary import summarize
 from preheat.report.table import render_comparison, render_table
@@ -34,6 +35,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "DIR/<run folder name>)",
     )
     plots.add_argument("--no-plots", action="store_true", help="print the tables only")
+    parser.add_argument(
+        "--periods",
+        default=None,
+        metavar="SECONDS",
+        help="also print the misses and mean replicas of each period: its edges in seconds of "
+        "the run (0,360,720: a period from each edge to the next, the last to the run's end) "
+        "or one length (360: periods of 360 s from 0)",
+    )
 
 
 def _read(folder: Path) -> Run:
@@ -48,8 +57,10 @@ def _read(folder: Path) -> Run:
 def run(args: argparse.Namespace) -> int:
     folders: list[Path] = args.run_dirs
     try:
+        edges = parse_periods(args.periods) if args.periods is not None else None
         runs = [_read(f) for f in folders]  # every folder checked before any output
-    except RunFormatError as err:
+        periods = [by_period(r, edges) for r in runs] if edges is not None else None
+    except (RunFormatError, ValueError) as err:
         print(f"preheat report: {err}", file=sys.stderr)
         return 2
     summaries = [summarize(r) for r in runs]
@@ -57,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
         if i:
             print("\n" + "=" * 78 + "\n")
         print(render_table(summary))
+        if periods is not None:
+            print("\n" + render_periods(record, periods[i]))
         for where in record.cut_off:  # a partial last line, left out (it used to be silent)
             print(
                 f"note: {folder / where}: the line was cut off mid-write (the run stopped "

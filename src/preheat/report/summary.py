@@ -163,16 +163,24 @@ def run_end_s(run: Run) -> float:
     return max(ends, default=0.0)
 
 
-def replica_seconds(samples: Sequence[ReplicaSample], end_s: float) -> dict[str, float]:
-    """Replica-seconds per state, each sample holding until the next (the last one until
-    ``end_s`` when that is later). Samples are taken in time order."""
-    out = dict.fromkeys(REPLICA_STATES, 0.0)
+def replica_steps(
+    samples: Sequence[ReplicaSample], end_s: float
+) -> list[tuple[float, float, ReplicaSample]]:
+    """(from, until, sample): each sample holding until the next (the last one until
+    ``end_s`` when that is later), in time order."""
     ordered = sorted(samples, key=lambda s: s.t_s)
-    for i, s in enumerate(ordered):
-        until = ordered[i + 1].t_s if i + 1 < len(ordered) else max(end_s, s.t_s)
-        span = until - s.t_s
+    return [
+        (s.t_s, ordered[i + 1].t_s if i + 1 < len(ordered) else max(end_s, s.t_s), s)
+        for i, s in enumerate(ordered)
+    ]
+
+
+def replica_seconds(samples: Sequence[ReplicaSample], end_s: float) -> dict[str, float]:
+    """Replica-seconds per state (:func:`replica_steps`)."""
+    out = dict.fromkeys(REPLICA_STATES, 0.0)
+    for t0, t1, s in replica_steps(samples, end_s):
         for state in REPLICA_STATES:
-            out[state] += span * getattr(s, state)
+            out[state] += (t1 - t0) * getattr(s, state)
     return out
 
 
