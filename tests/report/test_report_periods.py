@@ -108,13 +108,13 @@ def test_the_cli_prints_the_periods_table(
     assert main(["report", "--no-plots", "--periods", "0,10,20", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     assert "by period (a miss: rejected, failed or over the SLO; SLO: TTFT <= 500 ms)" in out
-    rows = [
-        line.split() for line in out.splitlines() if line.strip().startswith(("0-", "10-", "20-"))
-    ]
+    starts = ("0-", "10-", "20-", "all ")
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith(starts)]
     assert rows == [
         ["0-10", "3", "2", "1", "0", "1", "3.0"],
         ["10-20", "2", "1", "0", "1", "0", "4.0"],
         ["20-30", "1", "1", "0", "0", "1", "2.0"],
+        ["all", "6", "4", "1", "1", "2", "3.0"],
     ]
 
 

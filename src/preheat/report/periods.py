@@ -126,7 +126,8 @@ def _index(starts: Sequence[float], bounds: Sequence[tuple[float, float]], t: fl
 
 
 def render_periods(run: Run, periods: Sequence[PeriodFigures]) -> str:
-    """The table: one line per period, and the run's totals."""
+    """The table: one line per period, then (with several) ``all``: their sums, and the
+    replicas held on average over them."""
     ttft, e2e = run.meta.ttft_objective_ms, run.meta.e2e_objective_ms
     objective = " and ".join(
         s
@@ -142,8 +143,22 @@ def render_periods(run: Run, periods: Sequence[PeriodFigures]) -> str:
         f"  {'period (s)':>17} {'requests':>9} {'misses':>8} {'rejected':>9} {'failed':>7} "
         f"{'late':>7} {'mean replicas':>14}",
     ]
-    for p in periods:
-        span = f"{p.start_s:g}-{p.end_s:g}"
+    rows = list(periods)
+    if len(rows) > 1:
+        rows.append(
+            PeriodFigures(
+                rows[0].start_s,
+                rows[-1].end_s,
+                requests=sum(p.requests for p in periods),
+                misses=sum(p.misses for p in periods),
+                rejected=sum(p.rejected for p in periods),
+                failed=sum(p.failed for p in periods),
+                late=sum(p.late for p in periods),
+                replica_seconds=sum(p.replica_seconds for p in periods),
+            )
+        )
+    for n, p in enumerate(rows):
+        span = "all" if n == len(periods) else f"{p.start_s:g}-{p.end_s:g}"
         lines.append(
             f"  {span:>17} {p.requests:>9} {p.misses:>8} {p.rejected:>9} {p.failed:>7} "
             f"{p.late:>7} {p.mean_replicas:>14.1f}"
