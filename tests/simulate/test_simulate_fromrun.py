@@ -29,6 +29,7 @@ from preheat.simulate.fromrun import (
     read_basis,
     startups,
 )
+from preheat.simulate.world import engine_config
 
 REPO = Path(__file__).resolve().parents[2]
 POOL = REPO / "examples" / "pool.yaml"
@@ -95,7 +96,7 @@ def test_flags_win_over_the_run() -> None:
 
 def test_the_assumptions_name_every_start_up_phase_and_interval() -> None:
     config = load_pool(POOL).config
-    lines = describe_assumptions(config, SimOptions())
+    lines = describe_assumptions(engine_config(config, SimOptions()).cost, SimOptions())
     text = "\n".join(lines)
     assert "evaluates every 15.0 s" in text
     assert "ready 55.7 s after it is started = image pull 30.0 s (assumed)" in text

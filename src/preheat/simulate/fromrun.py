@@ -29,8 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from preheat.core.pool import PoolConfig
-from preheat.engine.costmodel import WARMUP_S
+from preheat.engine.costmodel import WARMUP_S, CostModel
 from preheat.report.record import (
     RunFormatError,
     RunSettings,
@@ -144,13 +143,11 @@ def _s(x: float) -> str:
 
 
 def describe_assumptions(
-    pool: PoolConfig, options: SimOptions, origins: Mapping[str, str] = DEFAULT_ORIGINS
+    cost: CostModel, options: SimOptions, origins: Mapping[str, str] = DEFAULT_ORIGINS
 ) -> list[str]:
     """The start-up and interval assumptions of a simulation, one line each, with where each
-    came from; printed at the top of the report and kept in ``meta.extra["assumptions"]``."""
-    from preheat.simulate.world import engine_config  # the world imports this module's peers
-
-    cost = engine_config(pool, options).cost
+    came from; printed at the top of the report and kept in ``meta.extra["assumptions"]``.
+    ``cost`` is the simulated replica's cost model (``world.engine_config(pool, options)``)."""
     su: Startup = options.startup
     load = su.load_s
     if load is None:

@@ -22,7 +22,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -261,7 +261,7 @@ def sim_options(args: argparse.Namespace) -> tuple[SimOptions, dict[str, str]]:
             raise SimInputError(f"routing config {args.routing}: {e.strerror or e}") from None
         routing = load_routing_config(text)
     network = load_network(args.network) if args.network is not None else Network()
-    engine_options = dict(parse_assignment(e, "--engine-option") for e in args.engine_option)
+    engine_options = _engine_options(args.engine_option)
     d = DEFAULT
     explicit = {
         fromrun.AUTOSCALE: args.autoscale_interval_s is not None,
@@ -405,15 +405,16 @@ def _pool_path(args: argparse.Namespace) -> Path:
 
 def _checked(
     args: argparse.Namespace, pool: PoolDocument, overrides: tuple[tuple[str, str], ...]
-) -> tuple[PoolConfig, SimOptions, dict[str, str]]:
-    """The base pool, the options and their origins, every problem of the three layers (the
-    pool file with its overrides, the flags, the sim engine's options on that pool) listed
-    at once and before any work: a run with a bad pool field, a bad flag and a bad
-    ``--engine-option`` was refused one layer at a time."""
+) -> tuple[SimOptions, dict[str, str], SimConfig]:
+    """The options and their origins, and the simulated replica's engine config (the base
+    pool's), every problem of the three layers (the pool file with its overrides, the flags,
+    the sim engine's options on that pool) listed at once and before any work: a run with a
+    bad pool field, a bad flag and a bad ``--engine-option`` was refused one layer at a time."""
     problems: list[str] = []
     base: PoolConfig | None = None
     options: SimOptions | None = None
     origins: dict[str, str] = {}
+    engine: SimConfig | None = None
     try:
         base = pool_config(pool, overrides)
     except PreheatError as e:
@@ -424,16 +425,20 @@ def _checked(
         problems.append(str(e))
     try:
         if base is not None and options is not None:
-            engine_config(base, options)
+            engine = engine_config(base, options)
         else:  # the flags' engine options on their own (a flag that does not parse is
             # among sim_options' problems already)
-            given = [e for e in args.engine_option if "=" in e]
-            SimConfig.from_options(dict(parse_assignment(e, "--engine-option") for e in given))
+            SimConfig.from_options(_engine_options(e for e in args.engine_option if "=" in e))
     except PreheatError as e:
         problems.append(str(e))
-    if problems or base is None or options is None:
+    if problems or base is None or options is None or engine is None:
         raise SimInputError("\n".join(problems))
-    return base, options, origins
+    return options, origins, engine
+
+
+def _engine_options(given: Iterable[str]) -> dict[str, str]:
+    """``--engine-option KEY=VALUE`` flags as a mapping (a flag without ``=`` is refused)."""
+    return dict(parse_assignment(e, "--engine-option") for e in given)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -463,8 +468,8 @@ def run(args: argparse.Namespace) -> int:
             raise SimInputError(f"--jobs must be >= 0 (0: one per CPU), got {args.jobs}")
         args.pool = _pool_path(args)
         pool = read_pool(args.pool)
-        base, options, origins = _checked(args, pool, overrides)
-        assumptions = fromrun.describe_assumptions(base, options, origins)
+        options, origins, engine = _checked(args, pool, overrides)
+        assumptions = fromrun.describe_assumptions(engine.cost, options, origins)
         trace = read_trace(args)
     except (PreheatError, TraceError, ValueError) as e:
         return _fail(str(e))
