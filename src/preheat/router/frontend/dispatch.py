@@ -783,6 +783,18 @@ class Dispatcher:
             retry_after_s=1.0,
         )
 
+    def admission_refused(self, api: str, prep: Prepared, e: PreheatError) -> None:
+        """Counts and traces a request that its tenant's quota, the pool's bound or its
+        class's ladder refused (the caller raises ``e`` on); the gRPC, HTTP and passthrough
+        fronts share it."""
+        outcome = RouterOutcome.of_error(e.code)
+        self.metrics.observe_outcome(api, outcome, slo_class=prep.slo_class)
+        tr = prep.trace
+        if tr is not None:
+            now = perf_counter()
+            tr.admission(False, prep.slo_class, prep.request.cache_salt, e.message, now)
+            tr.end(outcome.value, now, error=e.message)
+
     def _admit(self, prep: Prepared | None = None, st: StreamStats | None = None) -> None:
         """Raises RESOURCE_EXHAUSTED when the pool is at its bound on requests in flight
         (unless the request's class's ladder serves it anyway: ``st.degraded``), or when
@@ -859,16 +871,9 @@ class Dispatcher:
         except RateLimited:
             raise  # counted, logged and traced by charge()
         except PreheatError as e:
-            self.metrics.observe_outcome(
-                api, RouterOutcome.of_error(e.code), slo_class=prep.slo_class
-            )
-            if tr is not None:
-                now = perf_counter()
-                tr.admission(False, prep.slo_class, prep.request.cache_salt, e.message, now)
-                tr.end(RouterOutcome.of_error(e.code).value, now, error=e.message)
+            self.admission_refused(api, prep, e)
             raise
-        if tr is not None:
-            tr.admission(True, prep.slo_class, prep.request.cache_salt, "", perf_counter())
+        admission_passed(prep)
         if fallback is not None:  # the ladder's first step: another pool serves it
             fb, fb_prep = fallback
             fb_prep = self._note_fallback(prep, st, fb.pool, fb_prep)
@@ -1260,6 +1265,12 @@ async def _read_within(
                 f"worker {worker} sent no token within {limit_s:g}s (first-token timeout)"
             ) from None
         raise
+
+
+def admission_passed(prep: Prepared) -> None:
+    """Traces a request its quota, the pool's bound and its class's ladder let in."""
+    if prep.trace is not None:
+        prep.trace.admission(True, prep.slo_class, prep.request.cache_salt, "", perf_counter())
 
 
 def replace_target(info: RequestInfo) -> RequestInfo:

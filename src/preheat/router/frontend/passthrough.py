@@ -75,7 +75,13 @@ from preheat.core.validation import GenerateSpec, check_generate
 from preheat.process.logs import fields
 from preheat.proto.preheat.v1 import inference_pb2
 from preheat.router.frontend.chat_template import ChatTemplate, TemplateError
-from preheat.router.frontend.dispatch import DEGRADED_HEADER, Dispatcher, Prepared, StreamStats
+from preheat.router.frontend.dispatch import (
+    DEGRADED_HEADER,
+    Dispatcher,
+    Prepared,
+    StreamStats,
+    admission_passed,
+)
 from preheat.router.frontend.errors import openai_error
 from preheat.router.frontend.finish_reasons import aborted_message, foreign_finish
 from preheat.router.frontend.metrics import RouterOutcome
@@ -538,14 +544,9 @@ class Passthrough:
         except RateLimited:
             raise  # counted, logged and traced by charge()
         except PreheatError as e:
-            d.metrics.observe_outcome(api, RouterOutcome.of_error(e.code), slo_class=prep.slo_class)
-            if tr is not None:
-                now = perf_counter()
-                tr.admission(False, prep.slo_class, prep.request.cache_salt, e.message, now)
-                tr.end(RouterOutcome.of_error(e.code).value, now, error=e.message)
+            d.admission_refused(api, prep, e)
             raise
-        if tr is not None:
-            tr.admission(True, prep.slo_class, prep.request.cache_salt, "", perf_counter())
+        admission_passed(prep)
         if fallback is not None:  # the ladder's first step: another pool serves it
             fb, fb_prep = fallback
             fb_body = await d.offload(len(body), functools.partial(fallback_body, body, fb_prep))
