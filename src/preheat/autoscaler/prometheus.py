@@ -59,7 +59,7 @@ from prometheus_api_client.prometheus_connect import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from preheat.autoscaler.scrape import DEFAULT_HISTOGRAMS
-from preheat.autoscaler.source import SignalQuery, wake_signals, wakes
+from preheat.autoscaler.source import SignalQuery, snapshot, wake_signals, wakes
 from preheat.core import metric_names as mn
 from preheat.core.autoscaling import Demand, Mix, Signals, SignalValue
 from preheat.core.percentiles import bucket_floor
@@ -375,15 +375,13 @@ class PrometheusSource:
         stale = bool(problems)
         if stale:
             values = [replace(v, stale=True) for v in values]
-        if demand is not None:  # requests refused arrived too (scale-to-zero reads this)
-            requests = max(requests or 0.0, demand.arrival_rate * demand.window_s)
-        return Signals(
-            values=tuple(values),
+        return snapshot(
+            values,
             observed_at=observed_at,
             stale=stale,
             requests=requests,
             in_flight=in_flight,
-            error="; ".join(problems),
+            problems=problems,
             demand=demand,
             mix=_mix(answers),
         )

@@ -37,7 +37,7 @@ from typing import Protocol, TypeVar
 
 import aiohttp
 
-from preheat.autoscaler.source import SignalQuery, wake_signals, wakes
+from preheat.autoscaler.source import SignalQuery, snapshot, wake_signals, wakes
 from preheat.core import metric_names as mn
 from preheat.core.autoscaling import Demand, Mix, Signals, SignalValue
 from preheat.core.percentiles import Buckets, bucket_deltas, bucket_floor, histogram_quantile
@@ -380,15 +380,13 @@ def compute(
             values.append(
                 SignalValue(obj.signal, 0.0, v, observed_at, stale or v is None, samples=len(kv))
             )
-    if demand is not None:  # requests refused arrived too (scale-to-zero reads this)
-        requests = max(requests or 0.0, demand.arrival_rate * demand.window_s)
-    return Signals(
-        values=tuple(values),
+    return snapshot(
+        values,
         observed_at=observed_at,
         stale=stale,
         requests=requests,
         in_flight=in_flight,
-        error="; ".join(problems),
+        problems=problems,
         demand=demand,
         mix=served_mix(history, now, query.window_s),
     )

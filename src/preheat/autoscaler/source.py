@@ -11,9 +11,10 @@ A source never raises for a failed read: it answers stale, with the error.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
-from preheat.core.autoscaling import Demand, SignalQuery, Signals, SignalValue
+from preheat.core.autoscaling import Demand, Mix, SignalQuery, Signals, SignalValue
 from preheat.core.pool import Signal
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "SignalQuery",
     "SignalValue",
     "Signals",
+    "snapshot",
     "wake_signals",
     "wakes",
 ]
@@ -33,6 +35,34 @@ class MetricSource(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+def snapshot(
+    values: Sequence[SignalValue],
+    *,
+    observed_at: float | None,
+    stale: bool,
+    requests: float | None,
+    in_flight: float | None,
+    problems: Sequence[str],
+    demand: Demand | None,
+    mix: Mix | None,
+) -> Signals:
+    """A source's answer from what it read over the window: the requests the routers
+    refused arrived too, so ``requests`` is at least the routers' arrivals (scale-to-zero
+    reads it), and ``problems`` are the reason text's error."""
+    if demand is not None:
+        requests = max(requests or 0.0, demand.arrival_rate * demand.window_s)
+    return Signals(
+        values=tuple(values),
+        observed_at=observed_at,
+        stale=stale,
+        requests=requests,
+        in_flight=in_flight,
+        error="; ".join(problems),
+        demand=demand,
+        mix=mix,
+    )
 
 
 def wakes(held: float | None, demand: Demand | None) -> bool:
