@@ -82,3 +82,28 @@ async def test_ttft_deadline_with_the_sim() -> None:
             await c.generate(gen_request(max_tokens=5, ttft_deadline_ms=50))
         assert exc.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         await eventually(lambda: engine.stats().num_running == 0)
+
+
+class _Context:
+    """What the Generate servicer reads of a gRPC context (no deadline)."""
+
+    def time_remaining(self) -> float | None:
+        return None
+
+
+async def test_a_stream_abandoned_at_a_chunk_counts_as_cancelled_not_as_an_error() -> None:
+    # gRPC cancels the RPC while it is sending a chunk, an await outside the stream: the
+    # stream, suspended at its yield, is then closed (GeneratorExit), not cancelled. It was
+    # counted and traced as an error (the router's trace of a cancel then missed the
+    # worker's "cancelled" event, once in a full run).
+    engine = FakeEngine(token_interval_s=0.01)
+    async with running_worker(engine) as c:
+        stream = c.server.generate(gen_request(max_tokens=200, request_id="gone"), _Context())
+        await anext(stream)  # suspended at its yield, as while gRPC sends the chunk
+        await stream.aclose()
+        assert "gone" not in c.server._in_flight
+        await eventually(lambda: not engine.running)
+        async with c.http.get(c.http_url + "/metrics") as resp:
+            text = await resp.text()
+        assert 'preheat_worker_requests_total{outcome="cancelled"} 1.0' in text
+        assert 'preheat_worker_requests_total{outcome="error"} 0.0' in text

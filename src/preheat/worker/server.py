@@ -583,6 +583,7 @@ class WorkerServer:
         outcome = WorkerOutcome.ERROR
         handle: _InFlight | None = None
         finished = False
+        ended = False  # the engine's last chunk came (its outcome is the request's)
         trace = tracing.start(self.tracing, context, req)
         error = ""
 
@@ -621,7 +622,7 @@ class WorkerServer:
                     async with contextlib.aclosing(stream):
                         async for chunk, final_outcome in stream:
                             if final_outcome is not None:
-                                outcome = final_outcome
+                                outcome, ended = final_outcome, True
                             if trace is not None:
                                 trace.chunk(chunk)
                             yield chunk
@@ -634,12 +635,12 @@ class WorkerServer:
                     ):
                         async for chunk in merged:
                             if outcomes:
-                                outcome = outcomes[-1]
+                                outcome, ended = outcomes[-1], True
                             if trace is not None:
                                 trace.chunk(chunk)
                             yield chunk
                     if outcomes:
-                        outcome = outcomes[-1]
+                        outcome, ended = outcomes[-1], True
             except PreheatError as e:
                 outcome = _OUTCOME.get(e.code, WorkerOutcome.ERROR)
                 error = e.message
@@ -650,9 +651,13 @@ class WorkerServer:
                 finish()
                 await abort(context, e)
             except asyncio.CancelledError:
-                remaining = context.time_remaining()
-                expired = remaining is not None and remaining <= DEADLINE_SLACK_S
-                outcome = WorkerOutcome.DEADLINE if expired else WorkerOutcome.CANCELLED
+                outcome = _gone(context)
+                raise
+            except GeneratorExit:
+                # gRPC closed the stream at a yield: the RPC was cancelled (or its deadline
+                # passed) while a chunk was being sent, an await outside this stream
+                if not ended:
+                    outcome = _gone(context)
                 raise
             except Exception as e:
                 if isinstance(e, grpc.aio.AbortError):
@@ -819,6 +824,13 @@ class WorkerServer:
             aclose = getattr(gen, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+
+def _gone(context: Any) -> WorkerOutcome:
+    """The outcome of a stream its client left: the deadline's when it had passed."""
+    remaining = context.time_remaining()
+    expired = remaining is not None and remaining <= DEADLINE_SLACK_S
+    return WorkerOutcome.DEADLINE if expired else WorkerOutcome.CANCELLED
 
 
 # outcomes a trace shows as an event on worker.generate (the others end it plainly)
