@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from workerkit import FakeEngine, eventually, gen_request, make_sim_engine, running_worker
+from workerkit import (
+    FakeEngine,
+    NoDeadlineContext,
+    eventually,
+    gen_request,
+    make_sim_engine,
+    running_worker,
+)
 
 
 async def test_client_cancel_mid_stream_frees_the_sequence_in_the_sim() -> None:
@@ -84,13 +91,6 @@ async def test_ttft_deadline_with_the_sim() -> None:
         await eventually(lambda: engine.stats().num_running == 0)
 
 
-class _Context:
-    """What the Generate servicer reads of a gRPC context (no deadline)."""
-
-    def time_remaining(self) -> float | None:
-        return None
-
-
 async def test_a_stream_abandoned_at_a_chunk_counts_as_cancelled_not_as_an_error() -> None:
     # gRPC cancels the RPC while it is sending a chunk, an await outside the stream: the
     # stream, suspended at its yield, is then closed (GeneratorExit), not cancelled. It was
@@ -98,7 +98,9 @@ async def test_a_stream_abandoned_at_a_chunk_counts_as_cancelled_not_as_an_error
     # worker's "cancelled" event, once in a full run).
     engine = FakeEngine(token_interval_s=0.01)
     async with running_worker(engine) as c:
-        stream = c.server.generate(gen_request(max_tokens=200, request_id="gone"), _Context())
+        stream = c.server.generate(
+            gen_request(max_tokens=200, request_id="gone"), NoDeadlineContext()
+        )
         await anext(stream)  # suspended at its yield, as while gRPC sends the chunk
         await stream.aclose()
         assert "gone" not in c.server._in_flight

@@ -11,6 +11,7 @@ from grpc_health.v1 import health_pb2
 from workerkit import (
     Client,
     FakeEngine,
+    NoDeadlineContext,
     eventually,
     gen_request,
     make_sim_engine,
@@ -172,20 +173,15 @@ async def test_drain_grace_over_aborts_leftovers_with_abort() -> None:
         assert engine.running == set()
 
 
-class _Context:
-    """What the Generate servicer reads of a gRPC context when nothing goes wrong."""
-
-    def time_remaining(self) -> float | None:
-        return None
-
-
 async def test_an_abort_while_a_chunk_is_being_sent_still_ends_with_abort() -> None:
     # The drain's grace ends while the stream is suspended at a yield, i.e. while gRPC is
     # sending its chunk (an await outside the stream). The abort must not cancel that send:
     # the stream sees it when it resumes and ends with its ABORT chunk.
     engine = FakeEngine(token_interval_s=0.01)
     async with running_worker(engine) as c:
-        stream = c.server.generate(gen_request(max_tokens=200, request_id="r-1"), _Context())
+        stream = c.server.generate(
+            gen_request(max_tokens=200, request_id="r-1"), NoDeadlineContext()
+        )
         first = await anext(stream)  # suspended at its yield now
         c.server._in_flight["r-1"].abort()
         await asyncio.sleep(0.05)  # gRPC "writing" the chunk: nothing may cancel this
@@ -219,7 +215,7 @@ async def test_an_abort_as_the_engine_answers_still_ends_with_abort() -> None:
     # just after the stream resumes. It must not fire while the chunk is being sent.
     engine = _AnswerOnCue()
     async with running_worker(engine) as c:
-        stream = c.server.generate(gen_request(max_tokens=5, request_id="r-2"), _Context())
+        stream = c.server.generate(gen_request(max_tokens=5, request_id="r-2"), NoDeadlineContext())
         got: list[inference_pb2.GenerateResponse] = []
 
         async def send_all() -> None:  # as gRPC does: one task iterates and sends

@@ -227,6 +227,14 @@ class Client:
         return int((await self.control.Status(worker_pb2.StatusRequest())).state)
 
 
+class NoDeadlineContext:
+    """What the Generate servicer reads of a gRPC context, for a test that drives the
+    servicer's stream itself: no deadline."""
+
+    def time_remaining(self) -> float | None:
+        return None
+
+
 def gen_request(
     prompt: str = "hello there world",
     max_tokens: int = 5,
