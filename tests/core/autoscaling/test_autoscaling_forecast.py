@@ -128,6 +128,28 @@ def _workweek(t: float) -> float:
 WEEKLY = HoltWinters(period_s=100.0, slots=4, alpha=0.5, beta=0.0, gamma=0.5, weekly=True)
 
 
+def test_one_day_of_history_teaches_the_whole_of_its_shape_not_gamma_of_it() -> None:
+    """A slot's first pass has no earlier day to keep a share of: its offset is the pass's
+    mean deviation in full. After one day whose rate doubles at noon (10 -> 20 req/s, every
+    15 s), the next day's afternoon offset is 10 req/s over the morning's (until
+    2026-12-02 it was 5: ``gamma`` 0.5 of the only day seen), and a second, equal day
+    changes it little. ``gamma`` 0 still learns nothing."""
+
+    def rate(t: float) -> float:
+        return 20.0 if (t % 86_400.0) >= 43_200.0 else 10.0
+
+    def spread(f: Forecast) -> float:  # the afternoon's offset over the morning's
+        return sum(f.season[12:]) / 12 - sum(f.season[:12]) / 12
+
+    one = _feed([(15.0 * i, rate(15.0 * i)) for i in range(int(86_400 / 15))])
+    assert spread(one) == pytest.approx(10.0, abs=1.0)
+    two = _feed([(15.0 * i, rate(15.0 * i)) for i in range(int(2 * 86_400 / 15))])
+    assert spread(two) == pytest.approx(spread(one), abs=1.0)
+    flat = replace(HW, gamma=0.0)
+    none = _feed([(15.0 * i, rate(15.0 * i)) for i in range(int(86_400 / 15))], flat)
+    assert none.season == (0.0,) * HW.slots
+
+
 def test_a_weekly_season_foresees_the_weekend_the_daily_one_does_not() -> None:
     """After three weeks, on Saturday at 40 (before noon) the forecast 15 s ahead: the daily
     season alone expects the weekday's afternoon doubling (yesterday's, Friday's), the

@@ -33,7 +33,14 @@ nearly nothing to learn when observations come every 15 s (240 an hour): a day o
 rate that doubles at noon taught it offsets of a few percent. Here an offset is how far
 its slot runs above or below the day's mean, and ``gamma`` is the share of one period's
 deviation it takes (per period, whatever the evaluation interval: ``g`` sums to
-``gamma`` over a slot's observations): 0.5, yesterday counts half.
+``gamma`` over a slot's observations): 0.5, yesterday counts half. On a slot's first pass
+(the history did not cover it a period before) there is no yesterday: the offset is the
+time-weighted mean of the pass's deviations, ``g = dt / covered`` (:func:`_seasonal_gain`;
+the weekly offsets likewise over their first week). Over the first period the base holds
+the first rate observed (a base that moved with the rate while the offsets were first
+measured would bend the day's shape: an afternoon measured against a base the morning had
+raised), and when the history covers the period the base becomes that period's mean and
+the offsets their deviations from it.
 
 Its error: each prediction (:func:`ahead`) is kept until its time comes; the first
 observation at or after that time resolves it, and ``error = |forecast - observed| /
@@ -211,13 +218,21 @@ def observe(f: Forecast | None, t: float, y: float, hw: HoltWinters = HoltWinter
     s = offset(f, t, hw)
     level = hw.alpha * (y - s) + (1 - hw.alpha) * (f.level + f.trend * dt)
     trend = hw.beta * (level - f.level) / dt + (1 - hw.beta) * f.trend
-    base = f.base + (1.0 - math.exp(-dt / hw.period_s)) * (y - f.base)
-    g = 1.0 - (1.0 - hw.gamma) ** (dt / (hw.period_s / hw.slots))
+    first = not seasonal(f, hw)  # the first period: the base holds the first rate seen
+    base = f.base if first else f.base + (1.0 - math.exp(-dt / hw.period_s)) * (y - f.base)
+    g = _seasonal_gain(f.since, f.epoch, t, dt, hw.period_s, hw.slots, hw.gamma)
     season = list(f.season)
     season[k] = f.season[k] + g * (y - base - w_used - f.season[k])
+    if first and t - f.since >= hw.period_s and hw.gamma > 0.0:
+        # the first period is whole: the base becomes its mean, the offsets its deviations
+        shift = sum(season) / len(season)
+        base += shift
+        season = [v - shift for v in season]
     weeks = list(f.week)
-    if hw.weekly:
-        weeks[kw] = w + g * (y - base - season[k] - w)
+    if hw.weekly and f.week_since is not None:
+        week_s = 7.0 * hw.period_s
+        gw = _seasonal_gain(f.week_since, f.epoch, t, dt, week_s, hw.week_slots, hw.gamma)
+        weeks[kw] = w + gw * (y - base - season[k] - w)
     return replace(
         f,
         t=t,
@@ -227,6 +242,29 @@ def observe(f: Forecast | None, t: float, y: float, hw: HoltWinters = HoltWinter
         base=base,
         week=tuple(weeks),
     )
+
+
+def _seasonal_gain(
+    since: float, epoch: float, t: float, dt: float, period_s: float, slots: int, gamma: float
+) -> float:
+    """The share of its slot's deviation an offset learns from an observation ``dt``
+    seconds after the last, at ``t``, in a season of ``slots`` slots over ``period_s``
+    learned since ``since``: ``1 - (1 - gamma) ** (dt / slot)`` (``gamma`` per period);
+    but on the slot's first pass (the history did not cover its pass a period ago) there is
+    no earlier period to keep a share of, and it learns ``dt / covered``, with ``covered``
+    the part of this pass observed so far: the offset is the time-weighted mean of the
+    pass's deviations (the textbook's initial seasonal indices, taken from the first
+    season in full). ``gamma`` 0 learns nothing, first pass or not. Until 2026-12-02 the
+    first pass learned ``gamma`` of it too, so a forecast that had seen one day predicted
+    half of that day's shape."""
+    slot_s = period_s / slots
+    if gamma <= 0.0:
+        return 0.0
+    began = t - ((t - epoch) % slot_s)  # when this pass of the slot began
+    if began - period_s >= since - 1e-9:  # its pass a period ago was observed: blend
+        return 1.0 - float((1.0 - gamma) ** (dt / slot_s))
+    covered = t - max(began, since)
+    return 1.0 if covered <= dt else dt / covered
 
 
 def _decayed(counts: tuple[float, ...], dt: float, hw: HoltWinters) -> tuple[float, ...]:
