@@ -36,7 +36,7 @@ deviation it takes (per period, whatever the evaluation interval: ``g`` sums to
 ``gamma`` over a slot's observations): 0.5, yesterday counts half. On a slot's first pass
 (the history did not cover it a period before) there is no yesterday: the offset is the
 time-weighted mean of the pass's deviations, ``g = dt / covered`` (:func:`_seasonal_gain`;
-the weekly offsets likewise over their first week). Over the first period the base holds
+the weekly offsets learn ``gamma`` of every pass, the first too). Over the first period the base holds
 the first rate observed (a base that moved with the rate while the offsets were first
 measured would bend the day's shape: an afternoon measured against a base the morning had
 raised), and when the history covers the period the base becomes that period's mean and
@@ -229,9 +229,11 @@ def observe(f: Forecast | None, t: float, y: float, hw: HoltWinters = HoltWinter
         base += shift
         season = [v - shift for v in season]
     weeks = list(f.week)
-    if hw.weekly and f.week_since is not None:
-        week_s = 7.0 * hw.period_s
-        gw = _seasonal_gain(f.week_since, f.epoch, t, dt, week_s, hw.week_slots, hw.gamma)
+    if hw.weekly:
+        # what the daily season leaves, learned ``gamma`` of each pass, the first too: a
+        # week's residual is mostly noise, and taken in full it forecast worse (ServeGen's
+        # two weeks, 6 h ahead: median 79% -> 84% on m-large, 51% -> 60% on m-mid)
+        gw = 1.0 - float((1.0 - hw.gamma) ** (dt / (hw.period_s / hw.slots)))
         weeks[kw] = w + gw * (y - base - season[k] - w)
     return replace(
         f,
