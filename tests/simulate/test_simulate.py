@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -404,7 +405,8 @@ def test_a_pool_at_zero_wakes_and_held_requests_are_served_or_time_out() -> None
 def test_the_forecast_looks_as_far_ahead_as_the_pods_took_to_start() -> None:
     """``autoscaling.predictive.horizon`` unset: until a pod has started, 60 s; once the
     first (woken from zero) is warm, the 3 s its start took (1 s pull, 1 s load, 1 s
-    warm-up): the pods' measured cold start, which the run's figures name."""
+    warm-up): the pods' measured cold start, plus the 2-s evaluation interval and half the
+    demand window, which the run's figures name."""
     spec: dict[str, Any] = {
         "model": {"name": "m"},
         "engine": {"kind": "sim"},
@@ -415,27 +417,37 @@ def test_the_forecast_looks_as_far_ahead_as_the_pods_took_to_start() -> None:
         },
     }
     pool = pool_config(spec_document("z", spec))
-    horizons: list[tuple[float, float, str]] = []
+    horizons: list[tuple[float, float, str, float]] = []  # (now, horizon, basis, window)
 
     def decide(ctx: Context) -> tuple[Decision, PolicyState]:
         decision, state = core_autoscaling.decide(ctx)
-        if decision.forecast is not None:
-            f = decision.forecast
-            horizons.append((ctx.now, f.horizon_s, f.basis))
+        if decision.forecast is not None and ctx.signals.demand is not None:
+            f, w = decision.forecast, ctx.signals.demand.window_s
+            horizons.append((ctx.now, f.horizon_s, f.basis, w))
         return decision, state
 
     fast = Startup(image_pull_s=1.0, load_s=1.0, warmup_s=1.0, promote_s=0.5)
     options = SimOptions(startup=fast, autoscale_interval_s=2.0, autoscale=decide)
     run, _ = simulate(pool, _trace(300, rate=10.0), options)
     ready = min(e.t_s for e in run.events if e.kind == "ready")
-    before = {h for t, h, _ in horizons if t < ready}
-    after = {(round(h, 6), b) for t, h, b in horizons if t > ready}
+    before = {h for t, h, _, _ in horizons if t < ready}
+    # each horizon: 3 s, the time since the last forecast (the interval, up to a window)
+    # and half the window
+    after = [
+        (h, b, min(t - last, w) + w / 2.0)
+        for (last, *_), (t, h, b, w) in itertools.pairwise(horizons)
+        if t > ready
+    ]
     assert before <= {60.0}
-    assert after == {(3.0, "the pods' cold start")}, horizons
+    assert after, horizons
+    for h, b, lead in after:
+        assert h == pytest.approx(3.0 + lead), horizons
+        assert b.startswith("the pods' cold start 3 s + "), b
+    assert "+ 2 s to the next evaluation + " in after[-1][1]
     fc = run.meta.extra["forecast"]
     assert isinstance(fc, dict)
-    assert fc["horizon_s"] == pytest.approx(3.0)
-    assert fc["horizon_basis"] == "the pods' cold start"
+    assert fc["horizon_s"] == pytest.approx(after[-1][0])
+    assert fc["horizon_basis"] == after[-1][1]
 
 
 def test_network_rtt_is_on_the_ttft_and_in_the_routers_view(tmp_path: Path) -> None:

@@ -384,7 +384,8 @@ class PredictiveSpec(_Model):
     horizon: Duration | None = _duration(
         None,
         "How far ahead to size for. Default: the pool's measured cold start (the median, over "
-        "its pods, of creation to Ready), 60s until a pod has been measured.",
+        "its pods, of creation to Ready) plus the evaluation interval and half the demand "
+        "window (the observed rate is the window's mean), 60s until a pod has been measured.",
     )
     trust: float = Field(
         default=0.5, ge=0, le=1, description="Share of a predicted rise to act on (0-1)."

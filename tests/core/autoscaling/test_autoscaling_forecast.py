@@ -321,15 +321,15 @@ def test_the_measured_cold_start_outlives_the_pods_that_measured_it() -> None:
     assert later.counts.cold_start_s is None  # none of the pods now measured one
     d, state = decide(later)
     assert d.forecast is not None
-    assert d.forecast.horizon_s == 95.5
-    assert "(the pods' cold start)" in d.reason
+    assert d.forecast.horizon_s == 95.5 + 15.0 + 15.0  # + the interval, + half the window
+    assert "(the pods' cold start 95.5 s + 15 s to the next evaluation" in d.reason
     assert state.cold_start_s == 95.5
     # a new measurement replaces it
     newer = replace(ctx(30.0, at_rate(30.0, 10.0), desired=2, cfg=unset, max_=40), state=state)
     newer = replace(newer, counts=replace(newer.counts, cold_start_s=40.0))
     d, state = decide(newer)
     assert d.forecast is not None
-    assert (d.forecast.horizon_s, state.cold_start_s) == (40.0, 40.0)
+    assert (d.forecast.horizon_s, state.cold_start_s) == (40.0 + 30.0, 40.0)
 
 
 def test_the_measured_cold_start_outlives_a_restart() -> None:
@@ -351,8 +351,9 @@ def test_the_measured_cold_start_outlives_a_restart() -> None:
     after = replace(ctx(5.0, at_rate(5.0, 10.0), desired=2, cfg=unset, max_=40), state=restored)
     d, _ = decide(after)
     assert d.forecast is not None
-    assert d.forecast.horizon_s == 240.0
-    assert "in 240 s (the pods' cold start)" in d.reason
+    # the interval since the remembered forecast (a day) is bounded by the window
+    assert d.forecast.horizon_s == 240.0 + 30.0 + 15.0
+    assert "in 285 s (the pods' cold start 240 s + 30 s to the next evaluation" in d.reason
     d, _ = decide(ctx(5.0, at_rate(5.0, 10.0), desired=2, cfg=unset, max_=40))  # no memory
     assert d.forecast is not None
     assert d.forecast.horizon_s == 60.0
@@ -360,20 +361,22 @@ def test_the_measured_cold_start_outlives_a_restart() -> None:
     now = replace(after, counts=replace(after.counts, cold_start_s=50.0))
     d, state = decide(now)
     assert d.forecast is not None
-    assert (d.forecast.horizon_s, state.cold_start_s) == (50.0, 50.0)
+    assert (d.forecast.horizon_s, state.cold_start_s) == (50.0 + 30.0 + 15.0, 50.0)
 
 
 def test_the_horizon_is_the_pods_measured_cold_start_unless_set() -> None:
     """``autoscaling.predictive.horizon`` unset: the forecast looks as far ahead as the
     pool's pods took from creation to warm (``ReplicaCounts.cold_start_s``: the control
-    loop's median over its pods), 60 s until one is measured; set, it is what it says."""
+    loop's median over its pods), plus the time to the next evaluation (the time since the
+    last, up to a window) and half the demand window (the observed rate is the window's
+    mean, about half a window old); 60 s until one is measured; set, it is what it says."""
     unset = replace(config(), predictive=PredictiveConfig(enabled=True))
     measured = replace(ctx(0.0, at_rate(0.0, 10.0), desired=2, cfg=unset, max_=40))
     measured = replace(measured, counts=replace(measured.counts, cold_start_s=95.5))
     d, _ = decide(measured)
     assert d.forecast is not None
-    assert d.forecast.horizon_s == 95.5
-    assert "forecast 10.0 req/s in 95.5 s (the pods' cold start)" in d.reason
+    assert d.forecast.horizon_s == 95.5 + 15.0  # a first evaluation: + half the window
+    assert "forecast 10.0 req/s in 110.5 s (the pods' cold start 95.5 s + 15 s the " in d.reason
     d, _ = decide(ctx(0.0, at_rate(0.0, 10.0), desired=2, cfg=unset, max_=40))
     assert d.forecast is not None
     assert d.forecast.horizon_s == 60.0  # none measured yet

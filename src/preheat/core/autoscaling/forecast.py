@@ -36,8 +36,8 @@ deviation it takes (per period, whatever the evaluation interval: ``g`` sums to
 ``gamma`` over a slot's observations): 0.5, yesterday counts half. On a slot's first pass
 (the history did not cover it a period before) there is no yesterday: the offset is the
 time-weighted mean of the pass's deviations, ``g = dt / covered`` (:func:`_seasonal_gain`;
-the weekly offsets learn ``gamma`` of every pass, the first too). Over the first period the base holds
-the first rate observed (a base that moved with the rate while the offsets were first
+the weekly offsets learn ``gamma`` of every pass, the first too). Over the first period the
+base holds the first rate observed (a base that moved with the rate while the offsets were first
 measured would bend the day's shape: an afternoon measured against a base the morning had
 raised), and when the history covers the period the base becomes that period's mean and
 the offsets their deviations from it.

@@ -313,12 +313,10 @@ def _forecast(ctx: Context) -> tuple[float | None, Forecast | None, Outlook | No
     if seen is None:
         return None, ctx.state.forecast, None
     hw = ctx.tuning.smoothing(pred)
+    horizon, basis = _horizon(ctx, seen)
     f = forecast.observe(ctx.state.forecast, ctx.now, seen.arrival_rate, hw)
-    horizon = pred.horizon(_cold_start(ctx))
     f, outlook = forecast.ahead(f, horizon, hw)
-    outlook = replace(
-        outlook, basis=_horizon_basis(ctx), headroom=_headroom(ctx, f), keeps=_keeps(ctx)
-    )
+    outlook = replace(outlook, basis=basis, headroom=_headroom(ctx, f), keeps=_keeps(ctx))
     if not pred.enabled:
         return None, f, outlook
     now_rate = seen.arrival_rate
@@ -349,13 +347,31 @@ def _cold_start(ctx: Context) -> float | None:
     return now if now is not None else ctx.state.cold_start_s
 
 
-def _horizon_basis(ctx: Context) -> str:
-    """What set the forecast's horizon when the pool's configuration did not ("": it did,
-    or nothing was measured and the default holds)."""
-    measured = _cold_start(ctx) is not None
-    return (
-        "the pods' cold start" if ctx.autoscaling.predictive.horizon_measured and measured else ""
-    )
+def _horizon(ctx: Context, seen: Demand) -> tuple[float, str]:
+    """How far ahead the forecast looks, and what set it when the pool's configuration
+    did not ("": it did, or nothing was measured and the default holds).
+
+    Measured (``autoscaling.predictive.horizon`` unset): the pods' cold start, plus the
+    evaluation interval (the pods asked for now serve until those the next evaluation asks
+    for arrive, a cold start after it) and half the demand window (the observed rate is
+    the window's mean, so the forecast's level is about half a window old). Until
+    2026-12-02 it was the cold start alone, which sized a climb for the rate half a window
+    and an interval short of what came (docs/proposals/0018)."""
+    pred = ctx.autoscaling.predictive
+    cold = _cold_start(ctx)
+    if not pred.horizon_measured or cold is None:
+        return pred.horizon(cold), ""
+    last = ctx.state.forecast
+    # the time since the last evaluation stands for the time to the next one, up to a
+    # window (after a restart or a gap in the metrics the last one says nothing of it)
+    interval = max(0.0, ctx.now - last.t) if last is not None else 0.0
+    interval = min(interval, seen.window_s)
+    lag = seen.window_s / 2.0
+    basis = f"the pods' cold start {round(cold, 1):g} s"
+    if interval > 0:
+        basis = f"{basis} + {round(interval, 1):g} s to the next evaluation"
+    basis = f"{basis} + {round(lag, 1):g} s the window's lag"
+    return cold + interval + lag, basis
 
 
 def _estimate_inputs(ctx: Context) -> tuple[ServiceCost, Mix, Demand] | None:
