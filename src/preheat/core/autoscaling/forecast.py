@@ -220,10 +220,10 @@ def observe(f: Forecast | None, t: float, y: float, hw: HoltWinters = HoltWinter
     trend = hw.beta * (level - f.level) / dt + (1 - hw.beta) * f.trend
     first = not seasonal(f, hw)  # the first period: the base holds the first rate seen
     base = f.base if first else f.base + (1.0 - math.exp(-dt / hw.period_s)) * (y - f.base)
-    g = _seasonal_gain(f.since, f.epoch, t, dt, hw.period_s, hw.slots, hw.gamma)
+    g = _seasonal_gain(f, t, dt, hw)
     season = list(f.season)
     season[k] = f.season[k] + g * (y - base - w_used - f.season[k])
-    if first and t - f.since >= hw.period_s and hw.gamma > 0.0:
+    if first and t - f.since >= hw.period_s:
         # the first period is whole: the base becomes its mean, the offsets its deviations
         shift = sum(season) / len(season)
         base += shift
@@ -233,7 +233,7 @@ def observe(f: Forecast | None, t: float, y: float, hw: HoltWinters = HoltWinter
         # what the daily season leaves, learned ``gamma`` of each pass, the first too: a
         # week's residual is mostly noise, and taken in full it forecast worse (ServeGen's
         # two weeks, 6 h ahead: median 79% -> 84% on m-large, 51% -> 60% on m-mid)
-        gw = 1.0 - float((1.0 - hw.gamma) ** (dt / (hw.period_s / hw.slots)))
+        gw = _blended(dt, hw.period_s / hw.slots, hw.gamma)
         weeks[kw] = w + gw * (y - base - season[k] - w)
     return replace(
         f,
@@ -246,26 +246,28 @@ def observe(f: Forecast | None, t: float, y: float, hw: HoltWinters = HoltWinter
     )
 
 
-def _seasonal_gain(
-    since: float, epoch: float, t: float, dt: float, period_s: float, slots: int, gamma: float
-) -> float:
-    """The share of its slot's deviation an offset learns from an observation ``dt``
-    seconds after the last, at ``t``, in a season of ``slots`` slots over ``period_s``
-    learned since ``since``: ``1 - (1 - gamma) ** (dt / slot)`` (``gamma`` per period);
-    but on the slot's first pass (the history did not cover its pass a period ago) there is
-    no earlier period to keep a share of, and it learns ``dt / covered``, with ``covered``
-    the part of this pass observed so far: the offset is the time-weighted mean of the
-    pass's deviations (the textbook's initial seasonal indices, taken from the first
-    season in full). ``gamma`` 0 learns nothing, first pass or not. Until 2026-12-02 the
-    first pass learned ``gamma`` of it too, so a forecast that had seen one day predicted
-    half of that day's shape."""
-    slot_s = period_s / slots
-    if gamma <= 0.0:
+def _blended(dt: float, slot_s: float, gamma: float) -> float:
+    """The share an offset learns from an observation ``dt`` seconds after the last, so that
+    a slot's observations sum to ``gamma`` per period: ``1 - (1 - gamma) ** (dt / slot)``."""
+    return 1.0 - float((1.0 - gamma) ** (dt / slot_s))
+
+
+def _seasonal_gain(f: Forecast, t: float, dt: float, hw: HoltWinters) -> float:
+    """The share of its slot's deviation a daily offset learns from an observation ``dt``
+    seconds after the last, at ``t``: :func:`_blended`, except on the slot's first pass
+    (the history did not cover its pass a period ago), where there is no earlier period to
+    keep a share of and it learns ``dt / covered``, with ``covered`` the part of this pass
+    observed so far: the offset is the time-weighted mean of the pass's deviations (the
+    textbook's initial seasonal indices, taken from the first season in full). ``gamma`` 0
+    learns nothing, first pass or not. Until 2026-12-02 the first pass learned ``gamma`` of
+    it too, so a forecast that had seen one day predicted half of that day's shape."""
+    if hw.gamma <= 0.0:
         return 0.0
-    began = t - ((t - epoch) % slot_s)  # when this pass of the slot began
-    if began - period_s >= since - 1e-9:  # its pass a period ago was observed: blend
-        return 1.0 - float((1.0 - gamma) ** (dt / slot_s))
-    covered = t - max(began, since)
+    slot_s = hw.period_s / hw.slots
+    began = t - ((t - f.epoch) % slot_s)  # when this pass of the slot began
+    if began - hw.period_s >= f.since - 1e-9:  # its pass a period ago was observed: blend
+        return _blended(dt, slot_s, hw.gamma)
+    covered = t - max(began, f.since)
     return 1.0 if covered <= dt else dt / covered
 
 
