@@ -684,6 +684,45 @@ def test_a_forecast_history_lets_the_first_evaluations_see_the_rise_it_learned()
         SimOptions(forecast_history=((5.0, 1.0),))
 
 
+def test_a_learned_season_lets_the_pool_shed_what_the_unseen_window_held() -> None:
+    """With ``autoscaling.predictive`` on and a season learned (``--forecast-history``), the
+    scale-down window's unseen part (the run's start) holds no more than the forecast's
+    peak over the window ahead needs (proposal 0019): a pool started at 4 pods in the quiet
+    half of 40-minute days sheds within the first minute; without the history, or with
+    predictive off, it holds its 4 for the window (proposal 0007)."""
+    period = 2400.0
+    history = tuple(
+        (float(t), 20.0 if (t % period) >= period / 2 else 2.0)
+        for t in range(int(-3 * period), 0, 15)
+    )
+    trace = _trace(150, rate=2.0)  # 75 s of the quiet half
+    first_down: dict[tuple[bool, bool], float | None] = {}
+    reasons: dict[tuple[bool, bool], str] = {}
+    for enabled, learned in ((True, True), (True, False), (False, True)):
+        spec: dict[str, Any] = {
+            "model": {"name": "m"},
+            "engine": {"kind": "sim"},
+            "replicas": {"min": 1, "max": 4, "desired": 4},
+            "autoscaling": {
+                "objectives": [{"signal": "ttft", "percentile": 95, "targetMs": 500}],
+                "scaleDown": {"maxStep": 4},
+                "predictive": {"enabled": enabled, "horizon": "60s", "period": "40m"},
+            },
+        }
+        pool = pool_config(spec_document("p", spec))
+        options = SimOptions(autoscale_interval_s=5.0, forecast_history=history if learned else ())
+        run, _ = simulate(pool, trace, options)
+        downs = [e for e in run.events if e.kind == "scale_down"]
+        first_down[enabled, learned] = downs[0].t_s if downs else None
+        reasons[enabled, learned] = downs[0].reason if downs else ""
+    shed = first_down[True, True]
+    assert shed is not None, reasons
+    assert shed < 60.0, first_down
+    assert "the scale-down window holds no more" in reasons[True, True]
+    assert first_down[True, False] is None, reasons  # no season: the window holds
+    assert first_down[False, True] is None, reasons  # predictive off: the window holds
+
+
 def test_cli_forecast_history_is_read_and_said(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -353,7 +353,12 @@ class ScaleUpSpec(_Model):
 
 
 class ScaleDownSpec(_Model):
-    stabilization: Duration = _duration("300s", "Use the highest recommendation over this window.")
+    stabilization: Duration = _duration(
+        "300s",
+        "Use the highest recommendation over this window (with autoscaling.predictive on and "
+        "a season learned: at most the pods for the forecast's peak over the window ahead, "
+        "over its p90 shortfall).",
+    )
     cooldown: Duration = _duration("120s", "Wait at least this long after any scaling.")
     max_step: int = Field(default=1, ge=1, le=1000, description="Remove at most this many at once.")
 

@@ -77,6 +77,7 @@ __all__ = [
     "learn",
     "observe",
     "offset",
+    "peak",
     "predict",
     "seasonal",
     "shortfall",
@@ -368,6 +369,26 @@ def _between(offsets: tuple[float, ...], period_s: float, since_epoch: float) ->
 def predict(f: Forecast, horizon_s: float, hw: HoltWinters = HoltWinters()) -> float:
     """The rate ``horizon_s`` after the last observation (>= 0)."""
     return max(0.0, f.level + f.trend * horizon_s + offset(f, f.t + horizon_s, hw))
+
+
+def peak(f: Forecast, within_s: float, hw: HoltWinters = HoltWinters()) -> float:
+    """The highest rate the forecast predicts from the last observation to ``within_s``
+    after it (>= 0). The prediction is a straight line (level, trend) plus seasons read in
+    straight lines between their slots' middles, so its highest point over an interval is
+    at one of its ends or at a slot's middle inside it: those are the points read."""
+    end = f.t + max(0.0, within_s)
+    points = [f.t, end]
+    seasons = [(f.season, hw.period_s)] if seasonal(f, hw) else []
+    if weekly(f, hw):
+        seasons.append((f.week, 7.0 * hw.period_s))
+    for offsets, period_s in seasons:
+        slot_s = period_s / len(offsets)
+        # the slots' middles: epoch + (k + 0.5) * slot_s, for those inside (t, end)
+        k = math.floor((f.t - f.epoch) / slot_s - 0.5) + 1
+        while (middle := f.epoch + (k + 0.5) * slot_s) < end:
+            points.append(middle)
+            k += 1
+    return max(predict(f, p - f.t, hw) for p in points)
 
 
 def ahead(

@@ -23,7 +23,10 @@ The pipeline, each step a small module of its own:
 3. :mod:`~.panic`: far past a latency target -> scale up now, never down for a while;
 4. :mod:`~.stabilize`: per-direction windows over the recommendation history (the part
    before the first evaluation holds the current size: after a restart that lost the
-   history, and on a new pool, whose starting size holds for one scale-down window);
+   history, and on a new pool, whose starting size holds for one scale-down window); with
+   ``autoscaling.predictive`` on and a season learned, the scale-down window holds no more
+   than the pods for the forecast's peak over the window ahead (:func:`_window_ahead`,
+   docs/proposals/0019);
 5. warming credit: what the pool is already converging to (``replicas.desired``, pods
    warming or being promoted) covers a recommendation computed from the serving pods;
 6. :mod:`~.limits`: cooldowns, max step, bounds; :mod:`~.zero`: scale-to-zero and wake;
@@ -61,6 +64,12 @@ from preheat.core.autoscaling.types import (
 from preheat.core.pool import Objective, Signal
 
 __all__ = ["decide", "missing_signals"]
+
+#: the percentile of the forecast's own shortfall that bounds the scale-down window: the
+#: window holds no more than the forecast's peak over the window ahead, over this
+#: percentile of how far the rate has run above the forecast (or the pool's headroom
+#: percentile, if higher)
+AHEAD_SHORTFALL = 0.9
 
 
 def missing_signals(ctx: Context) -> str:
@@ -262,8 +271,13 @@ def _decide(
         target = limits.step_limited(0, target, cfg)
         return _scale(ctx, base, target, Cause.WAKE, "requests arrived at zero; waking", rec)
 
-    # 4. stabilization (panic: the latest recommendation, up only).
-    target = stabilize.stabilized(history, now, current, cfg, since=since)
+    # 4. stabilization (panic: the latest recommendation, up only); the forecast bounds
+    # what the scale-down window holds
+    ahead = _window_ahead(ctx, forecast_state, outlook, rec)
+    ceiling = ahead.replicas if ahead is not None else None
+    target = stabilize.stabilized(history, now, current, cfg, since=since, ceiling=ceiling)
+    if ahead is not None and target < stabilize.stabilized(history, now, current, cfg, since=since):
+        head = f"{head}; {ahead.describe()}"
     if panicking:
         target = max(current, rec if fired is not None else target)
     target = limits.bounded(target, lowest, reps.max)
@@ -372,6 +386,69 @@ def _horizon(ctx: Context, seen: Demand) -> tuple[float, str]:
         basis = f"{basis} + {round(interval, 1):g} s to the next evaluation"
     basis = f"{basis} + {round(lag, 1):g} s the window's lag"
     return cold + interval + lag, basis
+
+
+@dataclass(frozen=True)
+class _Ahead:
+    """The most the scale-down window may hold: the pods for the forecast's peak over the
+    window ahead."""
+
+    replicas: int
+    peak: float  # req/s: the forecast's highest over the window ahead
+    within_s: float  # how far ahead it was read
+    q: float  # the percentile of the forecast's shortfall read (0-1)
+    shortfall: float  # the shortfall read there
+    rate: float  # req/s: what was sized for (the peak over the shortfall, at least the rate)
+
+    def describe(self) -> str:
+        return (
+            f"the forecast's peak over the next {round(self.within_s, 1):g} s "
+            f"{self.peak:.1f} req/s, over its p{self.q * 100:g} shortfall "
+            f"{self.shortfall * 100:.0f}%: {self.rate:.1f} req/s needs {self.replicas}, "
+            "the scale-down window holds no more"
+        )
+
+
+def _window_ahead(
+    ctx: Context, f: Forecast | None, outlook: Outlook | None, rec: int
+) -> _Ahead | None:
+    """With ``autoscaling.predictive`` on, the most the scale-down window may hold: the
+    pods the capacity estimate sizes for the highest rate the forecast predicts over the
+    window ahead (as long as the scale-down window, and at least the horizon), over the
+    :data:`AHEAD_SHORTFALL` percentile of its own shortfall (or the pool's ``headroom``
+    percentile, if higher), and no fewer than ``rec``.
+
+    The window holds the highest recommendation of the last ``scaleDown.stabilization``
+    seconds against demand that comes back before a new pod could serve it; the forecast,
+    as far as its own record says it can be believed, says whether it comes back: a
+    forecast that has often run short holds about what the window held. It is read in full
+    (not ``trust`` of it): it limits what is held, and trusting it less would shed more.
+    None (the window holds as it does without a forecast): predictive off, no season learned
+    yet (a level and a trend know no more of the window ahead than the window behind does),
+    too few of its predictions checked to read a shortfall, or no estimate (no cost model,
+    request mix or arrival rate)."""
+    pred = ctx.autoscaling.predictive
+    if not pred.enabled or f is None or outlook is None:
+        return None
+    hw = ctx.tuning.smoothing(pred)
+    if not forecast.seasonal(f, hw):
+        return None
+    inputs = _estimate_inputs(ctx)
+    if inputs is None:
+        return None
+    cost, mix, seen = inputs
+    q = max(AHEAD_SHORTFALL, ctx.autoscaling.predictive.headroom / 100.0)
+    short = forecast.shortfall(f, q)
+    if short is None:
+        return None
+    within = max(ctx.autoscaling.scale_down.stabilization_s, outlook.horizon_s)
+    top = forecast.peak(f, within, hw)
+    rate = max(seen.arrival_rate, top / (1.0 - short))
+    burst = capacity.burst_size(seen.arrival_dispersion, seen.window_s)
+    model, _ = _ttft_model(ctx, cost, mix, rate, burst)
+    if model is None:
+        return None
+    return _Ahead(max(model, rec), top, within, q, short, rate)
 
 
 def _estimate_inputs(ctx: Context) -> tuple[ServiceCost, Mix, Demand] | None:

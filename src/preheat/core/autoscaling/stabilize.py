@@ -8,6 +8,10 @@ Unlike HPA, the part of the scale-down window before the policy's first evaluati
 (``since``: a fresh pool, or an operator that restarted and lost its history) counts as
 recommending the current size: a restart during a lull after a spike does not shed the
 replicas the window was holding.
+
+With ``autoscaling.predictive`` on and a season learned, the window holds no more than the
+forecast says the window ahead needs (``ceiling``; proposal 0019): what the window guards
+against, demand coming back before a new pod could serve it, is what the forecast predicts.
 """
 
 from __future__ import annotations
@@ -52,14 +56,22 @@ def stabilized(
     config: AutoscalingConfig,
     *,
     since: float | None = None,
+    ceiling: int | None = None,
 ) -> int:
     """The target after both windows: up if even the lowest recent recommendation is above
     ``current``, down if even the highest is below it (and the whole down window was seen
-    since ``since``), else ``current``."""
+    since ``since``), else ``current``.
+
+    ``ceiling``: the most the down window may hold (the pods the arrival-rate forecast says
+    the next window needs, with the latest recommendation; None: no limit). The window and
+    its unseen part stand for demand that may come back; where the forecast says it does
+    not, they hold no more than it says."""
     up = up_recommendation(history, now, config)
     if up > current:
         return up
-    down = down_recommendation(history, now, config)
-    if down < current and not unseen(now, since, config):
-        return down
-    return current
+    held = down_recommendation(history, now, config)
+    if unseen(now, since, config):
+        held = max(held, current)
+    if ceiling is not None:
+        held = min(held, ceiling)
+    return held if held < current else current
