@@ -19,7 +19,7 @@ from preheat.core.autoscaling.forecast import (
     peak,
     predict,
 )
-from preheat.core.autoscaling.stabilize import stabilized
+from preheat.core.autoscaling.stabilize import ceiled, stabilized
 from preheat.core.pool import PredictiveConfig
 from tests.core.autoscaling.autoscalingkit import at_rate, config, ctx
 
@@ -77,13 +77,18 @@ def test_without_a_season_the_peak_is_the_higher_end() -> None:
 def test_the_ceiling_bounds_the_down_window_and_its_unseen_part_only() -> None:
     cfg = config(down=(300.0, 0.0, 100))
     history = ((100.0, 10), (200.0, 4))
-    assert stabilized(history, 250.0, 10, cfg) == 10  # the window holds its highest
-    assert stabilized(history, 250.0, 10, cfg, ceiling=6) == 6
-    assert stabilized(history, 250.0, 10, cfg, ceiling=12) == 10  # never above current
-    assert stabilized(history, 250.0, 10, cfg, since=150.0) == 10  # unseen: current
-    assert stabilized(((200.0, 4),), 250.0, 10, cfg, since=150.0, ceiling=6) == 6
+    held = stabilized(history, 250.0, 10, cfg)
+    assert held == 10  # the window holds its highest
+    assert ceiled(held, 10, 6) == 6
+    assert ceiled(held, 10, 12) == 10  # never above current
+    assert ceiled(held, 10, None) == 10
+    unseen = stabilized(((200.0, 4),), 250.0, 10, cfg, since=150.0)
+    assert unseen == 10  # unseen: current
+    assert ceiled(unseen, 10, 6) == 6
     # the up window is not the ceiling's
-    assert stabilized(((200.0, 14),), 250.0, 10, cfg, ceiling=6) == 14
+    up = stabilized(((200.0, 14),), 250.0, 10, cfg)
+    assert up == 14
+    assert ceiled(up, 10, 6) == 14
 
 
 NOW = 10_000.0  # slot 4 of the period (400-500 s into it)

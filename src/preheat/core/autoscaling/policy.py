@@ -274,9 +274,9 @@ def _decide(
     # 4. stabilization (panic: the latest recommendation, up only); the forecast bounds
     # what the scale-down window holds
     ahead = _window_ahead(ctx, forecast_state, outlook, rec)
-    ceiling = ahead.replicas if ahead is not None else None
-    target = stabilize.stabilized(history, now, current, cfg, since=since, ceiling=ceiling)
-    if ahead is not None and target < stabilize.stabilized(history, now, current, cfg, since=since):
+    held = stabilize.stabilized(history, now, current, cfg, since=since)
+    target = stabilize.ceiled(held, current, ahead.replicas if ahead is not None else None)
+    if ahead is not None and target < held:
         head = f"{head}; {ahead.describe()}"
     if panicking:
         target = max(current, rec if fired is not None else target)
@@ -436,28 +436,40 @@ def _window_ahead(
     inputs = _estimate_inputs(ctx)
     if inputs is None:
         return None
-    cost, mix, seen = inputs
-    q = max(AHEAD_SHORTFALL, ctx.autoscaling.predictive.headroom / 100.0)
+    q = max(AHEAD_SHORTFALL, pred.headroom / 100.0)
     short = forecast.shortfall(f, q)
     if short is None:
         return None
     within = max(ctx.autoscaling.scale_down.stabilization_s, outlook.horizon_s)
     top = forecast.peak(f, within, hw)
-    rate = max(seen.arrival_rate, top / (1.0 - short))
-    burst = capacity.burst_size(seen.arrival_dispersion, seen.window_s)
-    model, _ = _ttft_model(ctx, cost, mix, rate, burst)
+    rate = max(inputs.seen.arrival_rate, top / (1.0 - short))
+    model, _ = _ttft_model(ctx, inputs, rate)
     if model is None:
         return None
     return _Ahead(max(model, rec), top, within, q, short, rate)
 
 
-def _estimate_inputs(ctx: Context) -> tuple[ServiceCost, Mix, Demand] | None:
+@dataclass(frozen=True)
+class _Inputs:
     """What a capacity estimate reads: the cost model, the window's request mix and the
-    routers' demand (None when one is missing or nothing arrived)."""
+    routers' demand."""
+
+    cost: ServiceCost
+    mix: Mix
+    seen: Demand
+
+    @property
+    def burst(self) -> float:
+        """The arrivals' mean burst size over the demand window."""
+        return capacity.burst_size(self.seen.arrival_dispersion, self.seen.window_s)
+
+
+def _estimate_inputs(ctx: Context) -> _Inputs | None:
+    """What a capacity estimate reads (None when one is missing or nothing arrived)."""
     cost, mix, seen = ctx.tuning.cost, ctx.signals.mix, ctx.signals.demand
     if cost is None or mix is None or seen is None or seen.arrival_rate <= 0:
         return None
-    return cost, mix, seen
+    return _Inputs(cost, mix, seen)
 
 
 @dataclass(frozen=True)
@@ -488,11 +500,10 @@ def _with_capacity(
     inputs = _estimate_inputs(ctx)
     if inputs is None:
         return _Sized(views, "", None, estimated=False)
-    cost, mix, seen = inputs
+    cost, mix, seen, burst = inputs.cost, inputs.mix, inputs.seen, inputs.burst
     rate = max(seen.arrival_rate, predicted or 0.0)
-    burst = capacity.burst_size(seen.arrival_dispersion, seen.window_s)
     desired, tol = ctx.replicas.desired, ctx.autoscaling.tolerance
-    model, floors = _ttft_model(ctx, cost, mix, rate, burst)
+    model, floors = _ttft_model(ctx, inputs, rate)
     if model is None:
         return _Sized(views, "", None, estimated=False)
     # each objective's model: the TTFT estimate, and for a concurrency objective the pods
@@ -571,9 +582,7 @@ def _with_capacity(
     return _Sized(out, note, since, estimated=True)
 
 
-def _ttft_model(
-    ctx: Context, cost: ServiceCost, mix: Mix, rate: float, burst: float
-) -> tuple[int | None, list[str]]:
+def _ttft_model(ctx: Context, inputs: _Inputs, rate: float) -> tuple[int | None, list[str]]:
     """The pods ``rate`` needs to meet every TTFT objective (the largest; None without one),
     and for each target under what an idle pod does at this mix, a note that it was sized
     for what one does."""
@@ -583,14 +592,16 @@ def _ttft_model(
         if obj.signal is not Signal.TTFT:
             continue
         goal = capacity.reachable_ms(
-            cost, mix, obj.target, obj.percentile, ctx.autoscaling.tolerance
+            inputs.cost, inputs.mix, obj.target, obj.percentile, ctx.autoscaling.tolerance
         )
         if goal > obj.target:
             floors.append(
                 f"ttft p{obj.percentile:g} {obj.target:g} ms is under what an idle pod "
                 f"does at this mix: sized for {goal:.0f} ms"
             )
-        need = capacity.replicas_for(rate, cost, mix, goal, obj.percentile, ctx.replicas.max, burst)
+        need = capacity.replicas_for(
+            rate, inputs.cost, inputs.mix, goal, obj.percentile, ctx.replicas.max, inputs.burst
+        )
         if need is not None:
             model = need if model is None else max(model, need)
     return model, floors
@@ -606,10 +617,7 @@ def _kept(ctx: Context, outlook: Outlook | None, predicted: float | None) -> int
     inputs = _estimate_inputs(ctx)
     if inputs is None:
         return None
-    cost, mix, seen = inputs
-    rate = max(room, predicted or 0.0)
-    burst = capacity.burst_size(seen.arrival_dispersion, seen.window_s)
-    return _ttft_model(ctx, cost, mix, rate, burst)[0]
+    return _ttft_model(ctx, inputs, max(room, predicted or 0.0))[0]
 
 
 #: Observations beyond a late latency percentile that make the reading sure, not noise (a

@@ -56,22 +56,25 @@ def stabilized(
     config: AutoscalingConfig,
     *,
     since: float | None = None,
-    ceiling: int | None = None,
 ) -> int:
     """The target after both windows: up if even the lowest recent recommendation is above
     ``current``, down if even the highest is below it (and the whole down window was seen
-    since ``since``), else ``current``.
-
-    ``ceiling``: the most the down window may hold (the pods the arrival-rate forecast says
-    the next window needs, with the latest recommendation; None: no limit). The window and
-    its unseen part stand for demand that may come back; where the forecast says it does
-    not, they hold no more than it says."""
+    since ``since``), else ``current``."""
     up = up_recommendation(history, now, config)
     if up > current:
         return up
     held = down_recommendation(history, now, config)
     if unseen(now, since, config):
         held = max(held, current)
-    if ceiling is not None:
-        held = min(held, ceiling)
     return held if held < current else current
+
+
+def ceiled(target: int, current: int, ceiling: int | None) -> int:
+    """:func:`stabilized`'s ``target`` with what the down window (and its unseen part)
+    holds bounded by ``ceiling`` (the pods the arrival-rate forecast says the next window
+    needs, with the latest recommendation; None: no limit). The window stands for demand
+    that may come back; where the forecast says it does not, it holds no more than it says.
+    A scale-up is not the window's, and is left alone."""
+    if ceiling is None or target > current:
+        return target
+    return min(target, ceiling)
