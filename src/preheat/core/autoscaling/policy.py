@@ -272,9 +272,11 @@ def _decide(
         return _scale(ctx, base, target, Cause.WAKE, "requests arrived at zero; waking", rec)
 
     # 4. stabilization (panic: the latest recommendation, up only); the forecast bounds
-    # what the scale-down window holds
-    ahead = _window_ahead(ctx, forecast_state, outlook, rec)
+    # what the scale-down window holds, read only where the window holds more than the
+    # latest recommendation and does not scale up (the bound is never below ``rec``)
     held = stabilize.stabilized(history, now, current, cfg, since=since)
+    bounds = rec < held <= current
+    ahead = _window_ahead(ctx, forecast_state, outlook, rec) if bounds else None
     target = stabilize.ceiled(held, current, ahead.replicas if ahead is not None else None)
     if ahead is not None and target < held:
         head = f"{head}; {ahead.describe()}"
