@@ -4,6 +4,12 @@
 and calibration beside the repository). Where one is missing the test skips, unless
 ``CI=true``: then it fails, so CI cannot pass by skipping what it was meant to run.
 
+Logging: a test that installs a handler on the root logger (a CLI entry point calls
+``setup_logging``, which writes to the ``sys.stderr`` of that moment: pytest's capture of
+that test) has it removed when it ends, and the root level put back, so a later test's
+threads (kopf's, in tests/operator) never write to a closed capture ("--- Logging error
+--- ValueError: I/O operation on closed file").
+
 Hypothesis: no property test has a deadline (tests assert behaviour, never wall-clock speed;
 a 200-ms default fails a correct example on a busy machine). Under ``CI=true`` the examples
 are derandomized and no example database is read or written, so a CI run is reproducible
@@ -13,7 +19,9 @@ replays a failure found earlier. ``HYPOTHESIS_PROFILE=ci`` or ``=dev`` picks one
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +31,17 @@ settings.register_profile("dev", deadline=None)
 settings.register_profile("ci", deadline=None, derandomize=True, database=None, print_blob=True)
 _ON_CI = os.environ.get("CI", "").lower() == "true"
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if _ON_CI else "dev"))
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
+    root.setLevel(level)
 
 
 def pytest_configure(config: pytest.Config) -> None:
