@@ -181,7 +181,8 @@ def _decide(
     factor = ctx.tuning.max_latency_factor
     views = [recommend.view(o, sv, serving, current, cfg.tolerance, factor) for o, sv in observed]
     fed_back, _ = recommend.combine(views)  # the feedback alone
-    sized = _with_capacity(ctx, views, serving, predicted)
+    inputs = _estimate_inputs(ctx)  # what every capacity estimate below reads
+    sized = _with_capacity(ctx, inputs, views, serving, predicted)
     views, model_note, late_since = sized.views, sized.note, sized.late_since
     estimated = sized.estimated  # the estimate sized the routers' arrivals, refused included
     if fired is not None and late_since is not None and now - late_since >= cfg.window_s:
@@ -220,7 +221,7 @@ def _decide(
     rec = raw if raw is not None else 0  # no traffic anywhere: nothing asks for replicas
     # 2c. a headroom that keeps: the pods the forecast over its shortfall needs, up to the
     # pods the pool has (a scale-down stops there; nothing starts for it)
-    kept = _kept(ctx, outlook, predicted)
+    kept = _kept(ctx, inputs, outlook, predicted)
     if kept is not None and min(kept, current) > rec:
         rec = min(kept, current)
         said = f"headroom keeps at least {rec} of {current}"
@@ -276,7 +277,7 @@ def _decide(
     # latest recommendation and does not scale up (the bound is never below ``rec``)
     held = stabilize.stabilized(history, now, current, cfg, since=since)
     bounds = rec < held <= current
-    ahead = _window_ahead(ctx, forecast_state, outlook, rec) if bounds else None
+    ahead = _window_ahead(ctx, inputs, forecast_state, outlook, rec) if bounds else None
     target = stabilize.ceiled(held, current, ahead.replicas if ahead is not None else None)
     if ahead is not None and target < held:
         head = f"{head}; {ahead.describe()}"
@@ -412,7 +413,7 @@ class _Ahead:
 
 
 def _window_ahead(
-    ctx: Context, f: Forecast | None, outlook: Outlook | None, rec: int
+    ctx: Context, inputs: _Inputs | None, f: Forecast | None, outlook: Outlook | None, rec: int
 ) -> _Ahead | None:
     """With ``autoscaling.predictive`` on, the most the scale-down window may hold: the
     pods the capacity estimate sizes for the highest rate the forecast predicts over the
@@ -433,10 +434,7 @@ def _window_ahead(
     if not pred.enabled or f is None or outlook is None:
         return None
     hw = ctx.tuning.smoothing(pred)
-    if not forecast.seasonal(f, hw):
-        return None
-    inputs = _estimate_inputs(ctx)
-    if inputs is None:
+    if not forecast.seasonal(f, hw) or inputs is None:
         return None
     q = max(AHEAD_SHORTFALL, pred.headroom / 100.0)
     short = forecast.shortfall(f, q)
@@ -486,6 +484,7 @@ class _Sized:
 
 def _with_capacity(
     ctx: Context,
+    inputs: _Inputs | None,
     views: list[recommend.ObjectiveView],
     serving: int,
     predicted: float | None = None,
@@ -499,7 +498,6 @@ def _with_capacity(
     The estimate is the pods the rate needs to meet the TTFT objectives (the largest over
     them); the queue, concurrency and other latency objectives are bounded by it the same
     way, since a backlog inflates them all alike."""
-    inputs = _estimate_inputs(ctx)
     if inputs is None:
         return _Sized(views, "", None, estimated=False)
     cost, mix, seen, burst = inputs.cost, inputs.mix, inputs.seen, inputs.burst
@@ -609,14 +607,15 @@ def _ttft_model(ctx: Context, inputs: _Inputs, rate: float) -> tuple[int | None,
     return model, floors
 
 
-def _kept(ctx: Context, outlook: Outlook | None, predicted: float | None) -> int | None:
+def _kept(
+    ctx: Context, inputs: _Inputs | None, outlook: Outlook | None, predicted: float | None
+) -> int | None:
     """With ``autoscaling.predictive.headroom`` keeping (``headroom_keeps``, predictive on and
     a shortfall read): the pods the forecast over its shortfall needs (the capacity
     estimate at that rate, at least ``predicted``); else None."""
     room = None if outlook is None else outlook.with_headroom()
     if not ctx.autoscaling.predictive.enabled or not _keeps(ctx) or room is None:
         return None
-    inputs = _estimate_inputs(ctx)
     if inputs is None:
         return None
     return _ttft_model(ctx, inputs, max(room, predicted or 0.0))[0]
