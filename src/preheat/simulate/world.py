@@ -795,23 +795,25 @@ class _World:
             return
         record_itl = self.options.record_itl
         itl_hist = pod.hists[Signal.ITL]
-        for run in em.runs:
-            req = pod.reqs.get(run.request_id)
+        add, reqs = itl_hist.add, pod.reqs
+        for run in em.runs:  # the hot loop: one run per scheduled request per commit
+            req = reqs.get(run.request_id)
             if req is None:
                 continue
             n = len(run.token_ids)
+            t_first, dt = run.t_first, run.dt
             if run.first_index == 0:
-                self._first_token(pod, req, run.t_first)
+                self._first_token(pod, req, t_first)
             elif req.last_at is not None:
-                gap = run.t_first - req.last_at
-                itl_hist.add(gap)
+                gap = t_first - req.last_at
+                add(gap)
                 if record_itl:
                     _rle(req.itl, gap * 1000.0, 1)
             if n > 1:
-                itl_hist.add(run.dt, n - 1)
+                add(dt, n - 1)
                 if record_itl:
-                    _rle(req.itl, run.dt * 1000.0, n - 1)
-            req.last_at = run.t_first + (n - 1) * run.dt
+                    _rle(req.itl, dt * 1000.0, n - 1)
+            req.last_at = t_first + (n - 1) * dt
         for fin in em.finishes:
             req = pod.reqs.pop(fin.request_id, None)
             if req is None:
