@@ -4,6 +4,7 @@ schedule an SRE would set from the day before."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,28 @@ def test_the_diurnal_trace_follows_the_curve_with_azure_sizes(tmp_path: Path) ->
     assert all(r.input_tokens > 0 and r.output_tokens > 0 for r in reqs)
     assert json.loads(json.dumps(ref.rates_rps)) == list(ref.rates_rps)
     assert max(day.rates_rps) == pytest.approx(4.0)
+
+
+@pytest.mark.needs_shared(DATA / "azure_llm_2023_conv.csv")
+@pytest.mark.parametrize("hours", [0.5, 2.0, 13.0 / 6.0])
+def test_the_days_first_hours_are_the_whole_days_first_requests(
+    tmp_path: Path, hours: float
+) -> None:
+    servegen = tmp_path / "rates.csv"
+    lines = ["workload,window_start_s,total_rate_rps,active_clients"]
+    lines += [f"w,{600 * i},{r},1" for i, r in enumerate(_rates(2))]
+    servegen.write_text("\n".join(lines) + "\n")
+    azure = DATA / "azure_llm_2023_conv.csv"
+    whole = DiurnalSpec(workload="w", day=1, reference_day=0, peak_rps=4.0, window_s=6.0)
+    reqs, day, ref = diurnal_trace(whole, servegen, azure)
+    part, part_day, part_ref = diurnal_trace(replace(whole, hours=hours), servegen, azure)
+    until = hours * 6 * 6.0  # six 6-s windows an hour
+    assert part == [r for r in reqs if r.arrival_s < until]  # sizes too: the same start
+    assert 0 < len(part) < len(reqs)
+    assert (part_day, part_ref) == (day, ref)  # the curves stay whole (the schedule, the plot)
+
+
+@pytest.mark.parametrize("hours", [0.0, -1.0, 24.5, float("nan")])
+def test_hours_outside_the_day_are_refused(hours: float) -> None:
+    with pytest.raises(ValueError, match="hours must be within"):
+        DiurnalSpec(hours=hours)

@@ -7,6 +7,8 @@
   with its peak at ``--diurnal-peak-rps`` (400 req/s by default: about 16 simulated H100s at
   TTFT <= 500 ms, the size issue 17 asks of the peak), each 10-minute window replayed in
   ``--diurnal-window-s`` seconds (600: a 24-hour replay), Azure conv request sizes;
+  ``--diurnal-hours H`` keeps only the day's first H hours (the same requests as the whole
+  day's first ones), for a slice of a replay too long to simulate whole;
   ``diurnal-schedule.json``: the day before, same scale (``--schedule`` for the
   ``scheduled`` policy);
 - ``clustered.jsonl``: a synthetic stand-in for bursty, prefill-heavy traffic
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from preheat.workload import bursts, clusters, diurnal
@@ -46,6 +49,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument("--diurnal-window-s", type=float, default=600.0)
+    p.add_argument(
+        "--diurnal-hours",
+        type=float,
+        default=24.0,
+        help=(
+            "write only the day's first H hours (default 24: all of it); the requests are "
+            "the whole day's first ones, and diurnal-schedule.json is still the whole day "
+            "before (it ends where the slice starts)"
+        ),
+    )
     p.add_argument("--diurnal-day", type=int, default=1)
     p.add_argument("--diurnal-workload", default="language/m-large")
     p.add_argument(
@@ -77,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
             peak_rps=args.diurnal_peak_rps,
             window_s=args.diurnal_window_s,
             seed=args.seed,
+            hours=args.diurnal_hours,
         )
         spread = clusters.ClusterSpec(duration_s=args.clustered_duration_s, seed=args.seed)
         trace, curve = bursts.bursty_trace(spec, servegen, azure)
@@ -93,12 +107,16 @@ def run(args: argparse.Namespace) -> int:
         json.dumps({"rates_rps": list(ref.rates_rps), "window_s": ref.window_s}) + "\n"
     )
     mean = sum(day_curve.rates_rps) / len(day_curve.rates_rps)
+    replayed = math.ceil(round(day_spec.hours * diurnal.WINDOWS_PER_HOUR, 9))
+    part = f", its first {day_spec.hours:g} h only" if day_spec.hours < 24 else ""
     print(
         f"{out / 'diurnal.jsonl'}: ServeGen `{day_spec.workload}` day {day_spec.day} "
-        f"(windows {day_curve.first_window}-{day_curve.first_window + 143}), peak "
-        f"{max(day_curve.rates_rps):.1f} req/s, mean {mean:.1f} req/s, each 10-min window in "
-        f"{day_spec.window_s:g} s; {len(day):,} requests with Azure conv sizes; schedule "
-        f"reference: day {day_spec.reference_day} -> {out / 'diurnal-schedule.json'}"
+        f"(windows {day_curve.first_window}-{day_curve.first_window + 143}{part}: "
+        f"{day_curve.first_window}-{day_curve.first_window + replayed - 1}), peak "
+        f"{max(day_curve.rates_rps):.1f} req/s, mean {mean:.1f} req/s (the whole day), each "
+        f"10-min window in {day_spec.window_s:g} s; {len(day):,} requests with Azure conv "
+        f"sizes; schedule reference: day {day_spec.reference_day} -> "
+        f"{out / 'diurnal-schedule.json'}"
     )
     bursts.write_preheat_jsonl(clustered, out / "clustered.jsonl")
     n = max(1, len(clustered))

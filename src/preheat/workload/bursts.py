@@ -30,6 +30,7 @@ How the bursts are made (every step deterministic given ``BurstSpec.seed``):
 
 from __future__ import annotations
 
+import bisect
 import csv
 import json
 import random
@@ -180,9 +181,13 @@ def bursty_trace(
     return requests_on_curve(curve, azure_csv, spec.seed), curve
 
 
-def requests_on_curve(curve: RateCurve, azure_csv: Path | str, seed: int) -> list[TraceRequest]:
+def requests_on_curve(
+    curve: RateCurve, azure_csv: Path | str, seed: int, until_s: float | None = None
+) -> list[TraceRequest]:
     """Poisson arrivals following ``curve``, sized by the Azure trace's rows in order from a
-    random start (steps 4-5; the bursty and the diurnal traces alike)."""
+    random start (steps 4-5; the bursty and the diurnal traces alike). ``until_s``: only
+    the requests arriving before it, drawn as for the whole curve (the sizes' start is drawn
+    after every arrival), so they are the whole trace's first requests, exactly."""
     expected = sum(curve.rates_rps) * curve.window_s
     check_trace_size(
         expected,
@@ -195,6 +200,8 @@ def requests_on_curve(curve: RateCurve, azure_csv: Path | str, seed: int) -> lis
     rng = random.Random(seed)
     times = arrivals(curve, rng)
     offset = rng.randrange(len(sizes))
+    if until_s is not None:
+        times = times[: bisect.bisect_left(times, until_s)]
     return [
         TraceRequest(
             arrival_s=t,

@@ -7,7 +7,9 @@ How the trace is made (deterministic given ``DiurnalSpec.seed``):
    ``language/m-large`` by default, 14 days of Alibaba Bailian traffic, no gaps), rescaled so
    that its highest window is ``peak_rps`` (its shape, night and peak, is kept).
 2. **Replay speed.** Each 10-minute window is replayed in ``window_s`` seconds (600: real
-   time, a 24-hour replay; less compresses the day).
+   time, a 24-hour replay; less compresses the day). ``hours`` (under 24) keeps only the
+   day's first hours: the same requests as the whole day's first ones (a slice of a replay
+   too long to simulate whole, starting where ``reference_day`` ends).
 3. **Arrivals and sizes** as in :mod:`preheat.workload.bursts` (steps 4-5): Poisson at each
    window's rate, prompt and output tokens of the Azure LLM 2023 conv rows in order from a
    seeded offset.
@@ -46,6 +48,7 @@ class DiurnalSpec:
     peak_rps: float = 200.0  # the replayed day's highest window
     window_s: float = SERVEGEN_WINDOW_S  # replay seconds per 10-minute window
     seed: int = 0
+    hours: float = 24.0  # the day's first hours replayed (24: all of it)
 
     def __post_init__(self) -> None:
         errors: list[str] = []
@@ -55,6 +58,8 @@ class DiurnalSpec:
             errors.append(f"peak_rps must be > 0, got {self.peak_rps}")
         if not self.window_s > 0:
             errors.append(f"window_s must be > 0, got {self.window_s}")
+        if not 0 < self.hours <= 24:
+            errors.append(f"hours must be within (0, 24], got {self.hours}")
         if errors:
             raise ValueError("; ".join(errors))
 
@@ -91,9 +96,11 @@ def day_curves(rates: Sequence[float], spec: DiurnalSpec) -> tuple[RateCurve, Ra
 def diurnal_trace(
     spec: DiurnalSpec, servegen_csv: Path | str, azure_csv: Path | str
 ) -> tuple[list[TraceRequest], RateCurve, RateCurve]:
-    """The day's requests, its rate curve and the reference day's."""
+    """The day's requests (its first ``spec.hours``), its rate curve and the reference
+    day's (both whole)."""
     day, ref = day_curves(read_servegen_rates(servegen_csv, spec.workload), spec)
-    return requests_on_curve(day, azure_csv, spec.seed), day, ref
+    until = spec.hours * 3600.0 * spec.window_s / SERVEGEN_WINDOW_S if spec.hours < 24 else None
+    return requests_on_curve(day, azure_csv, spec.seed, until), day, ref
 
 
 def hourly_schedule(
